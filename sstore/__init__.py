@@ -1,0 +1,20 @@
+"""sstore: a transactional streaming ETL engine over a polystore (S-Store in front of BigDAWG).
+
+Streams are cut into atomic batches; each stored procedure run on a batch is one ACID
+transaction over DuckDB state; results move exactly once into PostgreSQL.
+"""
+
+from sstore.engine import Engine, Ingested
+from sstore.errors import (DeclarationError, OutOfOrderBatchError, ProcedureError, SchemaError,
+                           SStoreError, TerminalError, TransientError, UnknownStreamError)
+from sstore.graph import ErrorPolicy
+from sstore.subscriptions import Subscription
+from sstore.transaction import Transaction, TxState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DeclarationError", "Engine", "ErrorPolicy", "Ingested", "OutOfOrderBatchError",
+    "ProcedureError", "SStoreError", "SchemaError", "Subscription", "TerminalError",
+    "Transaction", "TransientError", "TxState", "UnknownStreamError", "__version__",
+]

@@ -1,0 +1,406 @@
+"""The public face of sstore: declare a dataflow, ingest batches, run it, query the state.
+
+An ``Engine`` is opened on a state file (full durability), on ``":memory:"`` with an
+``input_log`` (weak durability: state in memory, border inputs logged and replayed), or on
+``":memory:"`` alone (nothing survives the process; for tests and experiments).
+
+The program declares its streams, windows, triggers, tables and procedures every time it starts.
+The engine starts on first use (``ingest``, ``run_until_idle``, ``query``, ``transaction``...):
+it checks the graph, creates what is missing, rebuilds its ledger from the commit records and,
+in weak mode, replays the input log. From then on the graph is fixed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sstore import gc, recovery, systables
+from sstore.errors import DeclarationError, OutOfOrderBatchError, SStoreError, \
+    UnknownStreamError
+from sstore.executor import run_te
+from sstore.faults import crash_point
+from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
+from sstore.inputlog import InputLog, LogRecord
+from sstore.ledger import Ledger
+from sstore.rows import RowsLike
+from sstore.runtime import Runtime
+from sstore.scheduler import Scheduler
+from sstore.sql import bind
+from sstore.status import EngineStatus, read_status
+from sstore.streams import PendingCommit, StreamStore
+from sstore.subscriptions import Callback, Subscribers, Subscription
+from sstore.transaction import Transaction
+
+log = logging.getLogger("sstore")
+
+GC_EVERY = 64
+
+
+class Ingested(int):
+    """The batch-id an ``ingest`` call used; ``duplicate`` is True when it was a no-op re-send."""
+
+    duplicate: bool
+    rows: int
+
+    def __new__(cls, batch_id: int, duplicate: bool, rows: int) -> "Ingested":
+        obj = super().__new__(cls, batch_id)
+        obj.duplicate = duplicate
+        obj.rows = rows
+        return obj
+
+
+class Engine:
+    """A transactional streaming engine over one DuckDB database."""
+
+    def __init__(self, path: str = ":memory:", *, input_log: str | None = None,
+                 fsync: bool = True, gc_every: int = GC_EVERY) -> None:
+        if input_log is not None and path != ":memory:":
+            raise DeclarationError("input_log is for weak durability, whose state is in memory: "
+                                   "use Engine(':memory:', input_log=...)")
+        self.path = path
+        self.durability = "full" if path != ":memory:" else "weak" if input_log else "none"
+        self.gc_every = gc_every
+        if path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(path))
+            os.makedirs(parent, exist_ok=True)
+        self._con = duckdb.connect(path)
+        self._input_log = InputLog(input_log, fsync=fsync) if input_log else None
+        if self._input_log is not None:
+            recovery.load_snapshot(self._con, self._input_log.path)
+        systables.create(self._con)
+        self._graph = Graph()
+        self._lock = threading.RLock()
+        self._rt: Runtime | None = None
+        self._subscribers = Subscribers()
+        self._closed = False
+
+    # ------------------------------------------------------------------ declarations
+    def _declaring(self) -> None:
+        if self._rt is not None:
+            raise DeclarationError("the engine has started; declare streams, windows, triggers "
+                                   "and procedures before the first ingest, run or query")
+
+    def stream(self, name: str, columns: Mapping[str, str] | None = None) -> str:
+        """Declare a stream. ``columns`` maps column name to DuckDB type; a stream that only a
+        procedure writes and none reads may leave it out (its first batch decides)."""
+        self._declaring()
+        self._graph.add_stream(StreamDecl(name, dict(columns) if columns is not None else None))
+        return name
+
+    def window(self, name: str, source: str, *, rows: int | None = None,
+               batches: int | None = None, slide: int = 1) -> str:
+        """Declare a window over ``source``: the last ``rows`` tuples or ``batches`` batches,
+        moving ``slide`` at a time. Procedures may take it as input (one execution per slide)."""
+        self._declaring()
+        if (rows is None) == (batches is None):
+            raise DeclarationError(f"window {name!r}: give exactly one of rows= or batches=")
+        size, unit = (rows, "rows") if rows is not None else (batches, "batches")
+        self._graph.add_window(WindowDecl(name, source, int(size or 0), int(slide), unit))
+        return name
+
+    def trigger(self, target: str, sql: str) -> None:
+        """Attach SQL to a stream or window (an EE trigger). It runs inside the transaction that
+        appends to ``target``; the appended rows are the relation ``new_rows`` (for a window:
+        its contents after the slide) and ``$batch_id`` is the batch-id."""
+        self._declaring()
+        self._graph.add_trigger(TriggerDecl(target, sql))
+
+    def procedure(self, input: str | Sequence[str], output: str | Sequence[str] = (), *,
+                  name: str | None = None, on_error: str | ErrorPolicy = ErrorPolicy.HALT,
+                  retries: int = 2) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Declare a stored procedure: ``fn(tx, batch)`` runs once per batch as one transaction.
+
+        ``batch`` is the input batch as an Arrow table (and the SQL relation ``batch``); with
+        several inputs it is a dict of tables (relations ``<input>_batch``). What ``fn`` returns
+        becomes batch b of the output stream (a dict of stream to rows with several outputs).
+        ``on_error``: "halt" (default) or "dead_letter"; ``retries`` applies to transient errors.
+        """
+        self._declaring()
+        inputs = (input,) if isinstance(input, str) else tuple(input)
+        outputs = (output,) if isinstance(output, str) else tuple(output)
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self._graph.add_procedure(ProcedureDecl(
+                name or fn.__name__, fn, inputs, outputs, ErrorPolicy(on_error), retries,
+                doc=(fn.__doc__ or "").strip().split("\n")[0]))
+            return fn
+
+        return register
+
+    # ------------------------------------------------------------------ starting
+    def _runtime(self) -> Runtime:
+        if self._closed:
+            raise SStoreError("the engine is closed")
+        if self._rt is None:
+            with self._lock:
+                if self._rt is None:
+                    self._start()
+        assert self._rt is not None
+        return self._rt
+
+    def _start(self) -> None:
+        con, graph = self._con, self._graph
+        order = graph.validate()
+        store = StreamStore(con, graph)
+        store.create_all()
+        ledger = Ledger(graph)
+        ledger.load(systables.load_commits(con))
+        systables.save_graph(con, graph)
+        rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
+                     self._lock, threading.Condition(self._lock), self._input_log)
+        for node, batch_id, table in _latest_rows(store, ledger, graph):
+            rt.latest[node] = (batch_id, table)
+        self._rt = rt
+        if self._input_log is not None:
+            count = recovery.replay(rt, self._input_log, lambda: self._run_one(rt),
+                                    self._replay_ingest, self._replay_oltp)
+            log.info("replayed %d input-log records", count)
+
+    # ------------------------------------------------------------------ input
+    def ingest(self, stream: str, rows: RowsLike, batch_id: int | None = None) -> Ingested:
+        """Append one atomic batch to a border stream; return its batch-id.
+
+        Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
+        no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
+        with ``OutOfOrderBatchError``. Bad rows raise ``SchemaError`` and change nothing.
+        """
+        rt = self._runtime()
+        if stream not in rt.graph.streams:
+            raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(rt.graph.streams)}")
+        if not rt.graph.is_border(stream):
+            raise DeclarationError(f"stream {stream!r} is written by procedure "
+                                   f"{rt.graph.producer_of(stream)!r}; only border streams "
+                                   f"take ingest")
+        if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)
+                                     or batch_id < 1):
+            raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
+        table = rt.store.conform(stream, rows, f"stream {stream!r}")
+        with rt.lock:
+            last = rt.ledger.last_ingested.get(stream, 0)
+            if batch_id is None:
+                batch_id = last + 1
+            elif batch_id in rt.ledger.ingested.get(stream, ()):
+                log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
+                return Ingested(batch_id, True, 0)
+            elif batch_id < last:
+                raise OutOfOrderBatchError(
+                    f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
+                    f"({last}) and was never ingested; batches must arrive in increasing order")
+            if rt.input_log is not None:
+                rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
+            self._apply_ingest(rt, stream, batch_id, table)
+        rt.subscribers.publish(rt.take_outbox())
+        return Ingested(batch_id, False, table.num_rows)
+
+    def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table) -> None:
+        """Commit protocol of an ingest: BEGIN; append rows (triggers, windows); insert commit
+        records; COMMIT; apply to memory."""
+        pending = PendingCommit()
+        rt.con.begin()
+        try:
+            rt.store.append(stream, batch_id, table, pending)
+            systables.insert_commits(rt.con, pending.records)
+            crash_point("ingest.before_commit")
+            rt.con.commit()
+        except BaseException:
+            rt.con.rollback()
+            rt.store.forget(pending)
+            raise
+        crash_point("ingest.after_commit")
+        rt.finish(pending)
+
+    def _replay_ingest(self, record: LogRecord) -> None:
+        assert self._rt is not None and record.stream and record.batch_id and record.table
+        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table)
+
+    def _replay_oltp(self, record: LogRecord) -> None:
+        assert self._rt is not None
+        with self._transaction(self._rt, log_it=False) as tx:
+            for sql, params in record.statements or []:
+                tx.execute(sql, params=params)
+
+    # ------------------------------------------------------------------ running
+    def _run_one(self, rt: Runtime) -> bool:
+        """Run the next transaction execution, if any. Caller holds the lock."""
+        nxt = rt.scheduler.next()
+        if nxt is None:
+            return False
+        run_te(rt, *nxt)
+        if rt.since_gc >= self.gc_every and not rt.replaying:
+            gc.collect(rt)
+        return True
+
+    def run_until_idle(self, max_executions: int | None = None) -> int:
+        """Run pending transaction executions in order until none is runnable; return how many
+        ran (committed or dead-lettered). A halted procedure stops only itself and downstream."""
+        rt = self._runtime()
+        done = 0
+        while max_executions is None or done < max_executions:
+            with rt.lock:
+                before = rt.te_seq
+                if not self._run_one(rt):
+                    break
+                done += rt.te_seq - before
+            rt.subscribers.publish(rt.take_outbox())
+        with rt.lock:
+            gc.collect(rt)
+        return done
+
+    def run(self, stop: threading.Event, poll_seconds: float = 0.2) -> None:
+        """Serve: run transaction executions as batches arrive until ``stop`` is set."""
+        rt = self._runtime()
+        while not stop.is_set():
+            self.run_until_idle()
+            with rt.lock:
+                if rt.scheduler.next() is None:
+                    rt.wakeup.wait(poll_seconds)
+
+    def resume(self, procedure: str) -> None:
+        """Let a halted procedure try its failing batch again."""
+        rt = self._runtime()
+        with rt.lock:
+            rt.scheduler.halted.pop(procedure, None)
+
+    def collect_garbage(self) -> int:
+        rt = self._runtime()
+        with rt.lock:
+            return gc.collect(rt)
+
+    # ------------------------------------------------------------------ state access
+    def execute(self, statement: str, *args: Any,
+                params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
+        """Run a statement outside any stream transaction (DDL, seed data).
+
+        Declaring a table again on an existing state file is fine: a CREATE whose object already
+        exists is taken as that declaration and skipped.
+        """
+        with self._lock:
+            try:
+                self._con.execute(statement, bind(args, params))
+            except duckdb.CatalogException as exc:
+                if not (statement.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
+                    raise
+                log.debug("declaration already in the state file: %s", exc)
+
+    def query(self, sql: str, *args: Any,
+              params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+        """Run a read query over the current committed state; return an Arrow table."""
+        rt = self._runtime()
+        with rt.lock:
+            return rt.con.sql(sql, params=bind(args, params)).to_arrow_table()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """An ad hoc ACID transaction, serializable with the stream's transaction executions."""
+        rt = self._runtime()
+        with self._transaction(rt, log_it=rt.input_log is not None) as tx:
+            yield tx
+
+    @contextlib.contextmanager
+    def _transaction(self, rt: Runtime, log_it: bool) -> Iterator[Transaction]:
+        statements: list[tuple[str, Any]] = []
+        recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
+        with rt.lock:
+            tx = Transaction(rt.con, recorder=recorder)
+            rt.con.begin()
+            try:
+                yield tx
+                if log_it and statements and rt.input_log is not None:
+                    rt.input_log.append_oltp(statements, rt.te_seq)
+                rt.con.commit()
+                tx._mark_committed()
+            except BaseException:
+                rt.con.rollback()
+                tx._mark_rolled_back()
+                raise
+
+    def subscribe(self, stream: str, callback: Callback | None = None) -> Subscription:
+        """Be told of each committed batch of ``stream``: pushed to ``callback(batch_id, rows)``,
+        or, without a callback, queued for ``Subscription.poll()``."""
+        if stream not in self._graph.streams:
+            raise UnknownStreamError(f"no stream {stream!r}")
+        return self._subscribers.add(stream, callback)
+
+    def latest(self, stream: str) -> tuple[int, pa.Table] | None:
+        """The newest committed batch of a stream: (batch_id, rows), or None (pull mode)."""
+        rt = self._runtime()
+        with rt.lock:
+            return rt.latest.get(stream)
+
+    def hold(self, stream: str, consumer: str) -> None:
+        """Keep ``stream``'s batches until ``consumer`` acknowledges them (for migrators)."""
+        rt = self._runtime()
+        if stream not in rt.graph.streams:
+            raise UnknownStreamError(f"no stream {stream!r}")
+        with rt.lock:
+            rt.ledger.holders.setdefault(stream, set()).add(consumer)
+
+    def acknowledge(self, consumer: str, batch_id: int) -> None:
+        """Record that ``consumer`` has safely taken every held batch up to ``batch_id``."""
+        rt = self._runtime()
+        with rt.lock:
+            if batch_id <= rt.ledger.progress.get(consumer, 0):
+                return
+            systables.insert_commits(rt.con, [(consumer, batch_id, 0)])
+            rt.ledger.record(consumer, batch_id, 0)
+
+    def status(self) -> EngineStatus:
+        rt = self._runtime()
+        with rt.lock:
+            return read_status(rt.con, halted=dict(rt.scheduler.halted),
+                               pending={p: rt.scheduler.pending(p) for p in rt.graph.procedures},
+                               durability=self.durability, path=self.path)
+
+    def checkpoint(self) -> str | None:
+        """Weak mode: write a snapshot and empty the input log. Full mode: DuckDB CHECKPOINT."""
+        rt = self._runtime()
+        with rt.lock:
+            if rt.input_log is None:
+                rt.con.execute("CHECKPOINT")
+                return None
+            return recovery.checkpoint(rt, rt.input_log)
+
+    @property
+    def graph(self) -> Graph:
+        return self._graph
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, for library code (migrators) that holds the engine's lock."""
+        return self._con
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._lock:
+            self._closed = True
+            if self._input_log is not None:
+                self._input_log.close()
+            self._con.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _latest_rows(store: StreamStore, ledger: Ledger, graph: Graph
+                 ) -> Iterator[tuple[str, int, pa.Table]]:
+    """After a restart, the newest retained batch of each stream (for ``Engine.latest``)."""
+    for name in graph.streams:
+        ids = ledger.node_batches(name).ids
+        if ids and store.schema(name) is not None:
+            yield name, ids[-1], store.read(name, ids[-1])

@@ -1,0 +1,176 @@
+"""One transaction execution (TE): a stored procedure run on one batch, as one DuckDB transaction.
+
+Commit protocol of a TE (procedure P, batch b):
+
+1. Read P's input batch b of every input (from the cache of recently committed batches, else
+   from the stream table; for a window, its contents as of the slide at b).
+2. BEGIN.
+3. Call P(tx, batch). Its reads and writes of state tables go through ``tx``.
+4. Check what P returned against each output stream's schema.
+5. Append batch b to each output stream: insert the rows, run the stream's EE triggers, feed its
+   windows.
+6. Insert the commit records (each output stream's batch b, each window slide, and P's own
+   progress "P did b") in one statement.
+7. COMMIT. Everything from steps 3-6 is now durable together, or (on any error) none of it is.
+8. Apply the commit to memory (ledger, windows, cache) and queue the subscriber notifications.
+
+A crash before step 7 leaves no trace: P runs b again after restart. A crash after step 7 is
+recovered from the commit records: P does not run b again. That is exactly-once.
+
+On an exception: ROLLBACK; a ``TransientError`` is retried with backoff up to P's ``retries``;
+any other error (or the last retry) applies P's error policy (see ``ErrorPolicy``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sstore import systables
+from sstore.errors import ProcedureError, SStoreError, TransientError
+from sstore.faults import crash_point
+from sstore.graph import ErrorPolicy, ProcedureDecl
+from sstore.runtime import Runtime
+from sstore.sql import ident
+from sstore.streams import PendingCommit
+from sstore.transaction import Transaction
+
+log = logging.getLogger("sstore")
+
+BACKOFF_SECONDS = 0.05
+
+
+def run_te(rt: Runtime, name: str, batch_id: int) -> bool:
+    """Run procedure ``name`` on ``batch_id``. True if the batch is done (committed or
+    dead-lettered), False if the procedure halted. Caller holds ``rt.lock``."""
+    decl = rt.graph.procedures[name]
+    inputs = {node: rt.input_batch(node, batch_id) for node in decl.inputs}  # step 1
+    attempt = 0
+    while True:
+        try:
+            _attempt(rt, decl, batch_id, inputs)
+            return True
+        except Exception as exc:  # noqa: BLE001 - every failure is classified below
+            transient = isinstance(exc, (TransientError, duckdb.TransactionException))
+            if transient and attempt < decl.retries:
+                attempt += 1
+                log.warning("procedure %s batch %s: transient failure (%s), retry %d/%d",
+                            name, batch_id, exc, attempt, decl.retries)
+                time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+                continue
+            return _fail(rt, decl, batch_id, inputs, exc)
+
+
+def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.Table]) -> None:
+    con = rt.con
+    pending = PendingCommit()
+    registered = _register_inputs(con, inputs)
+    tx = Transaction(con, batch_id, decl.name)
+    con.begin()  # step 2
+    try:
+        result = decl.fn(tx, inputs[decl.inputs[0]] if len(inputs) == 1 else dict(inputs))  # 3
+        outputs = _outputs(rt, decl, batch_id, result)  # step 4
+        for stream, table in outputs.items():  # step 5
+            rt.store.append(stream, batch_id, table, pending)
+        pending.records.append((decl.name, batch_id, sum(t.num_rows for t in outputs.values())))
+        systables.insert_commits(con, pending.records)  # step 6
+        crash_point("te.before_commit")
+        con.commit()  # step 7
+        tx._mark_committed()
+    except BaseException:
+        con.rollback()
+        tx._mark_rolled_back()
+        rt.store.forget(pending)
+        raise
+    finally:
+        for rel in registered:
+            con.unregister(rel)
+    crash_point("te.after_commit")
+    rt.te_seq += 1
+    rt.since_gc += 1
+    rt.finish(pending)  # step 8
+
+
+def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> list[str]:
+    names = []
+    for node, table in inputs.items():
+        rel = "batch" if len(inputs) == 1 else f"{node}_batch"
+        con.register(rel, table)
+        names.append(rel)
+    return names
+
+
+def _outputs(rt: Runtime, decl: ProcedureDecl, batch_id: int, result: Any) -> dict[str, pa.Table]:
+    if not decl.outputs:
+        if result is not None:
+            raise ProcedureError(decl.name, batch_id, "returned rows but declares no output")
+        return {}
+    if len(decl.outputs) == 1 and not (isinstance(result, Mapping)
+                                       and set(result) <= set(decl.outputs) and result):
+        result = {decl.outputs[0]: result}
+    if result is None:
+        result = {}
+    if not isinstance(result, Mapping):
+        raise ProcedureError(decl.name, batch_id, f"with outputs {list(decl.outputs)} it must "
+                             f"return a dict of stream name to rows, not {type(result).__name__}")
+    unknown = set(result) - set(decl.outputs)
+    if unknown:
+        raise ProcedureError(decl.name, batch_id, f"returned rows for undeclared outputs "
+                             f"{sorted(unknown)}")
+    return {stream: rt.store.conform(stream, result.get(stream),
+                                     f"output {stream!r} of procedure {decl.name!r}")
+            for stream in decl.outputs}
+
+
+def _fail(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.Table],
+          exc: BaseException) -> bool:
+    message = f"{type(exc).__name__}: {exc}"
+    if decl.on_error is ErrorPolicy.DEAD_LETTER and isinstance(exc, Exception):
+        _dead_letter(rt, decl, batch_id, inputs, message)
+        log.error("procedure %s batch %s moved to dead letters: %s", decl.name, batch_id, message)
+        return True
+    systables.record_error(rt.con, decl.name, batch_id, "halt", message)
+    rt.scheduler.halted[decl.name] = f"batch {batch_id}: {message}"
+    log.error("procedure %s halted at batch %s: %s", decl.name, batch_id, message)
+    if not isinstance(exc, (Exception, SStoreError)):
+        raise exc  # KeyboardInterrupt and friends still stop the process
+    return False
+
+
+def _dead_letter(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.Table],
+                 message: str) -> None:
+    """Keep the failed input batch, commit empty outputs so downstream learns b is done."""
+    con = rt.con
+    pending = PendingCommit()
+    con.begin()
+    try:
+        for node, table in inputs.items():
+            dead = ident(node + "__dead_letter")
+            con.register("sstore_dead", table)
+            try:
+                con.execute(f"CREATE TABLE IF NOT EXISTS {dead} AS SELECT 0::BIGINT AS _batch_id,"
+                            f" ''::VARCHAR AS _procedure, ''::VARCHAR AS _error, * "
+                            f"FROM sstore_dead LIMIT 0")
+                con.execute(f"INSERT INTO {dead} SELECT ?, ?, ?, * FROM sstore_dead",
+                            [batch_id, decl.name, message])
+            finally:
+                con.unregister("sstore_dead")
+        for stream in decl.outputs:
+            schema = rt.store.schema(stream)
+            empty = schema.empty_table() if schema is not None else pa.table({})
+            rt.store.append(stream, batch_id, empty, pending)
+        pending.records.append((decl.name, batch_id, 0))
+        systables.insert_commits(con, pending.records)
+        systables.record_error(con, decl.name, batch_id, "dead_letter", message)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        rt.store.forget(pending)
+        raise
+    rt.te_seq += 1
+    rt.finish(pending)

@@ -1,0 +1,75 @@
+"""Automatic garbage collection of stream rows, window rows and old commit records.
+
+A batch of a stream is removed once every reader has committed it: every consuming procedure,
+and every external holder (a migrator that has not yet been acknowledged by its target). A
+stream nobody reads keeps its latest batch, for pull readers. Windows keep the rows that the
+oldest unprocessed slide still shows. Procedures keep only their newest commit record. Border
+streams keep their commit records forever (that is what makes re-sent batch-ids no-ops).
+
+GC runs as its own transaction between transaction executions, never inside one, so it adds no
+statements to the hot path.
+"""
+
+from __future__ import annotations
+
+from sstore import systables
+from sstore.faults import crash_point
+from sstore.runtime import Runtime
+from sstore.sql import ident
+
+
+def collect(rt: Runtime) -> int:
+    """Remove what no reader needs any more. Returns the number of statements it ran."""
+    plan: list[tuple[str, list[object]]] = []
+    trims: list[tuple[str, int]] = []
+    graph, ledger = rt.graph, rt.ledger
+    for name in graph.streams:
+        if rt.store.schema(name) is None:
+            continue
+        batches = ledger.node_batches(name)
+        keep_from = ledger.retain_from(name)
+        if keep_from is None:
+            keep_from = ledger.frontier(name) + 1
+        if not batches.ids or batches.ids[0] >= keep_from:
+            continue
+        plan.append((f"DELETE FROM {ident(name)} WHERE _batch_id < ?", [keep_from]))
+        if not graph.is_border(name):
+            plan.append(("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id < ?",
+                         [name, keep_from]))
+        trims.append((name, keep_from))
+    for name, state in rt.store.windows.items():
+        batches = ledger.node_batches(name)
+        readers = graph.consumers_of(name)
+        done = min((ledger.progress.get(r, 0) for r in readers), default=None)
+        first_open = batches.first_after(done) if done is not None else None
+        promoted = batches.number(first_open) if first_open is not None else state.promoted
+        low, _ = state.bounds(promoted)
+        plan.append((f"DELETE FROM {ident(state.rows_table)} WHERE _seq <= ?", [low]))
+        cut = done if done is not None else (batches.ids[-1] - 1 if batches.ids else 0)
+        if batches.ids and batches.ids[0] <= cut:  # slide records nobody will read again
+            plan.append(("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id <= ?",
+                         [name, cut]))
+            trims.append((name, cut + 1))
+    if rt.since_gc:
+        procs = sorted(set(graph.procedures) | {h for hs in ledger.holders.values() for h in hs})
+        placeholders = ", ".join("?" * len(procs))
+        if procs:
+            plan.append((f"DELETE FROM sstore_sys.commits c WHERE node IN ({placeholders}) AND "
+                         f"batch_id < (SELECT max(batch_id) FROM sstore_sys.commits m "
+                         f"WHERE m.node = c.node)", procs))
+    if not plan:
+        return 0
+    con = rt.con
+    con.begin()
+    try:
+        for sql, params in plan:
+            con.execute(sql, params)
+        crash_point("gc.before_commit")
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    for name, keep_from in trims:
+        ledger.node_batches(name).drop_through(keep_from - 1)
+    rt.since_gc = 0
+    return len(plan)

@@ -1,0 +1,193 @@
+"""The dataflow graph: the declarations a program makes each time it starts.
+
+Streams, windows and procedures share one namespace, because each of them is a node whose
+progress the engine records under its name. The graph checks itself once, when the engine
+starts, so that a wrong declaration fails before any batch is touched.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sstore.errors import DeclarationError, UnknownStreamError
+
+
+class ErrorPolicy(str, enum.Enum):
+    """What the engine does when a procedure raises on a batch (after its retries).
+
+    ``HALT`` (the default) stops that procedure and everything downstream of it at the failing
+    batch, keeps the batch, and records the error: nothing is lost and order is kept; fix the
+    code and restart (or call ``Engine.resume``). ``DEAD_LETTER`` copies the input batch into
+    ``<stream>__dead_letter`` with the error, commits an empty output batch and moves on.
+    """
+
+    HALT = "halt"
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True)
+class StreamDecl:
+    name: str
+    columns: dict[str, str] | None  # None: inferred from the first non-empty output batch
+
+
+@dataclass(frozen=True)
+class WindowDecl:
+    """A window over ``source``: ``rows``/``slide`` tuples, or ``batches``/``slide`` batches."""
+
+    name: str
+    source: str
+    size: int
+    slide: int
+    unit: str  # "rows" or "batches"
+
+
+@dataclass(frozen=True)
+class TriggerDecl:
+    """SQL run inside the transaction that appends to ``target`` (a stream or a window)."""
+
+    target: str
+    sql: str
+
+
+@dataclass
+class ProcedureDecl:
+    name: str
+    fn: Callable[..., Any]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    on_error: ErrorPolicy = ErrorPolicy.HALT
+    retries: int = 2
+    deterministic: bool = True
+    doc: str = ""
+
+
+@dataclass
+class Graph:
+    streams: dict[str, StreamDecl] = field(default_factory=dict)
+    windows: dict[str, WindowDecl] = field(default_factory=dict)
+    procedures: dict[str, ProcedureDecl] = field(default_factory=dict)
+    triggers: list[TriggerDecl] = field(default_factory=list)
+
+    # -- declaring ---------------------------------------------------------------------------
+    def _check_new_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name or name.startswith("sstore_"):
+            raise DeclarationError(f"invalid name {name!r} (non-empty, not starting with sstore_)")
+        if name in self.streams or name in self.windows or name in self.procedures:
+            raise DeclarationError(f"{name!r} is already declared")
+
+    def add_stream(self, decl: StreamDecl) -> None:
+        self._check_new_name(decl.name)
+        self.streams[decl.name] = decl
+
+    def add_window(self, decl: WindowDecl) -> None:
+        self._check_new_name(decl.name)
+        if decl.size < 1 or decl.slide < 1 or decl.slide > decl.size:
+            raise DeclarationError(f"window {decl.name!r}: need 1 <= slide <= size, got "
+                                   f"size={decl.size} slide={decl.slide}")
+        self.windows[decl.name] = decl
+
+    def add_procedure(self, decl: ProcedureDecl) -> None:
+        self._check_new_name(decl.name)
+        if not decl.inputs:
+            raise DeclarationError(f"procedure {decl.name!r} needs at least one input")
+        if len(set(decl.outputs)) != len(decl.outputs) or len(set(decl.inputs)) != len(decl.inputs):
+            raise DeclarationError(f"procedure {decl.name!r}: inputs and outputs must be unique")
+        params = inspect.signature(decl.fn).parameters
+        if len(params) < 2:
+            raise DeclarationError(f"procedure {decl.name!r} must take (tx, batch)")
+        self.procedures[decl.name] = decl
+
+    def add_trigger(self, decl: TriggerDecl) -> None:
+        self.triggers.append(decl)
+
+    # -- reading -----------------------------------------------------------------------------
+    def producer_of(self, stream: str) -> str | None:
+        for proc in self.procedures.values():
+            if stream in proc.outputs:
+                return proc.name
+        return None
+
+    def is_border(self, stream: str) -> bool:
+        return stream in self.streams and self.producer_of(stream) is None
+
+    def consumers_of(self, node: str) -> list[str]:
+        return [p.name for p in self.procedures.values() if node in p.inputs]
+
+    def windows_on(self, stream: str) -> list[WindowDecl]:
+        return [w for w in self.windows.values() if w.source == stream]
+
+    def triggers_on(self, target: str) -> list[TriggerDecl]:
+        return [t for t in self.triggers if t.target == target]
+
+    def validate(self) -> list[str]:
+        """Check the whole graph; return procedure names in topological order."""
+        producers: dict[str, str] = {}
+        for proc in self.procedures.values():
+            for name in proc.outputs:  # an undeclared output is a stream typed by its first rows
+                if name not in self.streams and name not in self.windows:
+                    self._check_new_name(name)
+                    self.streams[name] = StreamDecl(name, None)
+        for proc in self.procedures.values():
+            for name in proc.inputs:
+                if name not in self.streams and name not in self.windows:
+                    raise UnknownStreamError(
+                        f"procedure {proc.name!r} reads {name!r}, which is not a declared stream "
+                        f"or window (declare inputs with Engine.stream)")
+                if name in self.streams and self.streams[name].columns is None:
+                    raise DeclarationError(
+                        f"stream {name!r} is read by {proc.name!r} and so needs declared columns")
+            for name in proc.outputs:
+                if name in self.windows:
+                    raise DeclarationError(f"procedure {proc.name!r} writes window {name!r}; "
+                                           f"procedures write streams, windows follow them")
+                if name in producers:
+                    raise DeclarationError(f"stream {name!r} is written by both "
+                                           f"{producers[name]!r} and {proc.name!r}")
+                producers[name] = proc.name
+        for win in self.windows.values():
+            if win.source not in self.streams:
+                raise UnknownStreamError(f"window {win.name!r} follows unknown stream "
+                                         f"{win.source!r}")
+        for trig in self.triggers:
+            if trig.target not in self.streams and trig.target not in self.windows:
+                raise UnknownStreamError(f"trigger on unknown stream or window {trig.target!r}")
+        return self._topological_order()
+
+    def upstream_procedures(self, proc: ProcedureDecl) -> list[str]:
+        """Procedures whose output ``proc`` reads directly (through a window too)."""
+        ups = []
+        for name in proc.inputs:
+            stream = self.windows[name].source if name in self.windows else name
+            producer = self.producer_of(stream)
+            if producer is not None:
+                ups.append(producer)
+        return ups
+
+    def _topological_order(self) -> list[str]:
+        order: list[str] = []
+        state: dict[str, int] = {}
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if state.get(name) == 2:
+                return
+            if state.get(name) == 1:
+                cycle = " -> ".join(path[path.index(name):] + (name,))
+                raise DeclarationError(f"the dataflow graph has a cycle: {cycle}")
+            state[name] = 1
+            for up in self.upstream_procedures(self.procedures[name]):
+                visit(up, path + (name,))
+            state[name] = 2
+            order.append(name)
+
+        for name in self.procedures:
+            visit(name, ())
+        return order
+
+    def source_stream(self, node: str) -> str:
+        """The stream whose commits make ``node`` (a stream or a window) advance."""
+        return self.windows[node].source if node in self.windows else node

@@ -1,0 +1,112 @@
+"""What has committed: the in-memory mirror of ``sstore_sys.commits``.
+
+Every commit (a border batch ingested, a procedure's transaction execution, a window slide) adds
+a row ``(node, batch_id, n_rows)`` to ``sstore_sys.commits`` inside the same DuckDB transaction
+as the data it describes. This ledger mirrors those rows so that scheduling needs no SQL; after a
+crash it is rebuilt from the table, which is why recovery is simply a restart.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sstore.graph import Graph
+
+
+@dataclass
+class NodeBatches:
+    """Retained batch-ids of one stream or window, ascending, with a number per batch.
+
+    For streams the number is the batch's row count; for windows it is the sequence number of the
+    newest row visible after that slide (the window's contents are the ``size`` rows or batches up
+    to it).
+    """
+
+    ids: list[int] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+
+    def add(self, batch_id: int, number: int) -> None:
+        if self.ids and batch_id <= self.ids[-1]:
+            raise AssertionError(f"batch {batch_id} recorded after {self.ids[-1]}")
+        self.ids.append(batch_id)
+        self.numbers.append(number)
+
+    def first_after(self, batch_id: int) -> int | None:
+        i = bisect.bisect_right(self.ids, batch_id)
+        return self.ids[i] if i < len(self.ids) else None
+
+    def number(self, batch_id: int) -> int | None:
+        i = bisect.bisect_left(self.ids, batch_id)
+        if i < len(self.ids) and self.ids[i] == batch_id:
+            return self.numbers[i]
+        return None
+
+    def drop_through(self, batch_id: int) -> None:
+        i = bisect.bisect_right(self.ids, batch_id)
+        del self.ids[:i]
+        del self.numbers[:i]
+
+
+class Ledger:
+    """Progress of procedures and external consumers, batches of streams and windows."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.progress: dict[str, int] = {}
+        self.batches: dict[str, NodeBatches] = {}
+        self.ingested: dict[str, set[int]] = {}
+        self.last_ingested: dict[str, int] = {}
+        self.holders: dict[str, set[str]] = {}
+
+    def load(self, rows: Iterable[tuple[str, int, int]]) -> None:
+        """Rebuild from ``sstore_sys.commits`` rows (any order)."""
+        for node, batch_id, number in sorted(rows, key=lambda r: (r[0], r[1])):
+            self.record(node, batch_id, number)
+
+    def record(self, node: str, batch_id: int, number: int) -> None:
+        graph = self.graph
+        if node in graph.procedures or node not in graph.streams and node not in graph.windows:
+            # procedures, and external consumers such as migrators, only advance
+            self.progress[node] = max(self.progress.get(node, 0), batch_id)
+            return
+        self.batches.setdefault(node, NodeBatches()).add(batch_id, number)
+        if graph.is_border(node):
+            self.ingested.setdefault(node, set()).add(batch_id)
+            self.last_ingested[node] = max(self.last_ingested.get(node, 0), batch_id)
+
+    def node_batches(self, node: str) -> NodeBatches:
+        return self.batches.setdefault(node, NodeBatches())
+
+    def frontier(self, node: str) -> int:
+        """Highest batch-id up to which ``node`` is complete (no batch at or below it can come)."""
+        stream = self.graph.source_stream(node)
+        producer = self.graph.producer_of(stream)
+        if producer is None:
+            return self.last_ingested.get(stream, 0)
+        return self.progress.get(producer, 0)
+
+    def next_batch(self, procedure: str) -> int | None:
+        """The batch ``procedure`` must run next, if all of its inputs have completed it."""
+        decl = self.graph.procedures[procedure]
+        done = self.progress.get(procedure, 0)
+        candidates = [self.node_batches(n).first_after(done) for n in decl.inputs]
+        present = [c for c in candidates if c is not None]
+        if not present:
+            return None
+        batch_id = min(present)
+        if all(self.frontier(n) >= batch_id for n in decl.inputs):
+            return batch_id
+        return None
+
+    def retain_from(self, stream: str) -> int | None:
+        """Oldest batch-id of ``stream`` still needed by a consumer or holder (None: all needed)."""
+        readers = self.graph.consumers_of(stream) + sorted(self.holders.get(stream, ()))
+        batches = self.node_batches(stream)
+        if not batches.ids:
+            return None
+        if not readers:
+            return batches.ids[-1]  # nobody reads it: keep the latest batch for pull readers
+        done = min(self.progress.get(r, 0) for r in readers)
+        return batches.first_after(done)

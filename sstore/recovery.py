@@ -1,0 +1,96 @@
+"""Weak durability: snapshot plus input-log replay (kept apart from the operators on purpose).
+
+Full durability needs no recovery code at all: every commit record is in the DuckDB file, and a
+restart rebuilds the ledger from it. Weak durability keeps the state in memory, so after a
+crash it is rebuilt here:
+
+1. ``load_snapshot`` (when the engine opens): copy the last checkpoint's database into memory.
+2. ``replay`` (when the engine starts, after the program declared its graph): for each log record
+   newer than the snapshot, first run transaction executions until as many have committed as had
+   when the record was first applied, then apply the record. Procedures are deterministic, so
+   this reproduces the state the crashed process had, batch for batch.
+
+``checkpoint`` writes a new snapshot (to a temporary file, then renamed over the old one, so a
+crash leaves either the old or the new snapshot) and empties the log; the snapshot remembers the
+last log position it contains so a crash between the rename and emptying the log replays
+nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import duckdb
+
+from sstore import systables
+from sstore.faults import crash_point
+from sstore.inputlog import InputLog, LogRecord
+from sstore.runtime import Runtime
+from sstore.sql import literal
+
+SNAPSHOT_LSN = "snapshot_lsn"
+SNAPSHOT_TE_SEQ = "snapshot_te_seq"
+
+
+def snapshot_path(log_path: str) -> str:
+    return log_path + ".snapshot"
+
+
+def load_snapshot(con: duckdb.DuckDBPyConnection, log_path: str) -> bool:
+    path = snapshot_path(log_path)
+    if not os.path.exists(path):
+        return False
+    con.execute(f"ATTACH {literal(path)} AS sstore_snapshot (READ_ONLY)")
+    try:
+        con.execute("COPY FROM DATABASE sstore_snapshot TO memory")
+    finally:
+        con.execute("DETACH sstore_snapshot")
+    return True
+
+
+def replay(rt: Runtime, log: InputLog, run_one: Callable[[], bool],
+           apply_ingest: Callable[[LogRecord], None],
+           apply_oltp: Callable[[LogRecord], None]) -> int:
+    """Replay the log; returns the number of records applied."""
+    skip_through = systables.get_meta(rt.con, SNAPSHOT_LSN)
+    rt.te_seq = systables.get_meta(rt.con, SNAPSHOT_TE_SEQ)
+    applied = 0
+    rt.replaying = True
+    try:
+        for record in log.records():
+            if record.lsn <= skip_through:
+                continue
+            while rt.te_seq < record.te_seq:
+                if not run_one():
+                    break
+            if record.kind == "ingest":
+                apply_ingest(record)
+            else:
+                apply_oltp(record)
+            applied += 1
+    finally:
+        rt.replaying = False
+    return applied
+
+
+def checkpoint(rt: Runtime, log: InputLog) -> str:
+    """Write the in-memory state to the snapshot file and empty the log."""
+    path = snapshot_path(log.path)
+    tmp = path + ".tmp"
+    for leftover in (tmp, tmp + ".wal"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    con = rt.con
+    systables.set_meta(con, SNAPSHOT_LSN, log.next_lsn - 1)
+    systables.set_meta(con, SNAPSHOT_TE_SEQ, rt.te_seq)
+    con.execute(f"ATTACH {literal(tmp)} AS sstore_checkpoint")
+    try:
+        con.execute("COPY FROM DATABASE memory TO sstore_checkpoint")
+    finally:
+        con.execute("DETACH sstore_checkpoint")
+    os.replace(tmp, path)
+    crash_point("checkpoint.after_snapshot")
+    log.restart()
+    return path
+

@@ -1,0 +1,82 @@
+"""The state an engine shares between its parts once it has started.
+
+Everything here is guarded by ``lock``: one transaction at a time touches the DuckDB connection,
+which makes stream transactions and ad hoc transactions serializable by construction (H-Store's
+single-threaded partition, without the partitioning). ``finish`` is the one place where a
+committed transaction's effects reach memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+
+from sstore.graph import Graph
+from sstore.inputlog import InputLog
+from sstore.ledger import Ledger
+from sstore.scheduler import Scheduler
+from sstore.streams import PendingCommit, StreamStore
+from sstore.subscriptions import Subscribers
+
+CACHE_BATCHES = 256
+
+
+@dataclass
+class Runtime:
+    con: duckdb.DuckDBPyConnection
+    graph: Graph
+    ledger: Ledger
+    store: StreamStore
+    scheduler: Scheduler
+    subscribers: Subscribers
+    lock: threading.RLock
+    wakeup: threading.Condition
+    input_log: InputLog | None = None
+    te_seq: int = 0  # transaction executions committed by this process (weak-mode replay order)
+    replaying: bool = False
+    since_gc: int = 0
+    cache: collections.OrderedDict[tuple[str, int], pa.Table] = field(
+        default_factory=collections.OrderedDict)
+    latest: dict[str, tuple[int, pa.Table]] = field(default_factory=dict)
+    outbox: list[tuple[str, int, pa.Table]] = field(default_factory=list)
+
+    def finish(self, pending: PendingCommit) -> None:
+        """Apply a committed transaction to memory: ledger, windows, cache, subscribers."""
+        pending.apply()
+        for node, batch_id, number in pending.records:
+            self.ledger.record(node, batch_id, number)
+        for stream, batch_id, table in pending.published:
+            if self.graph.consumers_of(stream):
+                self.cache[(stream, batch_id)] = table
+                while len(self.cache) > CACHE_BATCHES:
+                    self.cache.popitem(last=False)
+            self.latest[stream] = (batch_id, table)
+            if not self.replaying and self.subscribers.wants(stream):
+                self.outbox.append((stream, batch_id, table))
+        self.wakeup.notify_all()
+
+    def take_outbox(self) -> list[tuple[str, int, pa.Table]]:
+        with self.lock:
+            items, self.outbox = self.outbox, []
+        return items
+
+    def input_batch(self, node: str, batch_id: int) -> pa.Table:
+        """Batch ``batch_id`` of a stream (from the cache when it is there) or a window."""
+        if node in self.graph.windows:
+            promoted = self.ledger.node_batches(node).number(batch_id)
+            if promoted is None:
+                return self.store.schemas[self.graph.windows[node].source].empty_table()
+            return self.store.read_window(node, promoted)
+        cached = self.cache.pop((node, batch_id), None)
+        if cached is not None:
+            if len(self.graph.consumers_of(node)) > 1:
+                self.cache[(node, batch_id)] = cached  # other consumers still want it
+            return cached
+        schema = self.store.schema(node)
+        if self.ledger.node_batches(node).number(batch_id) in (None, 0) and schema is not None:
+            return schema.empty_table()
+        return self.store.read(node, batch_id)

@@ -1,0 +1,35 @@
+"""Which transaction execution runs next.
+
+The rule is S-Store's: always the runnable (batch-id, topological position) that is smallest.
+It keeps both orders (per procedure: batch b before b+1; per batch: upstream before downstream)
+and pushes a batch through the whole graph before the next one starts.
+"""
+
+from __future__ import annotations
+
+from sstore.ledger import Ledger
+
+
+class Scheduler:
+    def __init__(self, ledger: Ledger, topo_order: list[str]) -> None:
+        self.ledger = ledger
+        self.order = topo_order
+        self.halted: dict[str, str] = {}
+
+    def next(self) -> tuple[str, int] | None:
+        best: tuple[int, int, str] | None = None
+        for position, name in enumerate(self.order):
+            if name in self.halted:
+                continue
+            batch_id = self.ledger.next_batch(name)
+            if batch_id is not None and (best is None or (batch_id, position) < best[:2]):
+                best = (batch_id, position, name)
+        return None if best is None else (best[2], best[0])
+
+    def pending(self, procedure: str) -> int:
+        """Batches committed on the procedure's inputs that it has not run yet."""
+        done = self.ledger.progress.get(procedure, 0)
+        ids: set[int] = set()
+        for node in self.ledger.graph.procedures[procedure].inputs:
+            ids.update(b for b in self.ledger.node_batches(node).ids if b > done)
+        return len(ids)

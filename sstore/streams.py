@@ -1,0 +1,178 @@
+"""Stream and window tables: creating them, appending a batch, reading a batch back.
+
+Appending is where EE triggers and windows run: inside the caller's transaction, right after the
+rows are inserted, so that they commit or roll back with the rows that fired them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+
+from sstore.errors import DeclarationError
+from sstore.graph import Graph
+from sstore.rows import RowsLike, to_arrow
+from sstore.sql import ident
+from sstore.windows import WindowState, WindowUpdate, create_window, feed_window, load_window, \
+    read_window
+
+NEW_ROWS = "new_rows"
+
+
+@dataclass
+class PendingCommit:
+    """What one transaction will have committed, applied to memory only after COMMIT."""
+
+    records: list[tuple[str, int, int]] = field(default_factory=list)
+    window_updates: list[WindowUpdate] = field(default_factory=list)
+    published: list[tuple[str, int, pa.Table]] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+
+    def apply(self) -> None:
+        for update in self.window_updates:
+            update.apply()
+
+
+class StreamStore:
+    """Arrow schemas of the streams and the state of the windows, over one DuckDB connection."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, graph: Graph) -> None:
+        self.con = con
+        self.graph = graph
+        self.schemas: dict[str, pa.Schema] = {}
+        self.windows: dict[str, WindowState] = {}
+
+    # -- setup ---------------------------------------------------------------------------------
+    def create_all(self) -> None:
+        con = self.con
+        for decl in self.graph.streams.values():
+            if decl.columns is not None:
+                cols = ", ".join(f"{ident(c)} {t}" for c, t in decl.columns.items())
+                con.execute(f"CREATE TABLE IF NOT EXISTS {ident(decl.name)} "
+                            f"(_batch_id BIGINT NOT NULL, {cols})")
+            if self._table_exists(decl.name):
+                self.schemas[decl.name] = self._read_schema(decl.name)
+                if decl.columns is not None:
+                    self._check_declared(decl.name, decl.columns)
+        for win in self.graph.windows.values():
+            source = self.graph.streams[win.source]
+            if source.columns is None:
+                raise DeclarationError(f"window {win.name!r} needs its source {win.source!r} to "
+                                       f"declare its columns")
+            state = WindowState(win)
+            create_window(con, state, source.columns)
+            load_window(con, state)
+            self.windows[win.name] = state
+
+    def _table_exists(self, name: str) -> bool:
+        return bool(self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND "
+            "table_name = ?", [name]).fetchall()[0][0])
+
+    def _read_schema(self, name: str) -> pa.Schema:
+        return self.con.sql(f"SELECT * EXCLUDE (_batch_id) FROM {ident(name)} LIMIT 0"
+                            ).to_arrow_table().schema
+
+    def _check_declared(self, name: str, columns: dict[str, str]) -> None:
+        existing = self.schemas[name].names
+        if existing != list(columns):
+            raise DeclarationError(f"stream {name!r} is declared with columns {list(columns)} but "
+                                   f"the state file has {existing}")
+
+    def schema(self, stream: str) -> pa.Schema | None:
+        return self.schemas.get(stream)
+
+    # -- writing -------------------------------------------------------------------------------
+    def conform(self, stream: str, rows: RowsLike, what: str) -> pa.Table:
+        schema = self.schemas.get(stream)
+        if schema is None:
+            table = to_arrow(rows, pa.schema([]), what) if rows is None else _any_arrow(rows, what)
+            return table
+        return to_arrow(rows, schema, what)
+
+    def append(self, stream: str, batch_id: int, table: pa.Table, pending: PendingCommit) -> None:
+        """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows."""
+        con = self.con
+        if stream not in self.schemas and table.num_columns:
+            self._create_inferred(stream, table, pending)
+        triggers = self.graph.triggers_on(stream)
+        if table.num_rows:
+            con.register(NEW_ROWS, table)
+            try:
+                con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}", [batch_id])
+                for trig in triggers:
+                    _run_trigger(con, trig.sql, batch_id)
+            finally:
+                con.unregister(NEW_ROWS)
+        pending.records.append((stream, batch_id, table.num_rows))
+        pending.published.append((stream, batch_id, table))
+        for win in self.graph.windows_on(stream):
+            state = self.windows[win.name]
+            update = feed_window(con, state, table)
+            pending.window_updates.append(update)
+            if update.slid:
+                pending.records.append((win.name, batch_id, update.promoted))
+                wtriggers = self.graph.triggers_on(win.name)
+                if wtriggers:
+                    contents = self.read_window(win.name, update.promoted)
+                    con.register(NEW_ROWS, contents)
+                    try:
+                        for trig in wtriggers:
+                            _run_trigger(con, trig.sql, batch_id)
+                    finally:
+                        con.unregister(NEW_ROWS)
+
+    def _create_inferred(self, stream: str, table: pa.Table, pending: PendingCommit) -> None:
+        self.con.register(NEW_ROWS, table.slice(0, 0))
+        try:
+            self.con.execute(f"CREATE TABLE IF NOT EXISTS {ident(stream)} AS "
+                             f"SELECT 0::BIGINT AS _batch_id, * FROM {NEW_ROWS} LIMIT 0")
+        finally:
+            self.con.unregister(NEW_ROWS)
+        self.schemas[stream] = self._read_schema(stream)
+        pending.created.append(stream)
+
+    def forget(self, pending: PendingCommit) -> None:
+        """Undo what ``append`` remembered for a transaction that rolled back."""
+        for stream in pending.created:
+            self.schemas.pop(stream, None)
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, stream: str, batch_id: int) -> pa.Table:
+        schema = self.schemas.get(stream)
+        if schema is None:
+            return pa.table({})
+        return self.con.sql(f"SELECT * EXCLUDE (_batch_id) FROM {ident(stream)} "
+                            f"WHERE _batch_id = ?", params=[batch_id]).to_arrow_table()
+
+    def read_window(self, window: str, promoted: int) -> pa.Table:
+        state = self.windows[window]
+        columns = list(self.graph.streams[state.decl.source].columns or {})
+        return read_window(self.con, state, promoted, columns)
+
+
+def _any_arrow(rows: RowsLike, what: str) -> pa.Table:
+    """Rows of a stream with no schema yet: take the types they come with."""
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, pa.RecordBatch):
+        return pa.Table.from_batches([rows])
+    if hasattr(rows, "to_arrow_table"):
+        return rows.to_arrow_table()
+    if type(rows).__name__ == "DataFrame":
+        return pa.Table.from_pandas(rows, preserve_index=False)
+    if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+        return pa.Table.from_pylist(rows)
+    if isinstance(rows, list) and not rows:
+        return pa.table({})
+    raise DeclarationError(f"{what}: the stream has no declared columns, so its first rows must "
+                           f"be an Arrow table, a DataFrame or dicts (tuples carry no names)")
+
+
+def _run_trigger(con: duckdb.DuckDBPyConnection, sql: str, batch_id: int) -> None:
+    if "$batch_id" in sql:
+        con.execute(sql, {"batch_id": batch_id})
+    else:
+        con.execute(sql)

@@ -1,0 +1,103 @@
+"""The handle a stored procedure or an ad hoc OLTP block gets: SQL inside one DuckDB transaction.
+
+The transaction's life is a small state machine (``TxState``); every operation asks ``_require``
+first, so a handle kept past its commit cannot silently write outside a transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sstore.errors import TransactionStateError
+from sstore.sql import bind
+
+
+class TxState(enum.Enum):
+    OPEN = "open"
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+
+
+_ALLOWED = {
+    "use": {TxState.OPEN},
+    "commit": {TxState.OPEN},
+    "rollback": {TxState.OPEN},
+}
+
+
+class Transaction:
+    """SQL inside one transaction execution (TE) or one ad hoc transaction.
+
+    ``batch_id`` is the batch being processed (``None`` for ad hoc transactions); ``procedure`` the
+    procedure's name. In a TE, the input batch is the relation ``batch`` (one input) or
+    ``<stream>_batch`` for each input stream (several inputs).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
+                 procedure: str | None = None,
+                 recorder: Callable[[str, Any], None] | None = None) -> None:
+        self._con = con
+        self.batch_id = batch_id
+        self.procedure = procedure
+        self._state = TxState.OPEN
+        self._recorder = recorder
+
+    @property
+    def state(self) -> TxState:
+        return self._state
+
+    def _require(self, action: str) -> None:
+        if self._state not in _ALLOWED[action]:
+            raise TransactionStateError(f"cannot {action} a transaction that is "
+                                        f"{self._state.value}")
+
+    def _move(self, action: str, to: TxState) -> None:
+        self._require(action)
+        self._state = to
+
+    # -- what procedures call ------------------------------------------------------------------
+    def sql(self, query: str, *args: Any,
+            params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+        """Run a query and return its rows as an Arrow table."""
+        self._require("use")
+        bound = bind(args, params)
+        if self._recorder is not None:
+            self._recorder(query, bound)
+        return self._con.sql(query, params=bound).to_arrow_table()
+
+    query = sql
+
+    def execute(self, statement: str, *args: Any,
+                params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
+        """Run a statement for its effect (INSERT, UPDATE, DELETE, DDL)."""
+        self._require("use")
+        bound = bind(args, params)
+        if self._recorder is not None:
+            self._recorder(statement, bound)
+        self._con.execute(statement, bound)
+
+    def fetchall(self, query: str, *args: Any,
+                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a query and return its rows as Python tuples (handy for small lookups)."""
+        self._require("use")
+        bound = bind(args, params)
+        if self._recorder is not None:
+            self._recorder(query, bound)
+        return self._con.execute(query, bound).fetchall()
+
+    def fetchone(self, query: str, *args: Any,
+                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
+        rows = self.fetchall(query, *args, params=params)
+        return rows[0] if rows else None
+
+    # -- what the engine calls -----------------------------------------------------------------
+    def _mark_committed(self) -> None:
+        self._move("commit", TxState.COMMITTED)
+
+    def _mark_rolled_back(self) -> None:
+        self._move("rollback", TxState.ROLLED_BACK)
