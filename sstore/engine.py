@@ -325,7 +325,7 @@ class Engine:
     def subscribe(self, stream: str, callback: Callback | None = None) -> Subscription:
         """Be told of each committed batch of ``stream``: pushed to ``callback(batch_id, rows)``,
         or, without a callback, queued for ``Subscription.poll()``."""
-        if stream not in self._graph.streams:
+        if not self._graph.is_stream(stream):
             raise UnknownStreamError(f"no stream {stream!r}")
         return self._subscribers.add(stream, callback)
 

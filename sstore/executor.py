@@ -32,6 +32,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore import systables
+from sstore.duck import registered
 from sstore.errors import ProcedureError, SStoreError, TransientError
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, ProcedureDecl
@@ -99,6 +100,8 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
 def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> list[str]:
     names = []
     for node, table in inputs.items():
+        if not table.num_columns:
+            continue  # an undeclared stream whose producer has returned no typed rows yet
         rel = "batch" if len(inputs) == 1 else f"{node}_batch"
         con.register(rel, table)
         names.append(rel)
@@ -151,15 +154,14 @@ def _dead_letter(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[s
     try:
         for node, table in inputs.items():
             dead = ident(node + "__dead_letter")
-            con.register("sstore_dead", table)
-            try:
+            if not table.num_columns:
+                continue
+            with registered(con, "sstore_dead", table):
                 con.execute(f"CREATE TABLE IF NOT EXISTS {dead} AS SELECT 0::BIGINT AS _batch_id,"
                             f" ''::VARCHAR AS _procedure, ''::VARCHAR AS _error, * "
                             f"FROM sstore_dead LIMIT 0")
                 con.execute(f"INSERT INTO {dead} SELECT ?, ?, ?, * FROM sstore_dead",
                             [batch_id, decl.name, message])
-            finally:
-                con.unregister("sstore_dead")
         for stream in decl.outputs:
             schema = rt.store.schema(stream)
             empty = schema.empty_table() if schema is not None else pa.table({})

@@ -77,8 +77,11 @@ class Graph:
     def _check_new_name(self, name: str) -> None:
         if not isinstance(name, str) or not name or name.startswith("sstore_"):
             raise DeclarationError(f"invalid name {name!r} (non-empty, not starting with sstore_)")
-        if name in self.streams or name in self.windows or name in self.procedures:
-            raise DeclarationError(f"{name!r} is already declared")
+        for kind, names in (("stream", self.streams), ("window", self.windows),
+                            ("procedure", self.procedures)):
+            if name in names:
+                raise DeclarationError(f"{name!r} is already declared as a {kind} (streams, "
+                                       f"windows and procedures share one namespace)")
 
     def add_stream(self, decl: StreamDecl) -> None:
         self._check_new_name(decl.name)
@@ -112,6 +115,10 @@ class Graph:
                 return proc.name
         return None
 
+    def is_stream(self, name: str) -> bool:
+        """Declared as a stream, or the (not yet inferred) output of a procedure."""
+        return name in self.streams or any(name in p.outputs for p in self.procedures.values())
+
     def is_border(self, stream: str) -> bool:
         return stream in self.streams and self.producer_of(stream) is None
 
@@ -138,9 +145,6 @@ class Graph:
                     raise UnknownStreamError(
                         f"procedure {proc.name!r} reads {name!r}, which is not a declared stream "
                         f"or window (declare inputs with Engine.stream)")
-                if name in self.streams and self.streams[name].columns is None:
-                    raise DeclarationError(
-                        f"stream {name!r} is read by {proc.name!r} and so needs declared columns")
             for name in proc.outputs:
                 if name in self.windows:
                     raise DeclarationError(f"procedure {proc.name!r} writes window {name!r}; "

@@ -78,37 +78,34 @@ def _from_tuples(rows: Sequence[Sequence[Any]], schema: pa.Schema, what: str) ->
     return _build(dict(zip(schema.names, columns)), schema, what)
 
 
+_CONVERT_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+                   ValueError, OverflowError)
+
+
 def _build(columns: dict[str, list[Any]], schema: pa.Schema, what: str) -> pa.Table:
     arrays = []
     for field in schema:
         values = columns[field.name]
         try:
             arrays.append(pa.array(values, type=field.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            arrays.append(_cast_column(pa.array(values, from_pandas=True) if _mixed_ok(values)
-                                       else _first_bad(values, field, what), field, what))
+        except _CONVERT_ERRORS:
+            # the slow path, only for input that does not convert in one go: values that need
+            # parsing ("12" for an INTEGER) or that are wrong, which we must name precisely
+            arrays.append(pa.concat_arrays([_convert_one(v, i, field, what)
+                                            for i, v in enumerate(values)]))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _mixed_ok(values: list[Any]) -> bool:
+def _convert_one(value: Any, row: int, field: pa.Field, what: str) -> pa.Array:
     try:
-        pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return False
-    return True
-
-
-def _first_bad(values: list[Any], field: pa.Field, what: str) -> pa.Array:
-    for i, value in enumerate(values):
-        try:
-            pa.array([value], type=field.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            try:
-                pa.array([value]).cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                raise SchemaError(f"{what}: column {field.name!r} row {i}: {value!r} is not a "
-                                  f"valid {field.type}") from None
-    raise SchemaError(f"{what}: column {field.name!r} has values of mixed types")
+        return pa.array([value], type=field.type)
+    except _CONVERT_ERRORS:
+        pass
+    try:
+        return pc.cast(pa.array([value]), field.type, safe=True)
+    except _CONVERT_ERRORS:
+        raise SchemaError(f"{what}: column {field.name!r} row {row}: {value!r} is not a valid "
+                          f"{field.type}") from None
 
 
 def _cast_column(array: pa.Array, field: pa.Field, what: str) -> pa.Array:
@@ -116,11 +113,11 @@ def _cast_column(array: pa.Array, field: pa.Field, what: str) -> pa.Array:
         return array
     try:
         return pc.cast(array, field.type, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+    except _CONVERT_ERRORS as exc:
         for i in range(len(array)):
             try:
                 pc.cast(array.slice(i, 1), field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            except _CONVERT_ERRORS:
                 raise SchemaError(f"{what}: column {field.name!r} row {i}: "
                                   f"{array[i].as_py()!r} is not a valid {field.type}") from None
         raise SchemaError(f"{what}: column {field.name!r}: cannot convert {array.type} to "

@@ -66,7 +66,7 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
                                    ).fetchall()[0][0]
             sub = kind if kind == "window" else ("border" if spec.get("border") else "derived")
             status.streams.append(StreamStatus(name, sub, int(last.get(name) or 0), rows))
-    errors = con.execute("SELECT logged_at, procedure, batch_id, action, error FROM sstore_sys.errors "
+    errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error FROM sstore_sys.errors "
                          "ORDER BY logged_at DESC LIMIT 20").fetchall()
     status.errors = [{"at": str(a), "procedure": p, "batch_id": b, "action": act, "error": e}
                      for a, p, b, act, e in errors]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from sstore.duck import registered
 from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
@@ -99,13 +100,10 @@ class StreamStore:
             self._create_inferred(stream, table, pending)
         triggers = self.graph.triggers_on(stream)
         if table.num_rows:
-            con.register(NEW_ROWS, table)
-            try:
+            with registered(con, NEW_ROWS, table):
                 con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}", [batch_id])
                 for trig in triggers:
                     _run_trigger(con, trig.sql, batch_id)
-            finally:
-                con.unregister(NEW_ROWS)
         pending.records.append((stream, batch_id, table.num_rows))
         pending.published.append((stream, batch_id, table))
         for win in self.graph.windows_on(stream):
@@ -117,20 +115,14 @@ class StreamStore:
                 wtriggers = self.graph.triggers_on(win.name)
                 if wtriggers:
                     contents = self.read_window(win.name, update.promoted)
-                    con.register(NEW_ROWS, contents)
-                    try:
+                    with registered(con, NEW_ROWS, contents):
                         for trig in wtriggers:
                             _run_trigger(con, trig.sql, batch_id)
-                    finally:
-                        con.unregister(NEW_ROWS)
 
     def _create_inferred(self, stream: str, table: pa.Table, pending: PendingCommit) -> None:
-        self.con.register(NEW_ROWS, table.slice(0, 0))
-        try:
+        with registered(self.con, NEW_ROWS, table.slice(0, 0)):
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {ident(stream)} AS "
                              f"SELECT 0::BIGINT AS _batch_id, * FROM {NEW_ROWS} LIMIT 0")
-        finally:
-            self.con.unregister(NEW_ROWS)
         self.schemas[stream] = self._read_schema(stream)
         pending.created.append(stream)
 

@@ -1,0 +1,1 @@
+"""Workloads that run on sstore: benchmarks and demos that exercise the whole engine."""
