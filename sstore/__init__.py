@@ -5,8 +5,9 @@ transaction over DuckDB state; results move exactly once into PostgreSQL.
 """
 
 from sstore.engine import Engine, Ingested
-from sstore.errors import (DeclarationError, OutOfOrderBatchError, ProcedureError, SchemaError,
-                           SStoreError, TerminalError, TransientError, UnknownStreamError)
+from sstore.errors import (DeclarationError, InputLogError, OutOfOrderBatchError, ProcedureError,
+                           SchemaError, SStoreError, TerminalError, TransactionStateError,
+                           TransientError, UnknownStreamError)
 from sstore.graph import ErrorPolicy
 from sstore.subscriptions import Subscription
 from sstore.transaction import Transaction, TxState
@@ -14,7 +15,8 @@ from sstore.transaction import Transaction, TxState
 __version__ = "0.1.0"
 
 __all__ = [
-    "DeclarationError", "Engine", "ErrorPolicy", "Ingested", "OutOfOrderBatchError",
-    "ProcedureError", "SStoreError", "SchemaError", "Subscription", "TerminalError",
-    "Transaction", "TransientError", "TxState", "UnknownStreamError", "__version__",
+    "DeclarationError", "Engine", "ErrorPolicy", "Ingested", "InputLogError",
+    "OutOfOrderBatchError", "ProcedureError", "SStoreError", "SchemaError", "Subscription",
+    "TerminalError", "Transaction", "TransactionStateError", "TransientError", "TxState",
+    "UnknownStreamError", "__version__",
 ]

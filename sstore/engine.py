@@ -218,7 +218,7 @@ class Engine:
         rt.finish(pending)
 
     def _replay_ingest(self, record: LogRecord) -> None:
-        assert self._rt is not None and record.stream and record.batch_id and record.table
+        assert self._rt is not None and record.stream and record.batch_id and record.table is not None
         self._apply_ingest(self._rt, record.stream, record.batch_id, record.table)
 
     def _replay_oltp(self, record: LogRecord) -> None:

@@ -1,0 +1,164 @@
+"""The ``sstore`` command line: one click group, one small function per subcommand.
+
+Commands only parse options, call the library and hand results to ``sstore.cli_format``; what
+they do lives in the library (``sstore.workloads``, ``sstore.statefile``) so that tests and
+benchmarks call the same code. Library errors become one-line ``Error: ...`` messages with
+exit status 1 instead of tracebacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+
+import click
+import duckdb
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+    TimeElapsedColumn, TimeRemainingColumn
+
+from sstore import __version__
+from sstore.cli_format import arrow_table, leaderboard_view, run_summary, status_view, to_csv, \
+    to_json
+from sstore.engine import Engine
+from sstore.errors import SStoreError
+from sstore.statefile import file_status, query_file
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version", prog_name="sstore")
+def main() -> None:
+    """sstore: transactional streaming on DuckDB, in the style of S-Store.
+
+    A stream is cut into atomic batches; each stored procedure runs on each batch as one ACID
+    transaction over DuckDB state, in dataflow order and exactly once. Everything lives in one
+    state file, so a restart on the same file resumes where the last commit left off.
+
+    \b
+    Try it:
+      sstore demo --state voter.duckdb
+      sstore status voter.duckdb
+      sstore query voter.duckdb "SELECT * FROM vote_totals ORDER BY votes DESC"
+    """
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--votes", "n_votes", type=click.IntRange(min=1), default=100_000,
+              show_default=True, help="How many votes to generate and process.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1_000, show_default=True,
+              help="Votes per atomic batch (one transaction per procedure per batch).")
+@click.option("--state", type=click.Path(dir_okay=False), default=None,
+              help="State file to use and keep. Default: a temporary file, deleted at the end. "
+                   "Running again with the same file, votes and seed resumes an interrupted run.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the vote generator (same seed, same votes).")
+@click.option("--remove-every", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Remove the lowest contestant every N valid votes.")
+@click.option("--window", "window_rows", type=click.IntRange(min=1), default=100,
+              show_default=True, help="Trending leaderboard over the last N valid votes.")
+def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_every: int,
+         window_rows: int) -> None:
+    """Run the voter benchmark and show the leaderboard and throughput.
+
+    S-Store's voter with leaderboard: generated votes are validated (unknown contestant,
+    too many votes from one phone, removed contestant), counted, the lowest contestant is
+    removed every --remove-every valid votes, and a trending leaderboard follows the last
+    --window valid votes.
+    """
+    from sstore.workloads.voter import declare, generate_votes, leaderboard, run_voter
+
+    console = Console(highlight=False)
+    with _state_path(state) as path:
+        console.print(f"Voter demo: {n_votes:,} votes in batches of {batch_size:,} "
+                      f"(seed {seed}), state in {path if state else 'a temporary file'}")
+        votes = generate_votes(n_votes, seed=seed)
+        try:
+            with Engine(path) as engine:
+                declare(engine, remove_every=remove_every, window_rows=window_rows)
+                with _progress(console) as bar:
+                    task = bar.add_task("votes", total=n_votes)
+                    result = run_voter(engine, votes, batch_size, progress=lambda done, _:
+                                       bar.update(task, completed=done))
+                console.print(leaderboard_view(leaderboard(engine), window_rows))
+                console.print(run_summary(result))
+        except duckdb.IOException as exc:
+            raise click.ClickException(f"cannot open {path}: {exc}") from None
+        except SStoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            hint = " Run the same command again to resume." if state else ""
+            raise click.ClickException(f"interrupted; every committed batch is safe.{hint}") \
+                from None
+    if state:
+        console.print(f"Inspect the state file:\n  sstore status {path}\n"
+                      f"  sstore query {path} \"SELECT * FROM vote_totals\"", soft_wrap=True)
+
+
+@main.command(name="status", context_settings=CONTEXT)
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status_command(state: str, as_json: bool) -> None:
+    """Show a state file's dataflow, progress, streams and recent errors.
+
+    Reads STATE read-only: procedures with the streams they read and write, the last batch
+    each one committed, stream and window sizes, and the latest errors. The file must not be
+    open in another process (DuckDB allows one writer and no readers meanwhile).
+    """
+    try:
+        status = file_status(state)
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(to_json(status.to_dict()))
+    else:
+        Console(highlight=False).print(status_view(status))
+
+
+@main.command(name="query", context_settings=CONTEXT)
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True, help="Output format.")
+def query_command(state: str, sql: str, fmt: str) -> None:
+    """Run one read-only SQL query over a state file and print the rows.
+
+    Stream tables, window views (e.g. "trending"), your tables and the engine's own tables
+    (sstore_sys.commits, sstore_sys.errors, ...) can all be queried; writes are refused.
+    """
+    try:
+        table = query_file(state, sql)
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    except duckdb.Error as exc:
+        raise click.ClickException(f"query failed: {exc}") from None
+    if fmt == "csv":
+        click.echo(to_csv(table), nl=False)
+    elif fmt == "json":
+        click.echo(to_json(table))
+    else:
+        Console(highlight=False).print(arrow_table(table))
+        click.echo(f"({table.num_rows:,} row{'' if table.num_rows == 1 else 's'})")
+
+
+@contextlib.contextmanager
+def _state_path(state: str | None) -> Iterator[str]:
+    """The given state file, or one in a temporary directory removed afterwards."""
+    if state is not None:
+        yield state
+        return
+    with tempfile.TemporaryDirectory(prefix="sstore-demo-") as tmp:
+        yield os.path.join(tmp, "voter.duckdb")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                    console=console, transient=False)
+
+
+if __name__ == "__main__":
+    main()

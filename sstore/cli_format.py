@@ -1,0 +1,159 @@
+"""How the ``sstore`` command line shows things: Arrow tables, engine status, voter results.
+
+Kept apart from ``sstore.cli`` so that the commands stay a list of steps and every command
+formats values the same way (``value_text``).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import decimal
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from sstore.status import EngineStatus
+
+
+TABLE_STYLE = {"title_justify": "left", "title_style": "bold", "header_style": "bold",
+               "box": box.SIMPLE_HEAD, "pad_edge": False}
+
+
+def value_text(value: Any) -> str:
+    """One cell as text: no value is empty, times read as ISO, the rest as Python prints it."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime.date, datetime.time, datetime.timedelta)):
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def to_json(rows: Any) -> str:
+    """JSON text of an Arrow table (a list of objects) or of plain data (dicts, lists)."""
+    data = rows.to_pylist() if isinstance(rows, pa.Table) else rows
+    return json.dumps(data, indent=2, default=_json_default)
+
+
+def to_csv(table: pa.Table) -> str:
+    """CSV text with a header row; a null is an empty field."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.column_names)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    for row in zip(*columns):
+        writer.writerow([value_text(v) for v in row])
+    return out.getvalue()
+
+
+def arrow_table(table: pa.Table, title: str | None = None) -> Table:
+    """A rich table of an Arrow table's rows; numbers align right."""
+    out = Table(title=title, title_justify="left", header_style="bold")
+    for field in table.schema:
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type) \
+            or pa.types.is_decimal(field.type)
+        out.add_column(field.name, justify="right" if numeric else "left")
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    for row in zip(*columns):
+        out.add_row(*(value_text(v) for v in row))
+    return out
+
+
+def status_view(status: EngineStatus) -> RenderableType:
+    """The dataflow (procedures with what they read and write), streams and recent errors."""
+    header = Text.assemble(("State file ", "bold"), status.path,
+                           f"  (durability: {status.durability})")
+    flow = Table(title="Dataflow", **TABLE_STYLE)  # type: ignore[arg-type]
+    flow.add_column("procedure", no_wrap=True)
+    flow.add_column("reads → writes")
+    progress = Table(title="Progress", **TABLE_STYLE)  # type: ignore[arg-type]
+    show_pending = any(p.pending is not None for p in status.procedures)
+    progress.add_column("procedure", no_wrap=True)
+    progress.add_column("last batch", justify="right")
+    if show_pending:  # only a running engine knows; a file read from outside does not say
+        progress.add_column("pending", justify="right")
+    progress.add_column("on error")
+    progress.add_column("state")
+    for p in status.procedures:
+        flow.add_row(p.name, f"{', '.join(p.inputs)} → {', '.join(p.outputs) or '(tables)'}")
+        state = Text(f"halted: {p.halted}", style="red") if p.halted else Text("ok", "green")
+        cells = [p.name, str(p.last_batch)]
+        if show_pending:
+            cells.append("?" if p.pending is None else str(p.pending))
+        progress.add_row(*cells, p.on_error, state)
+    streams = Table(title="Streams and windows", **TABLE_STYLE)  # type: ignore[arg-type]
+    streams.add_column("name", no_wrap=True)
+    streams.add_column("kind")
+    streams.add_column("last batch", justify="right")
+    streams.add_column("rows kept", justify="right")
+    for s in status.streams:
+        streams.add_row(s.name, s.kind, str(s.last_batch),
+                        "" if s.retained_rows is None else str(s.retained_rows))
+    parts: list[RenderableType] = [header, flow, progress, streams]
+    if status.errors:
+        errors = Table(title="Recent errors", **TABLE_STYLE)  # type: ignore[arg-type]
+        for name in ("at", "procedure", "batch", "action", "error"):
+            errors.add_column(name)
+        for e in status.errors:
+            errors.add_row(value_text(e["at"]), e["procedure"], value_text(e["batch_id"]),
+                           e["action"], e["error"])
+        parts.append(errors)
+    else:
+        parts.append(Text("No errors recorded.", style="green"))
+    return Group(*parts)
+
+
+def leaderboard_view(table: pa.Table, window_rows: int) -> Table:
+    """The voter leaderboard: active contestants by votes, then the removed ones."""
+    out = Table(title="Leaderboard", title_justify="left", header_style="bold")
+    out.add_column("#", justify="right")
+    out.add_column("contestant", no_wrap=True)
+    out.add_column("votes", justify="right")
+    out.add_column(f"trending (last {window_rows:,})", justify="right")
+    out.add_column("status")
+    for row in table.to_pylist():
+        removed = row["removed_at_votes"]
+        status = Text("in the show", style="green") if removed is None else \
+            Text(f"out at {removed:,} valid")
+        out.add_row(str(row["rank"]), f"{row['name']} ({row['contestant']})",
+                    f"{row['votes']:,}", f"{row['trending']:,}", status,
+                    style=None if removed is None else "dim")
+    return out
+
+
+def run_summary(result: Mapping[str, Any]) -> Text:
+    """What a voter run did and how fast, in a few lines."""
+    rejected = result["rejected"]
+    total_rejected = sum(rejected.values())
+    reasons = ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in rejected.items())
+    lines = Text()
+    if result["skipped_batches"]:
+        lines.append(f"Skipped {result['skipped_batches']:,} batches "
+                     f"({result['skipped_votes']:,} votes) already in the state file.\n")
+    lines.append(f"Votes: {result['votes']:,} new in {result['batches']:,} batches; "
+                 f"{result['valid']:,} valid, {total_rejected:,} rejected ({reasons}).\n")
+    lines.append("Throughput: ", style="bold")
+    lines.append(f"{result['votes_per_s']:,.0f} votes/s, "
+                 f"{result['executions_per_s']:,.0f} transaction executions/s "
+                 f"({result['executions']:,} executions in {result['elapsed_s']:.2f} s, "
+                 f"batches of {result['batch_size']:,}).")
+    return lines

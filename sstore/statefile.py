@@ -1,0 +1,97 @@
+"""Read-only access to a state file that no engine in this process has open.
+
+``sstore status`` and ``sstore query`` inspect a state file from the outside, possibly while
+nothing runs on it, possibly while a crashed run left it behind. DuckDB's own errors for the
+common problems (no such file, another process holds the lock, not a DuckDB file, a DuckDB file
+that sstore never used) are precise but cryptic; this module turns them into one
+``StateFileError`` whose message says what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sstore.errors import TerminalError
+from sstore.sql import bind
+from sstore.status import EngineStatus, status_of_file
+
+
+class StateFileError(TerminalError):
+    """A state file cannot be opened for reading, or is not an sstore state file."""
+
+
+def _explain(path: str, exc: duckdb.Error) -> StateFileError:
+    text = str(exc)
+    if "Conflicting lock" in text or "Could not set lock" in text:
+        pid = re.search(r"PID (\d+)", text)
+        holder = f" (PID {pid.group(1)})" if pid else ""
+        return StateFileError(f"{path} is in use by another process{holder}: DuckDB lets one "
+                              f"process write a file and nobody else read it meanwhile; stop "
+                              f"that process, or query it through its engine")
+    if isinstance(exc, duckdb.ConnectionException):
+        return StateFileError(f"{path} is already open for writing in this process; use that "
+                              f"engine's status() or query() instead")
+    if "not a valid DuckDB database" in text:
+        return StateFileError(f"{path} is not a DuckDB database file")
+    if isinstance(exc, duckdb.CatalogException) and "sstore_sys" in text:
+        return StateFileError(f"{path} is a DuckDB database but not an sstore state file "
+                              f"(it has no sstore_sys schema)")
+    if "database does not exist" in text:
+        return StateFileError(f"no state file at {path}")
+    return StateFileError(f"cannot read {path}: {text}")
+
+
+def _check_exists(path: str) -> None:
+    if not os.path.exists(path):
+        hint = "" if os.path.isabs(path) else f" (looked in {os.getcwd()})"
+        raise StateFileError(f"no state file at {path}{hint}")
+    if os.path.isdir(path):
+        raise StateFileError(f"{path} is a directory, not a state file")
+
+
+@contextlib.contextmanager
+def read_only(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the state file at ``path`` (closed on exit)."""
+    _check_exists(path)
+    try:
+        con = duckdb.connect(path, read_only=True)
+    except duckdb.Error as exc:
+        raise _explain(path, exc) from None
+    try:
+        try:
+            con.execute("SELECT count(*) FROM sstore_sys.commits").fetchall()
+        except duckdb.CatalogException as exc:
+            raise _explain(path, exc) from None
+        yield con
+    finally:
+        con.close()
+
+
+def file_status(path: str) -> EngineStatus:
+    """``sstore.status.status_of_file`` with readable errors."""
+    _check_exists(path)
+    try:
+        return status_of_file(path)
+    except duckdb.Error as exc:
+        raise _explain(path, exc) from None
+
+
+def query_file(path: str, sql: str, *args: Any,
+               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+    """Run one read-only query over a state file; return its rows as an Arrow table.
+
+    The connection is read-only, so a statement that would write fails with DuckDB's error
+    (a ``duckdb.Error``, left as it is: it is about the SQL, not the file).
+    """
+    with read_only(path) as con:
+        relation = con.sql(sql, params=bind(args, params))
+        if relation is None:  # a statement that returns no rows
+            return pa.table({})
+        return relation.to_arrow_table()
