@@ -24,7 +24,7 @@ from sstore.cli_format import arrow_table, leaderboard_view, run_summary, status
     to_json
 from sstore.engine import Engine
 from sstore.errors import SStoreError
-from sstore.statefile import file_status, query_file
+from sstore.statefile import explain, file_status, query_file
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -69,6 +69,7 @@ def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_eve
     removed every --remove-every valid votes, and a trending leaderboard follows the last
     --window valid votes.
     """
+    # Workloads load on demand, so that `sstore --help` and `status` never pay for them.
     from sstore.workloads.voter import declare, generate_votes, leaderboard, run_voter
 
     console = Console(highlight=False)
@@ -85,10 +86,12 @@ def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_eve
                                        bar.update(task, completed=done))
                 console.print(leaderboard_view(leaderboard(engine), window_rows))
                 console.print(run_summary(result))
-        except duckdb.IOException as exc:
-            raise click.ClickException(f"cannot open {path}: {exc}") from None
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            raise click.ClickException(str(explain(path, exc))) from None
         except SStoreError as exc:
             raise click.ClickException(str(exc)) from None
+        except duckdb.Error as exc:
+            raise click.ClickException(f"{path}: {exc}") from None
         except KeyboardInterrupt:
             hint = " Run the same command again to resume." if state else ""
             raise click.ClickException(f"interrupted; every committed batch is safe.{hint}") \

@@ -86,20 +86,15 @@ def status_view(status: EngineStatus) -> RenderableType:
     flow.add_column("procedure", no_wrap=True)
     flow.add_column("reads → writes")
     progress = Table(title="Progress", **TABLE_STYLE)  # type: ignore[arg-type]
-    show_pending = any(p.pending is not None for p in status.procedures)
     progress.add_column("procedure", no_wrap=True)
     progress.add_column("last batch", justify="right")
-    if show_pending:  # only a running engine knows; a file read from outside does not say
-        progress.add_column("pending", justify="right")
+    progress.add_column("pending", justify="right")
     progress.add_column("on error")
     progress.add_column("state")
     for p in status.procedures:
         flow.add_row(p.name, f"{', '.join(p.inputs)} → {', '.join(p.outputs) or '(tables)'}")
         state = Text(f"halted: {p.halted}", style="red") if p.halted else Text("ok", "green")
-        cells = [p.name, str(p.last_batch)]
-        if show_pending:
-            cells.append("?" if p.pending is None else str(p.pending))
-        progress.add_row(*cells, p.on_error, state)
+        progress.add_row(p.name, str(p.last_batch), str(p.pending), p.on_error, state)
     streams = Table(title="Streams and windows", **TABLE_STYLE)  # type: ignore[arg-type]
     streams.add_column("name", no_wrap=True)
     streams.add_column("kind")
@@ -124,20 +119,29 @@ def status_view(status: EngineStatus) -> RenderableType:
 
 def leaderboard_view(table: pa.Table, window_rows: int) -> Table:
     """The voter leaderboard: active contestants by votes, then the removed ones."""
-    out = Table(title="Leaderboard", title_justify="left", header_style="bold")
+    out = Table(title="Leaderboard", title_justify="left", header_style="bold",
+                caption=f"trending: votes among the last {window_rows:,} valid votes; "
+                        f"out at N: removed when N valid votes had been counted",
+                caption_justify="left")
     out.add_column("#", justify="right")
     out.add_column("contestant", no_wrap=True)
     out.add_column("votes", justify="right")
-    out.add_column(f"trending (last {window_rows:,})", justify="right")
-    out.add_column("status")
+    out.add_column("trending", justify="right")
+    out.add_column("status", no_wrap=True)
     for row in table.to_pylist():
         removed = row["removed_at_votes"]
         status = Text("in the show", style="green") if removed is None else \
-            Text(f"out at {removed:,} valid")
+            Text(f"out at {removed:,}")
         out.add_row(str(row["rank"]), f"{row['name']} ({row['contestant']})",
                     f"{row['votes']:,}", f"{row['trending']:,}", status,
                     style=None if removed is None else "dim")
     return out
+
+
+def plural(n: int, word: str) -> str:
+    """``1 batch``, ``2 batches``, ``1,000 votes``."""
+    suffix = "" if n == 1 else "es" if word.endswith(("s", "ch", "sh", "x")) else "s"
+    return f"{n:,} {word}{suffix}"
 
 
 def run_summary(result: Mapping[str, Any]) -> Text:
@@ -147,13 +151,13 @@ def run_summary(result: Mapping[str, Any]) -> Text:
     reasons = ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in rejected.items())
     lines = Text()
     if result["skipped_batches"]:
-        lines.append(f"Skipped {result['skipped_batches']:,} batches "
-                     f"({result['skipped_votes']:,} votes) already in the state file.\n")
-    lines.append(f"Votes: {result['votes']:,} new in {result['batches']:,} batches; "
+        lines.append(f"Skipped {plural(result['skipped_batches'], 'batch')} "
+                     f"({plural(result['skipped_votes'], 'vote')}) already in the state file.\n")
+    lines.append(f"Votes: {result['votes']:,} new in {plural(result['batches'], 'batch')}; "
                  f"{result['valid']:,} valid, {total_rejected:,} rejected ({reasons}).\n")
     lines.append("Throughput: ", style="bold")
     lines.append(f"{result['votes_per_s']:,.0f} votes/s, "
                  f"{result['executions_per_s']:,.0f} transaction executions/s "
-                 f"({result['executions']:,} executions in {result['elapsed_s']:.2f} s, "
+                 f"({plural(result['executions'], 'execution')} in {result['elapsed_s']:.2f} s, "
                  f"batches of {result['batch_size']:,}).")
     return lines

@@ -9,6 +9,17 @@ import duckdb
 import pyarrow as pa
 
 
+# DuckDB's Python client resolves unknown table names to Python variables of the calling frame
+# (a "replacement scan"). Inside an engine that would let a procedure's local variable shadow a
+# state table, so every connection sstore opens turns it off; Arrow data is registered by name.
+CONFIG = {"python_enable_replacements": False}
+
+
+def connect(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection configured the way sstore needs it."""
+    return duckdb.connect(path, read_only=read_only, config=dict(CONFIG))
+
+
 @contextlib.contextmanager
 def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
     """Make ``table`` the relation ``name`` inside the block.

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
+
+from sstore.duck import connect
 import pyarrow as pa
 
 from sstore import gc, recovery, systables
@@ -71,7 +73,7 @@ class Engine:
         if path != ":memory:":
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
-        self._con = duckdb.connect(path)
+        self._con = connect(path)
         self._input_log = InputLog(input_log, fsync=fsync) if input_log else None
         if self._input_log is not None:
             recovery.load_snapshot(self._con, self._input_log.path)
@@ -251,7 +253,8 @@ class Engine:
                 done += rt.te_seq - before
             rt.subscribers.publish(rt.take_outbox())
         with rt.lock:
-            gc.collect(rt)
+            if rt.since_gc >= self.gc_every:
+                gc.collect(rt)
         return done
 
     def run(self, stop: threading.Event, poll_seconds: float = 0.2) -> None:
@@ -261,6 +264,8 @@ class Engine:
             self.run_until_idle()
             with rt.lock:
                 if rt.scheduler.next() is None:
+                    if rt.since_gc:
+                        gc.collect(rt)  # idle: a good moment to tidy up
                     rt.wakeup.wait(poll_seconds)
 
     def resume(self, procedure: str) -> None:
@@ -356,7 +361,6 @@ class Engine:
         rt = self._runtime()
         with rt.lock:
             return read_status(rt.con, halted=dict(rt.scheduler.halted),
-                               pending={p: rt.scheduler.pending(p) for p in rt.graph.procedures},
                                durability=self.durability, path=self.path)
 
     def checkpoint(self) -> str | None:

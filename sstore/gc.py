@@ -16,12 +16,14 @@ from sstore import systables
 from sstore.faults import crash_point
 from sstore.runtime import Runtime
 from sstore.sql import ident
+from sstore.windows import WindowState
 
 
 def collect(rt: Runtime) -> int:
     """Remove what no reader needs any more. Returns the number of statements it ran."""
     plan: list[tuple[str, list[object]]] = []
     trims: list[tuple[str, int]] = []
+    window_lows: list[tuple[WindowState, int]] = []
     graph, ledger = rt.graph, rt.ledger
     for name in graph.streams:
         if rt.store.schema(name) is None:
@@ -44,7 +46,9 @@ def collect(rt: Runtime) -> int:
         first_open = batches.first_after(done) if done is not None else None
         promoted = batches.number(first_open) if first_open is not None else state.promoted
         low, _ = state.bounds(promoted)
-        plan.append((f"DELETE FROM {ident(state.rows_table)} WHERE _seq <= ?", [low]))
+        if low > state.collected_through:
+            plan.append((f"DELETE FROM {ident(state.rows_table)} WHERE _seq <= ?", [low]))
+            window_lows.append((state, low))
         cut = done if done is not None else (batches.ids[-1] - 1 if batches.ids else 0)
         if batches.ids and batches.ids[0] <= cut:  # slide records nobody will read again
             plan.append(("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id <= ?",
@@ -71,5 +75,7 @@ def collect(rt: Runtime) -> int:
         raise
     for name, keep_from in trims:
         ledger.node_batches(name).drop_through(keep_from - 1)
+    for state, low in window_lows:
+        state.collected_through = low
     rt.since_gc = 0
     return len(plan)

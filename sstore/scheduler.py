@@ -25,11 +25,3 @@ class Scheduler:
             if batch_id is not None and (best is None or (batch_id, position) < best[:2]):
                 best = (batch_id, position, name)
         return None if best is None else (best[2], best[0])
-
-    def pending(self, procedure: str) -> int:
-        """Batches committed on the procedure's inputs that it has not run yet."""
-        done = self.ledger.progress.get(procedure, 0)
-        ids: set[int] = set()
-        for node in self.ledger.graph.procedures[procedure].inputs:
-            ids.update(b for b in self.ledger.node_batches(node).ids if b > done)
-        return len(ids)

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
+
+from sstore.duck import connect
 import pyarrow as pa
 
 from sstore.errors import TerminalError
@@ -27,7 +29,8 @@ class StateFileError(TerminalError):
     """A state file cannot be opened for reading, or is not an sstore state file."""
 
 
-def _explain(path: str, exc: duckdb.Error) -> StateFileError:
+def explain(path: str, exc: duckdb.Error) -> StateFileError:
+    """The ``StateFileError`` that says in plain words why DuckDB could not use ``path``."""
     text = str(exc)
     if "Conflicting lock" in text or "Could not set lock" in text:
         pid = re.search(r"PID (\d+)", text)
@@ -61,14 +64,14 @@ def read_only(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection to the state file at ``path`` (closed on exit)."""
     _check_exists(path)
     try:
-        con = duckdb.connect(path, read_only=True)
+        con = connect(path, read_only=True)
     except duckdb.Error as exc:
-        raise _explain(path, exc) from None
+        raise explain(path, exc) from None
     try:
         try:
             con.execute("SELECT count(*) FROM sstore_sys.commits").fetchall()
         except duckdb.CatalogException as exc:
-            raise _explain(path, exc) from None
+            raise explain(path, exc) from None
         yield con
     finally:
         con.close()
@@ -80,7 +83,7 @@ def file_status(path: str) -> EngineStatus:
     try:
         return status_of_file(path)
     except duckdb.Error as exc:
-        raise _explain(path, exc) from None
+        raise explain(path, exc) from None
 
 
 def query_file(path: str, sql: str, *args: Any,

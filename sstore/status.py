@@ -8,6 +8,10 @@ from typing import Any
 
 import duckdb
 
+from sstore.duck import connect
+
+from sstore.sql import ident
+
 
 @dataclass
 class ProcedureStatus:
@@ -15,7 +19,7 @@ class ProcedureStatus:
     inputs: list[str]
     outputs: list[str]
     last_batch: int
-    pending: int | None
+    pending: int
     halted: str | None
     on_error: str
 
@@ -43,39 +47,55 @@ class EngineStatus:
 
 
 def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None = None,
-                pending: dict[str, int] | None = None, durability: str = "full",
-                path: str = "") -> EngineStatus:
+                durability: str = "full", path: str = "") -> EngineStatus:
+    """Everything from the system tables, so a state file alone is enough.
+
+    A derived stream is complete through its producer's last batch and a window through its
+    source's (their own commit records are garbage-collected once read); pending work of a
+    procedure is the retained input batches above its last one.
+    """
     status = EngineStatus(path, durability)
-    last = dict(con.execute("SELECT node, max(batch_id) FROM sstore_sys.commits GROUP BY node"
-                            ).fetchall())
+    commits: dict[str, list[int]] = {}
+    for node, batch_id in con.execute("SELECT node, batch_id FROM sstore_sys.commits "
+                                      "ORDER BY batch_id").fetchall():
+        commits.setdefault(node, []).append(int(batch_id))
+    last = {node: ids[-1] for node, ids in commits.items()}
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                         "WHERE table_schema = 'main'").fetchall()}
-    graph = con.execute("SELECT name, kind, spec FROM sstore_sys.graph ORDER BY kind, name"
-                        ).fetchall()
-    for name, kind, spec_text in graph:
-        spec = json.loads(spec_text)
+    graph = [(name, kind, json.loads(spec)) for name, kind, spec in con.execute(
+        "SELECT name, kind, spec FROM sstore_sys.graph ORDER BY kind, name").fetchall()]
+    producer = {out: name for name, kind, spec in graph if kind == "procedure"
+                for out in spec["outputs"]}
+    source = {name: spec["source"] for name, kind, spec in graph if kind == "window"}
+
+    def complete_through(node: str) -> int:
+        stream = source.get(node, node)
+        return last.get(producer[stream], 0) if stream in producer else last.get(stream, 0)
+
+    for name, kind, spec in graph:
         if kind == "procedure":
+            done = last.get(name, 0)
+            waiting = {b for node in spec["inputs"] for b in commits.get(node, ()) if b > done}
             status.procedures.append(ProcedureStatus(
-                name, spec["inputs"], spec["outputs"], int(last.get(name) or 0),
-                (pending or {}).get(name), (halted or {}).get(name), spec["on_error"]))
+                name, spec["inputs"], spec["outputs"], done, len(waiting),
+                (halted or {}).get(name), spec["on_error"]))
         elif kind in ("stream", "window"):
             table = name if kind == "stream" else name + "__rows"
             rows = None
             if table in tables:
-                rows = con.execute(f'SELECT count(*) FROM "{table.replace(chr(34), chr(34) * 2)}"'
-                                   ).fetchall()[0][0]
+                rows = con.execute(f"SELECT count(*) FROM {ident(table)}").fetchall()[0][0]
             sub = kind if kind == "window" else ("border" if spec.get("border") else "derived")
-            status.streams.append(StreamStatus(name, sub, int(last.get(name) or 0), rows))
-    errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error FROM sstore_sys.errors "
-                         "ORDER BY logged_at DESC LIMIT 20").fetchall()
-    status.errors = [{"at": str(a), "procedure": p, "batch_id": b, "action": act, "error": e}
+            status.streams.append(StreamStatus(name, sub, complete_through(name), rows))
+    errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "
+                         "FROM sstore_sys.errors ORDER BY logged_at DESC LIMIT 20").fetchall()
+    status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act, "error": e}
                      for a, p, b, act, e in errors]
     return status
 
 
 def status_of_file(path: str) -> EngineStatus:
     """Status of a state file that no engine has open (read-only)."""
-    con = duckdb.connect(path, read_only=True)
+    con = connect(path, read_only=True)
     try:
         return read_status(con, path=path)
     finally:

@@ -46,6 +46,7 @@ class Transaction:
         self.procedure = procedure
         self._state = TxState.OPEN
         self._recorder = recorder
+        self._registered: list[str] = []
 
     @property
     def state(self) -> TxState:
@@ -79,7 +80,7 @@ class Transaction:
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(statement, bound)
-        self._con.execute(statement, bound)
+        self._con.execute(statement, bound).fetchall()  # DuckDB wants every result consumed
 
     def fetchall(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -95,9 +96,28 @@ class Transaction:
         rows = self.fetchall(query, *args, params=params)
         return rows[0] if rows else None
 
+    def register(self, name: str, table: pa.Table) -> None:
+        """Make an Arrow table the SQL relation ``name`` until this transaction ends."""
+        self._require("use")
+        if self._recorder is not None:
+            raise TransactionStateError("register is not available in ad hoc transactions of a "
+                                        "weak-durability engine: the table would not be logged")
+        self._con.register(name, table)
+        self._registered.append(name)
+
     # -- what the engine calls -----------------------------------------------------------------
     def _mark_committed(self) -> None:
         self._move("commit", TxState.COMMITTED)
+        self._release()
 
     def _mark_rolled_back(self) -> None:
         self._move("rollback", TxState.ROLLED_BACK)
+        self._release()
+
+    def _release(self) -> None:
+        for name in self._registered:
+            try:
+                self._con.unregister(name)
+            except duckdb.Error:
+                pass
+        self._registered.clear()

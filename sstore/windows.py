@@ -26,6 +26,7 @@ class WindowState:
     decl: WindowDecl
     next_seq: int = 1  # next row number (rows) or batch ordinal (batches)
     promoted: int = 0  # newest sequence number visible in the window
+    collected_through: int = -(2**62)  # rows up to this _seq are known to be gone (memory only)
 
     @property
     def rows_table(self) -> str:

@@ -7,7 +7,7 @@ from sstore import Engine
 
 
 def window_engine(path: str, **window: int) -> tuple[Engine, list[tuple[int, list[int]]]]:
-    eng = Engine(path)
+    eng = Engine(path, gc_every=1)
     eng.stream("s", {"x": "INTEGER"})
     eng.window("w", "s", **window)
     eng.execute("CREATE TABLE IF NOT EXISTS seen (batch_id BIGINT, xs INTEGER[])")

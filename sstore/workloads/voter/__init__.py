@@ -7,6 +7,7 @@ and a tuple window over the valid votes keeps a trending leaderboard. See ``proc
 
 from sstore.workloads.voter.generator import batches, generate_votes
 from sstore.workloads.voter.procedures import declare, leaderboard, voter_counts
-from sstore.workloads.voter.run import run_voter
+from sstore.workloads.voter.run import VoterHalted, run_voter
 
-__all__ = ["batches", "declare", "generate_votes", "leaderboard", "run_voter", "voter_counts"]
+__all__ = ["VoterHalted", "batches", "declare", "generate_votes", "leaderboard", "run_voter",
+           "voter_counts"]

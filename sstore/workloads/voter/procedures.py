@@ -2,10 +2,10 @@
 
 Four stored procedures, each one transaction per batch, run in this order for every batch::
 
-    votes ──validate_votes──▶ valid_votes ──count_votes──▶ vote_counts ──remove_lowest──▶ removed_contestants
-                  │                 │
-                  ▼                 └──▶ window trending (last W valid votes) ──update_trending
-           rejected_votes ──trigger──▶ table vote_rejections
+    votes ─validate_votes─┬─▶ valid_votes ─count_votes─▶ vote_counts ─remove_lowest─┐
+                          │        │                                                 ▼
+                          │        └─▶ window trending ─update_trending      removed_contestants
+                          └─▶ rejected_votes ─trigger─▶ table vote_rejections
 
 - ``validate_votes`` rejects votes for unknown or removed contestants and votes from phones that
   already used their ``max_votes_per_phone`` valid votes; it counts the valid ones per phone.
@@ -86,8 +86,8 @@ def declare(engine: Engine, contestants: int = 12, max_votes_per_phone: int = 2,
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     config = VoterConfig(contestants, max_votes_per_phone, remove_every, window_rows)
+    _declare_dataflow(engine, config)  # first: on a started engine it fails before any write
     _create_tables(engine, config)
-    _declare_dataflow(engine, config)
     return config
 
 
@@ -146,9 +146,9 @@ def _declare_dataflow(engine: Engine, config: VoterConfig) -> None:
         """Add the batch's valid votes to the totals; report the running count of valid votes."""
         if not batch.num_rows:
             return None
-        tx.execute(f"UPDATE {ident(VOTE_TOTALS)} AS t SET votes = t.votes + b.n FROM "
-                   "(SELECT contestant, count(*) AS n FROM batch GROUP BY contestant) AS b "
-                   "WHERE t.contestant = b.contestant")
+        tx.execute(f"INSERT INTO {ident(VOTE_TOTALS)} AS t SELECT contestant, count(*) "
+                   "FROM batch GROUP BY contestant ON CONFLICT (contestant) DO UPDATE "
+                   "SET votes = t.votes + excluded.votes")
         after = int(tx.fetchall(f"SELECT sum(votes) FROM {ident(VOTE_TOTALS)}")[0][0])
         return [(after - batch.num_rows, after)]
 
@@ -235,8 +235,8 @@ def voter_counts(engine: Engine) -> dict[str, Any]:
     valid = engine.query(f"SELECT coalesce(sum(votes), 0)::BIGINT AS n FROM {ident(VOTE_TOTALS)}")
     reasons = engine.query(f"SELECT reason, count(*) AS n FROM {ident(REJECTIONS)} "
                            "GROUP BY reason ORDER BY reason")
-    removed = engine.query(f"SELECT contestant FROM {ident(CONTESTANTS)} "
-                           "WHERE removed_at_votes IS NOT NULL ORDER BY removed_at_votes, contestant")
+    removed = engine.query(f"SELECT contestant FROM {ident(CONTESTANTS)} WHERE removed_at_votes "
+                           "IS NOT NULL ORDER BY removed_at_votes, contestant")
     by_reason = {reason: 0 for reason in REASONS}
     by_reason.update(dict(zip(reasons["reason"].to_pylist(), reasons["n"].to_pylist())))
     return {"valid": int(valid["n"][0].as_py()), "rejected": by_reason,
