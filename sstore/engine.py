@@ -35,7 +35,7 @@ from sstore.ledger import Ledger
 from sstore.rows import RowsLike
 from sstore.runtime import Runtime
 from sstore.scheduler import Scheduler
-from sstore.sql import bind
+from sstore.sql import bind, ident
 from sstore.status import EngineStatus, read_status
 from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Callback, Subscribers, Subscription
@@ -83,6 +83,30 @@ class Engine:
         self._rt: Runtime | None = None
         self._subscribers = Subscribers()
         self._closed = False
+        self._foreign = False
+
+    @classmethod
+    def open_existing(cls, path: str) -> "Engine":
+        """Open a state file with the graph its program declared last time, to read its
+        streams, migrate them or inspect them. Its procedures are known (for ordering and
+        garbage collection) but never run here: their code lives in that program."""
+        if not os.path.exists(path):
+            raise DeclarationError(f"no state file at {path}")
+        engine = cls(path)
+        engine._foreign = True
+        for name, kind, spec in systables.load_graph(engine._con):
+            if kind == "stream":
+                engine._graph.add_stream(StreamDecl(name, spec["columns"]))
+            elif kind == "window":
+                engine._graph.add_window(WindowDecl(name, spec["source"], spec["size"],
+                                                    spec["slide"], spec["unit"]))
+            elif kind == "procedure":
+                engine._graph.procedures[name] = ProcedureDecl(
+                    name, _foreign_procedure, tuple(spec["inputs"]), tuple(spec["outputs"]),
+                    ErrorPolicy(spec["on_error"]), spec["retries"])
+            elif kind == "trigger":
+                engine._graph.add_trigger(TriggerDecl(spec["target"], spec["sql"]))
+        return engine
 
     # ------------------------------------------------------------------ declarations
     def _declaring(self) -> None:
@@ -155,11 +179,18 @@ class Engine:
         store.create_all()
         ledger = Ledger(graph)
         ledger.load(systables.load_commits(con))
-        systables.save_graph(con, graph)
+        for stream, consumer in systables.load_holders(con):
+            if stream in graph.streams:
+                ledger.holders.setdefault(stream, set()).add(consumer)
+        if not self._foreign:
+            systables.save_graph(con, graph)
         rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
                      self._lock, threading.Condition(self._lock), self._input_log)
         for node, batch_id, table in _latest_rows(store, ledger, graph):
             rt.latest[node] = (batch_id, table)
+        if self._foreign:
+            for name in graph.procedures:
+                rt.scheduler.halted[name] = FOREIGN
         self._rt = rt
         if self._input_log is not None:
             count = recovery.replay(rt, self._input_log, lambda: self._run_one(rt),
@@ -341,12 +372,53 @@ class Engine:
             return rt.latest.get(stream)
 
     def hold(self, stream: str, consumer: str) -> None:
-        """Keep ``stream``'s batches until ``consumer`` acknowledges them (for migrators)."""
+        """Keep ``stream``'s batches until ``consumer`` acknowledges them (for migrators).
+
+        The hold is recorded in the state file and lasts until ``release``: a consumer that is
+        not running still holds its batches."""
         rt = self._runtime()
         if stream not in rt.graph.streams:
             raise UnknownStreamError(f"no stream {stream!r}")
         with rt.lock:
+            systables.add_holder(rt.con, stream, consumer)
             rt.ledger.holders.setdefault(stream, set()).add(consumer)
+
+    def release(self, stream: str, consumer: str) -> None:
+        """Stop holding ``stream`` for ``consumer``."""
+        rt = self._runtime()
+        with rt.lock:
+            systables.remove_holder(rt.con, stream, consumer)
+            rt.ledger.holders.get(stream, set()).discard(consumer)
+
+    def acknowledged(self, consumer: str) -> int:
+        """The last batch-id ``consumer`` acknowledged (0 if none)."""
+        rt = self._runtime()
+        with rt.lock:
+            return rt.ledger.progress.get(consumer, 0)
+
+    def batches(self, stream: str, after: int = 0) -> list[tuple[int, int]]:
+        """Committed batches of ``stream`` after ``after`` that are still stored:
+        (batch_id, rows), ascending. Only complete batches are listed."""
+        rt = self._runtime()
+        if stream not in rt.graph.streams:
+            raise UnknownStreamError(f"no stream {stream!r}")
+        with rt.lock:
+            nb = rt.ledger.node_batches(stream)
+            return [(b, n) for b, n in zip(nb.ids, nb.numbers) if b > after]
+
+    def read_batches(self, stream: str, first: int, last: int) -> pa.Table:
+        """Rows of batches ``first``..``last`` of ``stream`` with their ``_batch_id``, in
+        batch order."""
+        rt = self._runtime()
+        with rt.lock:
+            if rt.store.schema(stream) is None:
+                return pa.table({"_batch_id": pa.array([], pa.int64())})
+            return rt.con.sql(f"SELECT * FROM {ident(stream)} WHERE _batch_id BETWEEN ? AND ? "
+                              f"ORDER BY _batch_id", params=[first, last]).to_arrow_table()
+
+    def schema(self, stream: str) -> pa.Schema | None:
+        """The Arrow schema of a stream's rows (None for an output not produced yet)."""
+        return self._runtime().store.schema(stream)
 
     def acknowledge(self, consumer: str, batch_id: int) -> None:
         """Record that ``consumer`` has safely taken every held batch up to ``batch_id``."""
@@ -399,6 +471,13 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+FOREIGN = "declared by the program that owns this state file; only that program runs it"
+
+
+def _foreign_procedure(tx: Transaction, batch: Any) -> None:
+    raise DeclarationError(FOREIGN)
 
 
 def _latest_rows(store: StreamStore, ledger: Ledger, graph: Graph

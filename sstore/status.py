@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +10,7 @@ import duckdb
 from sstore.duck import connect
 
 from sstore.sql import ident
+from sstore.systables import load_graph
 
 
 @dataclass
@@ -62,8 +62,7 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     last = {node: ids[-1] for node, ids in commits.items()}
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                         "WHERE table_schema = 'main'").fetchall()}
-    graph = [(name, kind, json.loads(spec)) for name, kind, spec in con.execute(
-        "SELECT name, kind, spec FROM sstore_sys.graph ORDER BY kind, name").fetchall()]
+    graph = load_graph(con)
     producer = {out: name for name, kind, spec in graph if kind == "procedure"
                 for out in spec["outputs"]}
     source = {name: spec["source"] for name, kind, spec in graph if kind == "window"}

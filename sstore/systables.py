@@ -8,12 +8,15 @@
 - ``graph(name, kind, spec)``: the declarations of the last start, so that ``sstore status``
   can show the graph of a state file without the program that declared it.
 - ``meta(key, value)``: counters (the weak-mode log position of a snapshot).
+- ``holders(stream, consumer)``: external consumers (migrators) that a stream's batches wait for
+  before garbage collection; kept so that a holder declared once keeps holding across restarts.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 import duckdb
 
@@ -32,6 +35,8 @@ CREATE TABLE IF NOT EXISTS sstore_sys.errors (
 CREATE TABLE IF NOT EXISTS sstore_sys.graph (
     name VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL, spec VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS sstore_sys.meta (key VARCHAR PRIMARY KEY, value BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS sstore_sys.holders (
+    stream VARCHAR NOT NULL, consumer VARCHAR NOT NULL, PRIMARY KEY (stream, consumer));
 """
 
 
@@ -79,6 +84,26 @@ def save_graph(con: duckdb.DuckDBPyConnection, graph: Graph) -> None:
     con.execute("DELETE FROM sstore_sys.graph")
     if rows:
         con.executemany("INSERT INTO sstore_sys.graph VALUES (?, ?, ?)", rows)
+
+
+def load_holders(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    return con.execute("SELECT stream, consumer FROM sstore_sys.holders").fetchall()
+
+
+def add_holder(con: duckdb.DuckDBPyConnection, stream: str, consumer: str) -> None:
+    con.execute("INSERT INTO sstore_sys.holders VALUES (?, ?) ON CONFLICT DO NOTHING",
+                [stream, consumer])
+
+
+def remove_holder(con: duckdb.DuckDBPyConnection, stream: str, consumer: str) -> None:
+    con.execute("DELETE FROM sstore_sys.holders WHERE stream = ? AND consumer = ?",
+                [stream, consumer])
+
+
+def load_graph(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, dict[str, Any]]]:
+    """The declarations saved by the last start: (name, kind, spec)."""
+    return [(name, kind, json.loads(spec)) for name, kind, spec in con.execute(
+        "SELECT name, kind, spec FROM sstore_sys.graph ORDER BY kind, name").fetchall()]
 
 
 def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: int = 0) -> int:
