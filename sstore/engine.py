@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from sstore.duck import connect
+from sstore.duck import connect, registered
 import pyarrow as pa
 
 from sstore import gc, recovery, systables
@@ -35,7 +35,7 @@ from sstore.ledger import Ledger
 from sstore.rows import RowsLike
 from sstore.runtime import Runtime
 from sstore.scheduler import Scheduler
-from sstore.sql import bind, ident
+from sstore.sql import bind, ident, qualified
 from sstore.status import EngineStatus, read_status
 from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Callback, Subscribers, Subscription
@@ -416,6 +416,36 @@ class Engine:
             return rt.con.sql(f"SELECT * FROM {ident(stream)} WHERE _batch_id BETWEEN ? AND ? "
                               f"ORDER BY _batch_id", params=[first, last]).to_arrow_table()
 
+    def load_table(self, table: str, rows: pa.Table, mode: str = "append",
+                   key: Sequence[str] = ()) -> int:
+        """Bulk-load Arrow rows into a state table, in one transaction (replicas, casts).
+
+        ``mode``: "append", "replace" (the table's rows become ``rows``) or "merge" (rows
+        replace those with the same ``key``). A missing table is created from the rows' types,
+        with ``key`` as its primary key. In weak durability these loads are not logged: a
+        replica is refreshed again after a restart.
+        """
+        if mode not in ("append", "replace", "merge"):
+            raise DeclarationError(f"mode must be append, replace or merge, not {mode!r}")
+        if mode == "merge" and not key:
+            raise DeclarationError("merge needs key columns")
+        rt = self._runtime()
+        with rt.lock, registered(rt.con, "sstore_load", rows):
+            rt.con.begin()
+            try:
+                _create_like(rt.con, table, "sstore_load", key)
+                if mode == "replace":
+                    rt.con.execute(f"DELETE FROM {qualified(table)}")
+                verb = "INSERT OR REPLACE" if mode == "merge" else "INSERT"
+                names = ", ".join(ident(c) for c in rows.column_names)
+                rt.con.execute(f"{verb} INTO {qualified(table)} ({names}) "
+                               f"SELECT {names} FROM sstore_load")
+                rt.con.commit()
+            except BaseException:
+                rt.con.rollback()
+                raise
+        return rows.num_rows
+
     def schema(self, stream: str) -> pa.Schema | None:
         """The Arrow schema of a stream's rows (None for an output not produced yet)."""
         return self._runtime().store.schema(stream)
@@ -478,6 +508,16 @@ FOREIGN = "declared by the program that owns this state file; only that program 
 
 def _foreign_procedure(tx: Transaction, batch: Any) -> None:
     raise DeclarationError(FOREIGN)
+
+
+def _create_like(con: duckdb.DuckDBPyConnection, table: str, relation: str,
+                 key: Sequence[str]) -> None:
+    """CREATE TABLE IF NOT EXISTS with the relation's column types and ``key`` as primary key."""
+    columns = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+    cols = ", ".join(f"{ident(name)} {ctype}" for name, ctype, *_ in columns)
+    if key:
+        cols += f", PRIMARY KEY ({', '.join(ident(k) for k in key)})"
+    con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")
 
 
 def _latest_rows(store: StreamStore, ledger: Ledger, graph: Graph

@@ -19,3 +19,24 @@ def engine(state_path: str):
     eng = Engine(state_path)
     yield eng
     eng.close()
+
+
+# -- PostgreSQL: the server that runs on this machine (or SSTORE_POSTGRES_URL), and a fresh,
+# empty database for each test that asks for ``pg_url``.
+from pytest_postgresql import factories  # noqa: E402
+
+from migrators.urls import default_url, parse  # noqa: E402
+
+_server = parse(default_url())
+postgresql_server = factories.postgresql_noproc(
+    host=_server.host, port=_server.port, user=_server.user or "postgres",
+    password=_server.password)
+postgresql = factories.postgresql("postgresql_server")
+
+
+@pytest.fixture
+def pg_url(postgresql) -> str:
+    """URL of a fresh database on the test server (dropped after the test)."""
+    info = postgresql.info
+    auth = info.user + (f":{info.password}" if info.password else "")
+    return f"postgresql://{auth}@{info.host}:{info.port}/{info.dbname}"

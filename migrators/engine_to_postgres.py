@@ -1,0 +1,278 @@
+"""Engine stream -> PostgreSQL table, incrementally and exactly once.
+
+BigDAWG's S-Store-to-Postgres migrator deleted rows at the source before the target committed,
+so a crash lost them. Here the source keeps every batch until the target has committed it:
+
+Commit protocol of one chunk (consecutive committed batches ``first``..``last`` of the stream):
+
+1. Read the chunk's rows from the engine (they are there: the stream is held for this consumer,
+   so garbage collection keeps them until step 6).
+2. In PostgreSQL, BEGIN and lock this (source, target) watermark row (``SELECT ... FOR UPDATE``):
+   concurrent migrators of the same pair queue here.
+3. If the watermark is already at or past ``last``, the chunk is there: skip to step 6.
+   Rows of batches at or below the watermark are dropped (never loaded twice).
+4. Binary COPY the rows: straight into the target (append), or into a temporary table and then
+   ``INSERT ... ON CONFLICT (key) DO UPDATE`` (merge).
+5. Set the watermark to ``last`` and COMMIT: rows and watermark become visible together, so a
+   partial chunk is never visible.
+6. Acknowledge ``last`` to the engine; only now may garbage collection remove those batches.
+
+A crash before 5 leaves nothing in PostgreSQL; a crash between 5 and 6 is repaired when the
+migrator starts (``start`` acknowledges what the watermark says); so neither loss nor
+duplication. PostgreSQL being away or dropping the connection is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from migrators.errors import MigrationError
+from migrators.postgres import RetryPolicy, copy_arrow, split_name, with_retries
+from migrators.typemap import check_compatible, for_copy, postgres_columns
+from sstore.engine import Engine
+from sstore.errors import DeclarationError
+from sstore.sql import ident, qualified
+
+log = logging.getLogger("sstore.migrators")
+
+WATERMARKS = "sstore.watermarks"
+WATERMARK_DDL = """
+CREATE SCHEMA IF NOT EXISTS sstore;
+CREATE TABLE IF NOT EXISTS sstore.watermarks (
+    source TEXT NOT NULL, target TEXT NOT NULL, batch_id BIGINT NOT NULL,
+    rows_total BIGINT NOT NULL DEFAULT 0, updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (source, target))
+"""
+
+
+@dataclass
+class Chunk:
+    first: int
+    last: int
+    rows: int
+    batches: int
+
+
+def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """Within one chunk a key may change several times; its last row (in batch order) wins,
+    as it would have if every batch had been merged on its own."""
+    if rows.num_rows < 2:
+        return rows
+    numbered = rows.append_column("__pos", pa.array(range(rows.num_rows), pa.int64()))
+    last = numbered.group_by(list(key), use_threads=False).aggregate([("__pos", "max")])
+    positions = last["__pos_max"].combine_chunks()
+    return rows.take(positions.take(pc.array_sort_indices(positions)))
+
+
+@dataclass
+class MigrationReport:
+    chunks: int = 0
+    batches: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    retries: int = 0
+    watermark: int = 0
+    chunk_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class StreamToPostgres:
+    """Moves a stream's committed batches into a PostgreSQL table (see the module docstring).
+
+    ``mode`` is "append" (new rows) or "merge" (``key`` columns identify rows to update).
+    ``batch_column`` names a target column for the batch-id (none by default).
+    ``before_commit`` is a test hook called with the open connection after COPY, before COMMIT.
+    """
+
+    engine: Engine
+    stream: str
+    url: str
+    table: str
+    mode: str = "append"
+    key: Sequence[str] = ()
+    chunk_rows: int = 10_000
+    batch_column: str | None = None
+    source: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    before_commit: Callable[[psycopg.Connection], None] | None = None
+    _ready: bool = field(default=False, init=False)
+    _mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("append", "merge"):
+            raise DeclarationError(f"mode must be 'append' or 'merge', not {self.mode!r}")
+        if self.mode == "merge" and not self.key:
+            raise DeclarationError("merge mode needs key columns")
+        if self.chunk_rows < 1:
+            raise DeclarationError("chunk_rows must be at least 1")
+        self.key = tuple(self.key)
+        self.source = self.source or f"sstore:{self.stream}"
+
+    @property
+    def consumer(self) -> str:
+        return f"migrator:{self.table}"
+
+    # ------------------------------------------------------------------ setup
+    def start(self) -> int:
+        """Hold the stream, prepare the target, reconcile with the watermark; return it."""
+        self.engine.hold(self.stream, self.consumer)
+        schema = self.engine.schema(self.stream)
+        watermark = with_retries(self.url, lambda con: self._prepare(con, schema), self.retry,
+                                 f"prepare {self.table}")
+        if watermark > self.engine.acknowledged(self.consumer):
+            self.engine.acknowledge(self.consumer, watermark)  # crashed between steps 5 and 6
+        self._ready = schema is not None
+        return watermark
+
+    def _prepare(self, con: psycopg.Connection, schema: pa.Schema | None) -> int:
+        for statement in WATERMARK_DDL.split(";"):
+            if statement.strip():
+                con.execute(statement)
+        if schema is not None:
+            self._ensure_table(con, self._target_schema(schema))
+        con.commit()
+        row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s",
+                          (self.source, self.table)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _target_schema(self, schema: pa.Schema) -> pa.Schema:
+        if self.batch_column:
+            return schema.insert(0, pa.field(self.batch_column, pa.int64()))
+        return schema
+
+    def _ensure_table(self, con: psycopg.Connection, schema: pa.Schema) -> None:
+        wanted = postgres_columns(schema)
+        missing = [k for k in self.key if k not in schema.names]
+        if missing:
+            raise DeclarationError(f"key column(s) {missing} are not in stream {self.stream!r}")
+        pg_schema, name = split_name(self.table)
+        existing = dict(con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s", (pg_schema, name)).fetchall())
+        if existing:
+            check_compatible(self.table, wanted, existing)
+            return
+        cols = ", ".join(f"{ident(c)} {t}" for c, t in wanted)
+        if self.key:
+            cols += f", PRIMARY KEY ({', '.join(ident(k) for k in self.key)})"
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(pg_schema)}")
+        con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(self.table)} ({cols})")
+
+    # ------------------------------------------------------------------ moving
+    def run_once(self) -> MigrationReport:
+        """Move every committed batch not yet in PostgreSQL, chunk by chunk; then return."""
+        report = MigrationReport()
+        began = time.perf_counter()
+        retries_before = self.retry.retries_done
+        report.watermark = self.start()
+        for chunk in self._chunks(report.watermark):
+            t0 = time.perf_counter()
+            moved = self._move_chunk(chunk.first, chunk.last)
+            report.chunk_seconds.append(time.perf_counter() - t0)
+            report.chunks += 1
+            report.rows += moved
+            report.batches += chunk.batches
+            report.watermark = chunk.last
+        report.seconds = time.perf_counter() - began
+        report.retries = self.retry.retries_done - retries_before
+        return report
+
+    def _chunks(self, after: int) -> list[Chunk]:
+        """Consecutive batches grouped up to ``chunk_rows`` rows (a bigger batch goes alone)."""
+        chunks: list[Chunk] = []
+        current: Chunk | None = None
+        for batch_id, n in self.engine.batches(self.stream, after):
+            if current is not None and current.rows + n > self.chunk_rows:
+                chunks.append(current)
+                current = None
+            if current is None:
+                current = Chunk(batch_id, batch_id, 0, 0)
+            current.last, current.rows, current.batches = batch_id, current.rows + n, \
+                current.batches + 1
+        if current is not None:
+            chunks.append(current)
+        return chunks
+
+    def _move_chunk(self, first: int, last: int) -> int:
+        rows = self.engine.read_batches(self.stream, first, last)  # step 1
+        if not self._ready:
+            self.start()
+        moved = with_retries(self.url, lambda con: self._load(con, rows, first, last),
+                             self.retry, f"migrate {self.stream} batches {first}-{last}")
+        self.engine.acknowledge(self.consumer, last)  # step 6
+        return moved
+
+    def _load(self, con: psycopg.Connection, rows: pa.Table, first: int, last: int) -> int:
+        row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s "
+                          f"FOR UPDATE", (self.source, self.table)).fetchone()  # step 2
+        watermark = int(row[0]) if row else 0
+        if watermark >= last:  # step 3
+            con.rollback()
+            return 0
+        if watermark >= first:
+            rows = rows.filter(pc.greater(rows["_batch_id"], watermark))
+        data = rows if self.batch_column else rows.drop_columns(["_batch_id"])
+        if self.batch_column:
+            data = data.rename_columns([self.batch_column, *data.column_names[1:]])
+        data = for_copy(data if self.mode == "append" else last_per_key(data, self.key))
+        with con.cursor() as cur:  # step 4
+            if self.mode == "append":
+                copy_arrow(cur, self.table, data)
+            else:
+                self._merge(cur, data)
+            cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id, rows_total) "
+                        f"VALUES (%s, %s, %s, %s) ON CONFLICT (source, target) DO UPDATE SET "
+                        f"batch_id = excluded.batch_id, updated_at = now(), rows_total = "
+                        f"{WATERMARKS}.rows_total + excluded.rows_total",
+                        (self.source, self.table, last, data.num_rows))  # step 5
+        if self.before_commit is not None:
+            self.before_commit(con)
+        con.commit()
+        return data.num_rows
+
+    def _merge(self, cur: psycopg.Cursor, data: pa.Table) -> None:
+        if data.num_rows == 0:
+            return
+        stage = "sstore_stage"
+        cur.execute(f"CREATE TEMPORARY TABLE {stage} (LIKE {qualified(self.table)} "
+                    f"INCLUDING DEFAULTS) ON COMMIT DROP")
+        copy_arrow(cur, stage, data)
+        cols = [ident(c) for c in data.column_names]
+        keys = ", ".join(ident(k) for k in self.key)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c.strip('"') not in self.key)
+        action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+        cur.execute(f"INSERT INTO {qualified(self.table)} ({', '.join(cols)}) "
+                    f"SELECT {', '.join(cols)} FROM {stage} ON CONFLICT ({keys}) {action}")
+
+    # ------------------------------------------------------------------ continuous
+    def attach(self) -> None:
+        """Feed the target as batches commit: after each committed batch of the stream, move
+        what is pending (in its own PostgreSQL transactions, outside the engine's lock)."""
+        self.start()
+        self.engine.subscribe(self.stream, lambda _b, _t: self.run_pending())
+
+    def run_pending(self) -> int:
+        """Move what has committed since the last acknowledgement (one caller at a time)."""
+        with self._mutex:
+            return sum(self._move_chunk(c.first, c.last)
+                       for c in self._chunks(self.engine.acknowledged(self.consumer)))
+
+
+def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",
+                   key: Sequence[str] = (), chunk_rows: int = 10_000) -> MigrationReport:
+    """Move everything committed on ``stream`` and not yet in ``table``; then return."""
+    if stream not in engine.graph.streams and not engine.graph.is_stream(stream):
+        raise MigrationError(f"no stream {stream!r} in this engine")
+    return StreamToPostgres(engine, stream, url, table, mode, tuple(key), chunk_rows).run_once()

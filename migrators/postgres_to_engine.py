@@ -1,0 +1,77 @@
+"""PostgreSQL -> engine: copy a table or a query result into a DuckDB state table, so that
+stored procedures can look it up locally (fully, or incrementally by a column).
+
+Reads go through ADBC's PostgreSQL driver, which streams a binary COPY straight into Arrow;
+the rows land in the engine with one ``Engine.load_table`` transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import adbc_driver_postgresql.dbapi as adbc
+import pyarrow as pa
+
+from migrators.errors import MigrationError, PostgresUnavailable
+from migrators.urls import parse
+from sstore.engine import Engine
+from sstore.errors import DeclarationError
+from sstore.sql import ident, qualified
+
+
+def read_postgres(url: str, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+    """Run a query in PostgreSQL and return its rows as Arrow. Parameters are ``$1, $2, ...``."""
+    try:
+        con = adbc.connect(url)
+    except Exception as exc:  # ADBC raises its own OperationalError family
+        raise PostgresUnavailable(f"PostgreSQL at {parse(url).redacted()} is unreachable: "
+                                  f"{exc}") from exc
+    try:
+        with con.cursor() as cur:
+            cur.execute(sql, parameters=tuple(params) if params else None)
+            return _plain(cur.fetch_arrow_table())
+    except adbc.OperationalError as exc:
+        raise PostgresUnavailable(str(exc)) from exc
+    except adbc.Error as exc:
+        raise MigrationError(f"query failed in PostgreSQL: {exc}") from exc
+    finally:
+        con.close()
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """Drop ADBC's per-field metadata (the PostgreSQL type names) from the schema."""
+    return table.cast(pa.schema([pa.field(f.name, f.type) for f in table.schema]))
+
+
+def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None = None,
+                     query: str | None = None, mode: str = "replace", key: Sequence[str] = (),
+                     since: str | None = None) -> int:
+    """Copy ``table`` (or the rows of ``query``) into the engine table ``into``.
+
+    ``mode``: "replace" (a full copy), "append" or "merge" (by ``key``). With ``since`` (a key
+    or timestamp column that only grows), only rows whose ``since`` is greater than the largest
+    one already in ``into`` are read: an incremental refresh. Returns the number of rows read.
+    """
+    if (table is None) == (query is None):
+        raise DeclarationError("give exactly one of table= or query=")
+    source = qualified(table) if table is not None else f"({query}) AS q"
+    sql, params = f"SELECT * FROM {source}", []
+    if since is not None:
+        if mode == "replace":
+            raise DeclarationError("an incremental copy (since=) appends or merges; use "
+                                   "mode='append' or mode='merge'")
+        newest = _newest(engine, into, since)
+        if newest is not None:
+            sql, params = f"SELECT * FROM {source} WHERE {ident(since)} > $1", [newest]
+    rows = read_postgres(url, sql, params)
+    return engine.load_table(into, rows, mode=mode, key=key)
+
+
+def _newest(engine: Engine, table: str, column: str) -> Any:
+    exists = engine.query("SELECT count(*) AS n FROM information_schema.tables "
+                          "WHERE table_name = ?", table.split(".")[-1]).column("n")[0].as_py()
+    if not exists:
+        return None
+    return engine.query(f"SELECT max({ident(column)}) AS m FROM {qualified(table)}"
+                        ).column("m")[0].as_py()

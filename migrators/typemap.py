@@ -1,0 +1,128 @@
+"""How column types cross from the engine (DuckDB, seen as Arrow) into PostgreSQL.
+
+One declarative table, read top to bottom: the first row whose test matches a column's Arrow
+type gives the PostgreSQL type to create and the Arrow type to convert to before binary COPY.
+Anything not listed is rejected with an error that names the column: a silent lossy mapping is
+worse than a clear refusal.
+
+| DuckDB | Arrow | PostgreSQL |
+| --- | --- | --- |
+| BOOLEAN | bool | boolean |
+| TINYINT, SMALLINT, UTINYINT | int8, int16, uint8 | smallint |
+| INTEGER, USMALLINT | int32, uint16 | integer |
+| BIGINT, UINTEGER | int64, uint32 | bigint |
+| UBIGINT | uint64 | numeric(20,0) |
+| DECIMAL(p,s) | decimal128(p,s) | numeric(p,s) |
+| FLOAT, DOUBLE | float32, float64 | real, double precision |
+| VARCHAR | string, large_string, string_view | text |
+| BLOB | binary, large_binary | bytea |
+| DATE | date32 | date |
+| TIME | time64 | time |
+| TIMESTAMP (any precision) | timestamp[*] | timestamp (microseconds) |
+| TIMESTAMPTZ | timestamp[*, tz] | timestamptz (microseconds) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.types as at
+
+from migrators.errors import IncompatibleSchemaError, UnsupportedTypeError
+
+
+@dataclass(frozen=True)
+class Mapping:
+    test: Callable[[pa.DataType], bool]
+    pg_type: Callable[[pa.DataType], str]
+    arrow_type: Callable[[pa.DataType], pa.DataType]
+
+
+def _same(t: pa.DataType) -> pa.DataType:
+    return t
+
+
+def _const(name: str) -> Callable[[pa.DataType], str]:
+    return lambda _t: name
+
+
+TYPE_MAP: tuple[Mapping, ...] = (
+    Mapping(at.is_boolean, _const("boolean"), _same),
+    Mapping(lambda t: t in (pa.int8(), pa.int16(), pa.uint8()), _const("smallint"),
+            lambda _t: pa.int16()),
+    Mapping(lambda t: t in (pa.int32(), pa.uint16()), _const("integer"), lambda _t: pa.int32()),
+    Mapping(lambda t: t in (pa.int64(), pa.uint32()), _const("bigint"), lambda _t: pa.int64()),
+    Mapping(lambda t: t == pa.uint64(), _const("numeric(20,0)"), lambda _t: pa.decimal128(20, 0)),
+    Mapping(at.is_decimal, lambda t: f"numeric({t.precision},{t.scale})", _same),
+    Mapping(lambda t: t == pa.float32(), _const("real"), _same),
+    Mapping(lambda t: t == pa.float64(), _const("double precision"), _same),
+    Mapping(lambda t: at.is_string(t) or at.is_large_string(t) or at.is_string_view(t),
+            _const("text"), lambda _t: pa.string()),
+    Mapping(lambda t: at.is_binary(t) or at.is_large_binary(t), _const("bytea"),
+            lambda _t: pa.binary()),
+    Mapping(at.is_date32, _const("date"), _same),
+    Mapping(at.is_time64, _const("time"), lambda _t: pa.time64("us")),
+    Mapping(lambda t: at.is_timestamp(t) and t.tz is None, _const("timestamp"),
+            lambda _t: pa.timestamp("us")),
+    Mapping(lambda t: at.is_timestamp(t) and t.tz is not None, _const("timestamptz"),
+            lambda t: pa.timestamp("us", tz=t.tz)),
+)
+
+#: PostgreSQL types a column may already have in an existing target, per created type: the
+#: created type itself, or a wider one that takes every value without loss.
+COMPATIBLE: dict[str, tuple[str, ...]] = {
+    "boolean": ("boolean",),
+    "smallint": ("smallint", "integer", "bigint", "numeric"),
+    "integer": ("integer", "bigint", "numeric"),
+    "bigint": ("bigint", "numeric"),
+    "numeric": ("numeric",),
+    "real": ("real", "double precision"),
+    "double precision": ("double precision",),
+    "text": ("text", "character varying", "character"),
+    "bytea": ("bytea",),
+    "date": ("date", "timestamp without time zone", "timestamp with time zone"),
+    "time": ("time without time zone",),
+    "timestamp": ("timestamp without time zone",),
+    "timestamptz": ("timestamp with time zone",),
+}
+
+
+def mapping_for(field: pa.Field) -> Mapping:
+    for mapping in TYPE_MAP:
+        if mapping.test(field.type):
+            return mapping
+    raise UnsupportedTypeError(f"column {field.name!r} has type {field.type}, which has no "
+                               f"PostgreSQL mapping (see migrators/typemap.py)")
+
+
+def postgres_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """(column, PostgreSQL type) for CREATE TABLE."""
+    return [(f.name, mapping_for(f).pg_type(f.type)) for f in schema]
+
+
+def for_copy(rows: pa.Table) -> pa.Table:
+    """Convert columns to the Arrow types the binary COPY encoder writes as the mapped type."""
+    arrays, fields = [], []
+    for f, column in zip(rows.schema, rows.columns):
+        target = mapping_for(f).arrow_type(f.type)
+        arrays.append(column if column.type == target else column.cast(target))
+        fields.append(pa.field(f.name, target))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def check_compatible(table: str, wanted: list[tuple[str, str]],
+                     existing: dict[str, str]) -> None:
+    """Raise ``IncompatibleSchemaError`` naming the first column that cannot take the rows.
+
+    ``existing`` maps column name to ``information_schema.columns.data_type``.
+    """
+    for name, pg_type in wanted:
+        if name not in existing:
+            raise IncompatibleSchemaError(f"target {table} has no column {name!r} (it has "
+                                          f"{sorted(existing)})")
+        base = pg_type.split("(")[0]
+        if existing[name] not in COMPATIBLE[base]:
+            raise IncompatibleSchemaError(f"target {table} column {name!r} is "
+                                          f"{existing[name]}, which cannot take {pg_type}")

@@ -1,0 +1,89 @@
+"""PostgreSQL -> engine: full and incremental copies, and the three ways to reach remote data."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from migrators import MigrationError, PostgresUnavailable, cast
+from migrators.access import Replica, cross_system_query, migrate_to_engine
+from sstore import Engine
+
+
+@pytest.fixture
+def customers(pg_url: str) -> str:
+    with psycopg.connect(pg_url) as con:
+        con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, tier SMALLINT, "
+                    "changed_at TIMESTAMP)")
+        con.execute("INSERT INTO customers SELECT i, 'c' || i, i % 3, "
+                    "TIMESTAMP '2024-01-01' + i * INTERVAL '1 minute' "
+                    "FROM generate_series(1, 50) i")
+    return pg_url
+
+
+def local(engine: Engine, sql: str) -> list[tuple]:
+    return [tuple(r.values()) for r in engine.query(sql).to_pylist()]
+
+
+def test_full_copy_then_lookups_inside_a_procedure(engine: Engine, customers: str) -> None:
+    engine.stream("orders", {"customer": "INTEGER"})
+
+    @engine.procedure(input="orders", output="named")
+    def name_orders(tx, batch):
+        return tx.sql("SELECT o.customer, c.name FROM batch o JOIN customers_copy c "
+                      "ON c.id = o.customer")
+
+    assert cast(customers, engine, table="customers", into="customers_copy") == 50
+    assert local(engine, "SELECT count(*), max(id) FROM customers_copy") == [(50, 50)]
+
+    engine.ingest("orders", [(7,), (9,)])
+    engine.run_until_idle()
+    assert sorted(engine.latest("named")[1].column("name").to_pylist()) == ["c7", "c9"]
+    # a full copy again replaces, it does not duplicate
+    cast(customers, engine, table="customers", into="customers_copy")
+    assert local(engine, "SELECT count(*) FROM customers_copy") == [(50,)]
+
+
+def test_query_result_and_incremental_refresh(engine: Engine, customers: str) -> None:
+    n = cast(customers, engine, query="SELECT id, name FROM customers WHERE tier = 0",
+             into="tier0")
+    assert n == 16 and local(engine, "SELECT count(*) FROM tier0") == [(16,)]
+    replica = Replica(engine, customers, "customers", "cust", key=["id"], since="changed_at")
+    assert replica.refresh() == 50
+    with psycopg.connect(customers) as con:
+        con.execute("UPDATE customers SET name = 'renamed', changed_at = '2030-01-01' "
+                    "WHERE id = 3")
+        con.execute("INSERT INTO customers VALUES (51, 'new', 1, '2030-01-02')")
+    assert replica.refresh() == 2  # only the changed and the new row travel
+    assert local(engine, "SELECT count(*) FROM cust") == [(51,)]
+    assert local(engine, "SELECT name FROM cust WHERE id = 3") == [("renamed",)]
+
+
+def test_cross_system_query_keeps_nothing(engine: Engine, customers: str) -> None:
+    rows = cross_system_query(customers, "SELECT count(*) AS n FROM customers WHERE tier = $1", 1)
+    assert rows.column("n")[0].as_py() == 17
+    tables = local(engine, "SELECT count(*) FROM information_schema.tables "
+                           "WHERE table_schema = 'main'")
+    assert tables == [(0,)]
+
+
+def test_migration_removes_at_the_source_only_what_the_engine_committed(
+        engine: Engine, customers: str) -> None:
+    moved = migrate_to_engine(engine, customers, "customers", "cold_customers", key=["id"],
+                              where="tier = %s", where_params=[2])
+    assert moved == 17
+    assert local(engine, "SELECT count(*) FROM cold_customers") == [(17,)]
+    with psycopg.connect(customers) as con:
+        assert con.execute("SELECT count(*) FROM customers WHERE tier = 2").fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM customers").fetchone() == (33,)
+    # moving again finds nothing and changes nothing
+    assert migrate_to_engine(engine, customers, "customers", "cold_customers", key=["id"],
+                             where="tier = %s", where_params=[2]) == 0
+    assert local(engine, "SELECT count(*) FROM cold_customers") == [(17,)]
+
+
+def test_bad_queries_and_unreachable_servers(engine: Engine, customers: str) -> None:
+    with pytest.raises(MigrationError, match="nope"):
+        cast(customers, engine, table="nope", into="x")
+    with pytest.raises(PostgresUnavailable):
+        cast("postgresql://postgres@127.0.0.1:1/x", engine, table="t", into="x")
