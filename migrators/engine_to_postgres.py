@@ -171,13 +171,17 @@ class StreamToPostgres:
         con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(self.table)} ({cols})")
 
     # ------------------------------------------------------------------ moving
-    def run_once(self) -> MigrationReport:
-        """Move every committed batch not yet in PostgreSQL, chunk by chunk; then return."""
+    def run_once(self, progress: Callable[[int, int], None] | None = None) -> MigrationReport:
+        """Move every committed batch not yet in PostgreSQL, chunk by chunk; then return.
+
+        ``progress(rows_done, rows_total)`` is called after each chunk."""
         report = MigrationReport()
         began = time.perf_counter()
         retries_before = self.retry.retries_done
         report.watermark = self.start()
-        for chunk in self._chunks(report.watermark):
+        chunks = self._chunks(report.watermark)
+        total = sum(c.rows for c in chunks)
+        for chunk in chunks:
             t0 = time.perf_counter()
             moved = self._move_chunk(chunk.first, chunk.last)
             report.chunk_seconds.append(time.perf_counter() - t0)
@@ -185,6 +189,8 @@ class StreamToPostgres:
             report.rows += moved
             report.batches += chunk.batches
             report.watermark = chunk.last
+            if progress is not None:
+                progress(report.rows, total)
         report.seconds = time.perf_counter() - began
         report.retries = self.retry.retries_done - retries_before
         return report

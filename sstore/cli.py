@@ -147,6 +147,46 @@ def query_command(state: str, sql: str, fmt: str) -> None:
         click.echo(f"({table.num_rows:,} row{'' if table.num_rows == 1 else 's'})")
 
 
+@main.command(context_settings=CONTEXT)
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.option("--stream", required=True, help="The stream to move.")
+@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL", required=True,
+              help="PostgreSQL URL (default: $SSTORE_POSTGRES_URL).")
+@click.option("--table", required=True, help="Target table, SCHEMA.TABLE (created if missing).")
+@click.option("--mode", type=click.Choice(["append", "merge"]), default="append",
+              show_default=True, help="append new rows, or merge rows by --key.")
+@click.option("--key", default="", help="Key columns for merge, comma-separated.")
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Rows per PostgreSQL transaction (whole batches; never split).")
+def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
+            chunk_rows: int) -> None:
+    """Move a stream's committed batches into PostgreSQL, exactly once, then exit.
+
+    Each chunk is loaded with binary COPY together with a watermark row in one PostgreSQL
+    transaction; the engine keeps the batches until PostgreSQL has committed them. Run it
+    again at any time (or after a crash): it continues from the watermark. The state file
+    must not be open in another process.
+    """
+    from migrators import StreamToPostgres  # PostgreSQL clients load only when needed
+
+    console = Console(highlight=False)
+    keys = tuple(k.strip() for k in key.split(",") if k.strip())
+    try:
+        with Engine.open_existing(state) as engine:
+            migrator = StreamToPostgres(engine, stream, url, table, mode, keys, chunk_rows)
+            with _progress(console) as bar:
+                task = bar.add_task("rows", total=None)
+                report = migrator.run_once(
+                    progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        raise click.ClickException(str(explain(state, exc))) from None
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print(f"Moved {report.rows:,} rows in {report.batches:,} batches "
+                  f"({report.chunks} chunks, {report.retries} retries) to {table} in "
+                  f"{report.seconds:.2f} s; watermark at batch {report.watermark}.")
+
+
 @contextlib.contextmanager
 def _state_path(state: str | None) -> Iterator[str]:
     """The given state file, or one in a temporary directory removed afterwards."""
