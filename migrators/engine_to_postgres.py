@@ -27,15 +27,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from migrators.errors import MigrationError
-from migrators.postgres import RetryPolicy, copy_arrow, split_name, with_retries
+from migrators.postgres import RetryPolicy, Session, copy_arrow, split_name
 from migrators.typemap import check_compatible, for_copy, postgres_columns
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
@@ -44,6 +45,7 @@ from sstore.sql import ident, qualified
 log = logging.getLogger("sstore.migrators")
 
 WATERMARKS = "sstore.watermarks"
+READ_AHEAD_ROWS = 100_000
 WATERMARK_DDL = """
 CREATE SCHEMA IF NOT EXISTS sstore;
 CREATE TABLE IF NOT EXISTS sstore.watermarks (
@@ -94,6 +96,9 @@ class StreamToPostgres:
     ``mode`` is "append" (new rows) or "merge" (``key`` columns identify rows to update).
     ``batch_column`` names a target column for the batch-id (none by default).
     ``before_commit`` is a test hook called with the open connection after COPY, before COMMIT.
+    ``ack_every`` (seconds): acknowledgements to the engine are grouped (each one is a DuckDB
+    commit); correctness does not depend on them, since the watermark decides on restart, only
+    how soon garbage collection may remove migrated batches.
     """
 
     engine: Engine
@@ -107,7 +112,11 @@ class StreamToPostgres:
     source: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     before_commit: Callable[[psycopg.Connection], None] | None = None
+    ack_every: float = 1.0
     _ready: bool = field(default=False, init=False)
+    _session: Session | None = field(default=None, init=False)
+    _unacked: int = field(default=0, init=False)
+    _acked_at: float = field(default=0.0, init=False)
     _mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -129,12 +138,24 @@ class StreamToPostgres:
         """Hold the stream, prepare the target, reconcile with the watermark; return it."""
         self.engine.hold(self.stream, self.consumer)
         schema = self.engine.schema(self.stream)
-        watermark = with_retries(self.url, lambda con: self._prepare(con, schema), self.retry,
-                                 f"prepare {self.table}")
+        watermark = self.session.run(lambda con: self._prepare(con, schema),
+                                     f"prepare {self.table}")
         if watermark > self.engine.acknowledged(self.consumer):
             self.engine.acknowledge(self.consumer, watermark)  # crashed between steps 5 and 6
         self._ready = schema is not None
         return watermark
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self.url, self.retry)
+        return self._session
+
+    def close(self) -> None:
+        """Acknowledge what is pending and close the PostgreSQL connection."""
+        self._acknowledge(force=True)
+        if self._session is not None:
+            self._session.close()
 
     def _prepare(self, con: psycopg.Connection, schema: pa.Schema | None) -> int:
         for statement in WATERMARK_DDL.split(";"):
@@ -142,9 +163,9 @@ class StreamToPostgres:
                 con.execute(statement)
         if schema is not None:
             self._ensure_table(con, self._target_schema(schema))
-        con.commit()
         row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s",
                           (self.source, self.table)).fetchone()
+        con.commit()
         return int(row[0]) if row else 0
 
     def _target_schema(self, schema: pa.Schema) -> pa.Schema:
@@ -181,9 +202,9 @@ class StreamToPostgres:
         report.watermark = self.start()
         chunks = self._chunks(report.watermark)
         total = sum(c.rows for c in chunks)
-        for chunk in chunks:
+        for chunk, rows in self._read_ahead(chunks):
             t0 = time.perf_counter()
-            moved = self._move_chunk(chunk.first, chunk.last)
+            moved = self._move_chunk(chunk.first, chunk.last, rows)
             report.chunk_seconds.append(time.perf_counter() - t0)
             report.chunks += 1
             report.rows += moved
@@ -191,6 +212,7 @@ class StreamToPostgres:
             report.watermark = chunk.last
             if progress is not None:
                 progress(report.rows, total)
+        self.close()
         report.seconds = time.perf_counter() - began
         report.retries = self.retry.retries_done - retries_before
         return report
@@ -211,14 +233,39 @@ class StreamToPostgres:
             chunks.append(current)
         return chunks
 
-    def _move_chunk(self, first: int, last: int) -> int:
-        rows = self.engine.read_batches(self.stream, first, last)  # step 1
+    def _read_ahead(self, chunks: list[Chunk]) -> Iterator[tuple[Chunk, pa.Table]]:
+        """Step 1 for several chunks at once: one DuckDB query per ``READ_AHEAD_ROWS`` rows
+        (a query costs milliseconds whatever its size), sliced into chunks in memory."""
+        i = 0
+        while i < len(chunks):
+            group = [chunks[i]]
+            while (i + len(group) < len(chunks)
+                   and sum(c.rows for c in group) + chunks[i + len(group)].rows <= READ_AHEAD_ROWS):
+                group.append(chunks[i + len(group)])
+            rows = self.engine.read_batches(self.stream, group[0].first, group[-1].last)
+            ids = rows["_batch_id"].to_numpy()
+            for chunk in group:
+                lo = int(np.searchsorted(ids, chunk.first, side="left"))
+                hi = int(np.searchsorted(ids, chunk.last, side="right"))
+                yield chunk, rows.slice(lo, hi - lo)
+            i += len(group)
+
+    def _move_chunk(self, first: int, last: int, rows: pa.Table | None = None) -> int:
+        if rows is None:
+            rows = self.engine.read_batches(self.stream, first, last)  # step 1
         if not self._ready:
             self.start()
-        moved = with_retries(self.url, lambda con: self._load(con, rows, first, last),
-                             self.retry, f"migrate {self.stream} batches {first}-{last}")
-        self.engine.acknowledge(self.consumer, last)  # step 6
+        moved = self.session.run(lambda con: self._load(con, rows, first, last),
+                                 f"migrate {self.stream} batches {first}-{last}")
+        self._unacked = last
+        self._acknowledge(force=False)  # step 6
         return moved
+
+    def _acknowledge(self, force: bool) -> None:
+        now = time.monotonic()
+        if self._unacked and (force or now - self._acked_at >= self.ack_every):
+            self.engine.acknowledge(self.consumer, self._unacked)
+            self._unacked, self._acked_at = 0, now
 
     def _load(self, con: psycopg.Connection, rows: pa.Table, first: int, last: int) -> int:
         row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s "
@@ -272,8 +319,10 @@ class StreamToPostgres:
     def run_pending(self) -> int:
         """Move what has committed since the last acknowledgement (one caller at a time)."""
         with self._mutex:
-            return sum(self._move_chunk(c.first, c.last)
-                       for c in self._chunks(self.engine.acknowledged(self.consumer)))
+            after = max(self.engine.acknowledged(self.consumer), self._unacked)
+            moved = sum(self._move_chunk(c.first, c.last) for c in self._chunks(after))
+            self._acknowledge(force=True)
+            return moved
 
 
 def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",

@@ -50,26 +50,67 @@ def connect(url: str) -> psycopg.Connection:
                                   f"{_first_line(exc)}") from exc
 
 
+class Session:
+    """One PostgreSQL connection kept across units of work, replaced after a failure.
+
+    ``run(work)`` hands ``work`` the connection (no transaction open); ``work`` commits what it
+    wants kept. Transient failures roll back, drop the connection and try again on a new one.
+    """
+
+    def __init__(self, url: str, policy: RetryPolicy | None = None) -> None:
+        self.url = url
+        self.policy = policy or RetryPolicy()
+        self._con: psycopg.Connection | None = None
+
+    def run(self, work: Callable[[psycopg.Connection], T], what: str) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if self._con is None or self._con.closed:
+                    self._con = connect(self.url)
+                return work(self._con)
+            except (PostgresUnavailable, psycopg.OperationalError, TransientError) as exc:
+                self.close()
+                if attempt >= self.policy.attempts:
+                    raise PostgresUnavailable(f"{what}: gave up after {attempt} attempts: "
+                                              f"{_first_line(exc)}") from exc
+                self.policy.retries_done += 1
+                wait = self.policy.delay(attempt)
+                log.warning("%s: transient failure (%s); retry %d/%d in %.1fs", what,
+                            _first_line(exc), attempt, self.policy.attempts - 1, wait)
+                time.sleep(wait)
+            except psycopg.Error as exc:
+                self._rollback()
+                raise MigrationError(f"{what}: {_first_line(exc)}") from exc
+            except BaseException:
+                self._rollback()
+                raise
+
+    def _rollback(self) -> None:
+        if self._con is not None and not self._con.closed:
+            try:
+                self._con.rollback()
+            except psycopg.Error:
+                self.close()
+
+    def close(self) -> None:
+        if self._con is not None:
+            try:
+                self._con.close()
+            except psycopg.Error:
+                pass
+            self._con = None
+
+
 def with_retries(url: str, work: Callable[[psycopg.Connection], T], policy: RetryPolicy,
                  what: str) -> T:
-    """Run ``work`` in its own connection; retry transient failures with backoff."""
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            with connect(url) as con:
-                return work(con)
-        except (PostgresUnavailable, psycopg.OperationalError, TransientError) as exc:
-            if attempt >= policy.attempts:
-                raise PostgresUnavailable(f"{what}: gave up after {attempt} attempts: "
-                                          f"{_first_line(exc)}") from exc
-            policy.retries_done += 1
-            wait = policy.delay(attempt)
-            log.warning("%s: transient failure (%s); retry %d/%d in %.1fs", what,
-                        _first_line(exc), attempt, policy.attempts - 1, wait)
-            time.sleep(wait)
-        except psycopg.Error as exc:
-            raise MigrationError(f"{what}: {_first_line(exc)}") from exc
+    """Run ``work`` on a fresh connection (closed afterwards), retrying transient failures."""
+    session = Session(url, policy)
+    try:
+        return session.run(work, what)
+    finally:
+        session.close()
 
 
 def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table) -> int:

@@ -35,7 +35,7 @@ def prepare(path: str) -> None:
 
 def migrate_cmd(path: str, url: str) -> list[str]:
     return [SSTORE, "migrate", path, "--stream", "events", "--postgres", url,
-            "--table", "public.events", "--chunk-rows", "1000"]
+            "--table", "public.events", "--chunk-rows", "500"]
 
 
 def test_sigkill_during_migration_neither_loses_nor_duplicates(tmp_path: Path,
@@ -48,7 +48,7 @@ def test_sigkill_during_migration_neither_loses_nor_duplicates(tmp_path: Path,
         proc = subprocess.Popen(migrate_cmd(path, pg_url), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         try:
-            proc.wait(timeout=rng.uniform(0.4, 2.5) if kills < 8 else 120)
+            proc.wait(timeout=rng.uniform(0.3, 1.2) if kills < 8 else 120)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

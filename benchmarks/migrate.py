@@ -1,0 +1,181 @@
+"""The incremental migrator against a raw binary COPY of the same Arrow data into PostgreSQL.
+
+Run ``python -m benchmarks.migrate`` (1,000,000 rows) or ``--quick`` (200,000 rows).
+
+For chunks of 1,000, 10,000 and 100,000 rows, in append and merge mode:
+
+- ``migrator``: ``StreamToPostgres.run_once`` over an engine stream holding the rows in batches
+  of 1,000 (so a chunk is 1, 10 or 100 batches). Per chunk: read the batches from DuckDB, binary
+  COPY, the watermark row, COMMIT, then the acknowledgement to the engine.
+- ``raw_copy``: the same Arrow rows, chunk by chunk, each chunk one PostgreSQL transaction with
+  a binary COPY and nothing else: the floor the migrator is measured against.
+- ``raw_merge`` (merge mode): raw COPY into a temporary table plus the same
+  ``INSERT ... ON CONFLICT DO UPDATE``: what merge costs before any exactly-once bookkeeping.
+
+Reported: rows/s, the ratio to raw COPY, and per-chunk latency (p50/p99). PostgreSQL is the one
+at ``SSTORE_POSTGRES_URL``; the benchmark uses its own database ``sstore_bench``, created anew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from benchmarks.common import machine_info, percentile, write_results
+from migrators import StreamToPostgres
+from migrators.postgres import copy_arrow
+from migrators.typemap import for_copy, postgres_columns
+from migrators.urls import default_url
+from sstore import Engine
+from sstore.sql import ident
+
+BATCH_ROWS = 1_000
+CHUNKS = (1_000, 10_000, 100_000)
+COLUMNS = {"id": "BIGINT", "account": "INTEGER", "symbol": "VARCHAR", "price": "DECIMAL(8,2)",
+           "qty": "INTEGER", "at": "TIMESTAMP"}
+
+
+def make_rows(n: int) -> pa.Table:
+    """Trade-like rows; ids 0..n-1 (merge mode updates half of them a second time)."""
+    ids = pa.array(range(n), pa.int64())
+    return pa.table({
+        "id": ids, "account": pa.array([i % 5000 for i in range(n)], pa.int32()),
+        "symbol": pa.array([f"SYM{i % 700:03d}" for i in range(n)]),
+        "price": pa.array([i % 100000 / 100 for i in range(n)]).cast(pa.decimal128(8, 2)),
+        "qty": pa.array([i % 900 + 1 for i in range(n)], pa.int32()),
+        "at": pa.array([1_700_000_000_000_000 + i * 1000 for i in range(n)], pa.timestamp("us")),
+    })
+
+
+def bench_url(base: str) -> str:
+    """A fresh database ``sstore_bench`` on the server of ``base``."""
+    with psycopg.connect(base, autocommit=True) as con:
+        con.execute("DROP DATABASE IF EXISTS sstore_bench")
+        con.execute("CREATE DATABASE sstore_bench")
+    head, _, _ = base.rpartition("/")
+    return f"{head}/sstore_bench"
+
+
+def reset_target(url: str, table: str, keyed: bool) -> None:
+    cols = ", ".join(f"{ident(c)} {t}" for c, t in postgres_columns(make_rows(1).schema))
+    pk = ", PRIMARY KEY (id)" if keyed else ""
+    with psycopg.connect(url) as con:
+        con.execute(f"DROP TABLE IF EXISTS {ident(table)}")
+        con.execute("DROP SCHEMA IF EXISTS sstore CASCADE")
+        con.execute(f"CREATE TABLE {ident(table)} ({cols}{pk})")
+
+
+def run_migrator(url: str, rows: pa.Table, chunk: int, mode: str, state_dir: str
+                 ) -> tuple[float, list[float]]:
+    table = f"mig_{mode}"
+    reset_target(url, table, keyed=mode == "merge")
+    path = os.path.join(state_dir, f"{mode}-{chunk}.duckdb")
+    eng = Engine(path)
+    eng.stream("trades", COLUMNS)
+    eng.hold("trades", f"migrator:{table}")
+    for start in range(0, rows.num_rows, BATCH_ROWS):
+        eng.ingest("trades", rows.slice(start, BATCH_ROWS))
+    migrator = StreamToPostgres(eng, "trades", url, table, mode=mode,
+                                key=("id",) if mode == "merge" else (), chunk_rows=chunk)
+    migrator.start()
+    began = time.perf_counter()
+    report = migrator.run_once()
+    seconds = time.perf_counter() - began
+    eng.close()
+    assert report.rows == rows.num_rows, (report.rows, rows.num_rows)
+    return seconds, report.chunk_seconds
+
+
+def run_raw(url: str, rows: pa.Table, chunk: int, mode: str) -> tuple[float, list[float]]:
+    table = f"raw_{mode}"
+    reset_target(url, table, keyed=mode == "merge")
+    data = for_copy(rows)
+    latencies: list[float] = []
+    began = time.perf_counter()
+    with psycopg.connect(url) as con, con.cursor() as cur:
+        for start in range(0, data.num_rows, chunk):
+            t0 = time.perf_counter()
+            part = data.slice(start, chunk)
+            if mode == "append":
+                copy_arrow(cur, table, part)
+            else:
+                cur.execute(f"CREATE TEMPORARY TABLE stage (LIKE {ident(table)}) ON COMMIT DROP")
+                copy_arrow(cur, "stage", part)
+                cols = ", ".join(ident(c) for c in part.column_names)
+                sets = ", ".join(f"{ident(c)} = excluded.{ident(c)}"
+                                 for c in part.column_names if c != "id")
+                cur.execute(f"INSERT INTO {ident(table)} ({cols}) SELECT {cols} FROM stage "
+                            f"ON CONFLICT (id) DO UPDATE SET {sets}")
+            con.commit()
+            latencies.append(time.perf_counter() - t0)
+    return time.perf_counter() - began, latencies
+
+
+def record(system: str, mode: str, chunk: int, rows: int, seconds: float,
+           latencies: list[float]) -> dict[str, Any]:
+    return {"system": system, "mode": mode, "chunk_rows": chunk, "rows": rows,
+            "seconds": round(seconds, 4), "rows_per_s": round(rows / seconds),
+            "chunk_p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
+            "chunk_p99_ms": round(percentile(latencies, 0.99) * 1000, 2)}
+
+
+def results_table(records: list[dict[str, Any]]) -> Table:
+    table = Table(title="Engine -> PostgreSQL: migrator vs raw binary COPY")
+    for col in ("mode", "chunk rows", "system", "rows/s", "x raw COPY", "chunk p50 ms",
+                "chunk p99 ms"):
+        table.add_column(col, justify="right" if col not in ("mode", "system") else "left")
+    raw = {(r["mode"], r["chunk_rows"]): r["rows_per_s"] for r in records
+           if r["system"] == "raw_copy"}
+    for r in records:
+        ratio = r["rows_per_s"] / raw[("append", r["chunk_rows"])]
+        r["ratio_to_raw_copy"] = round(ratio, 3)
+        table.add_row(r["mode"], f"{r['chunk_rows']:,}", r["system"], f"{r['rows_per_s']:,}",
+                      f"{ratio:.2f}", f"{r['chunk_p50_ms']:.1f}", f"{r['chunk_p99_ms']:.1f}")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.migrate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="200,000 rows instead of 1,000,000")
+    parser.add_argument("--postgres", default=default_url(), help="PostgreSQL server URL")
+    args = parser.parse_args(argv)
+    n = 200_000 if args.quick else 1_000_000
+    console = Console()
+    url = bench_url(args.postgres)
+    rows = make_rows(n)
+    records: list[dict[str, Any]] = []
+    plan = [(mode, chunk) for mode in ("append", "merge") for chunk in CHUNKS]
+    with tempfile.TemporaryDirectory(prefix="sstore-bench-") as state_dir, \
+            Progress(console=console, transient=True) as progress:
+        task = progress.add_task("configurations", total=len(plan))
+        for mode, chunk in plan:
+            seconds, lat = run_raw(url, rows, chunk, "append")
+            if mode == "append":
+                records.append(record("raw_copy", "append", chunk, n, seconds, lat))
+            else:
+                seconds, lat = run_raw(url, rows, chunk, "merge")
+                records.append(record("raw_merge", "merge", chunk, n, seconds, lat))
+            seconds, lat = run_migrator(url, rows, chunk, mode, state_dir)
+            records.append(record("migrator", mode, chunk, n, seconds, lat))
+            progress.advance(task)
+    console.print(results_table(records))
+    name = "migrate-quick" if args.quick else "migrate"
+    path = write_results(name, {"rows": n, "batch_rows": BATCH_ROWS, "records": records,
+                                "machine": machine_info()})
+    console.print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
