@@ -13,7 +13,7 @@ instant interpreted in some session's zone.
 | BOOLEAN | bool | boolean | boolean |
 | TINYINT / SMALLINT | int8 / int16 | byte / short | smallint (read back: short) |
 | INTEGER / BIGINT | int32 / int64 | int / long | integer / bigint |
-| UTINYINT, USMALLINT, UINTEGER | uint8/16/32 | short, int, long (widened) | smallint, integer, bigint |
+| UTINYINT, USMALLINT, UINTEGER | uint8/16/32 | short, int, long (widened) | as Spark's |
 | UBIGINT | uint64 | decimal(20,0) (widened) | numeric(20,0) |
 | DECIMAL(p,s) | decimal128(p,s) | decimal(p,s) | numeric(p,s) |
 | FLOAT / DOUBLE | float32 / float64 | float / double | real / double precision |
@@ -172,7 +172,7 @@ def _min_max(spark: SparkSession, pg: PgUrl, source: str, column: str, fetch_siz
     """The partition column's range, read through the same driver as the data. Arrow (not
     ``collect``) keeps timestamps as instants or as wall-clock values, as they are."""
     col = ident(column)
-    bounds = f"(SELECT min({col}) AS lo, max({col}) AS hi FROM {source} AS s) AS sstore_bounds"
+    bounds = f"(SELECT min({col}) AS lo, max({col}) AS hi FROM {source}) AS sstore_bounds"
     row = _reader(spark, pg, bounds, fetch_size).load().toArrow().to_pylist()[0]
     return row["lo"], row["hi"]
 

@@ -7,13 +7,12 @@ JVM's JDBC DriverManager reliably, so a missing jar is reported before the JVM s
 
 | setting | value | why |
 | --- | --- | --- |
-| master | argument, else ``SSTORE_SPARK_MASTER``, else ``local[*]`` | one machine by default |
-| ``spark.jars`` | ``SSTORE_JDBC_JAR``, else ``/usr/share/java/postgresql.jar`` | JDBC reads/writes |
+| master | argument, else ``SSTORE_SPARK_MASTER``, else ``local[*]`` | one machine |
+| ``spark.jars`` | ``SSTORE_JDBC_JAR``, else ``/usr/share/java/postgresql.jar`` | JDBC |
 | ``spark.driver.memory`` | 1g | local mode runs everything in the driver; leave room |
 | ``spark.sql.shuffle.partitions`` | 4 | the default 200 is for clusters; 2 cores here |
 | ``spark.sql.execution.arrow.pyspark.enabled`` | true | batches cross to Python as Arrow |
-| ``spark.sql.session.timeZone``, ``-Duser.timezone`` | UTC | TIMESTAMPTZ values leave Spark |
-|  |  | labelled UTC whatever the machine's zone |
+| ``spark.sql.session.timeZone``, JVM zone | UTC | instants leave Spark labelled UTC, anywhere |
 | ``spark.pyspark.python`` | this interpreter | Python workers need this venv's pyarrow |
 | UI, console progress | off | no ports, no progress bars in logs |
 | log4j | errors only | Spark's INFO/WARN chatter drowns the engine's log |
@@ -52,7 +51,6 @@ appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
-_log4j2_path: str | None = None
 
 
 class SparkSetupError(TerminalError):
@@ -135,11 +133,11 @@ def _start(master: str, app_name: str) -> SparkSession:
 
 
 def _log4j2_file() -> str:
-    """A log4j2 configuration that keeps errors only, written once per process."""
-    global _log4j2_path
-    if _log4j2_path is None or not os.path.exists(_log4j2_path):
-        fd, path = tempfile.mkstemp(prefix="sstore-spark-log4j2-", suffix=".properties")
-        with os.fdopen(fd, "w") as out:
-            out.write(_LOG4J2)
-        _log4j2_path = path
-    return _log4j2_path
+    """A log4j2 configuration that keeps errors only: one file per user, replaced atomically,
+    so concurrent processes never read half of it and nothing piles up in the temp directory."""
+    path = os.path.join(tempfile.gettempdir(), f"sstore-spark-log4j2-{os.getuid()}.properties")
+    fd, staging = tempfile.mkstemp(prefix="sstore-spark-log4j2-", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w") as out:
+        out.write(_LOG4J2)
+    os.replace(staging, path)
+    return path
