@@ -36,11 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from migrators.errors import MigrationError
-from migrators.postgres import RetryPolicy, Session, copy_arrow, split_name
-from migrators.typemap import check_compatible, for_copy, postgres_columns
+from migrators.postgres import RetryPolicy, Session, copy_arrow, ensure_table, merge_rows
+from migrators.typemap import for_copy
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
-from sstore.sql import ident, qualified
 
 log = logging.getLogger("sstore.migrators")
 
@@ -162,7 +161,7 @@ class StreamToPostgres:
             if statement.strip():
                 con.execute(statement)
         if schema is not None:
-            self._ensure_table(con, self._target_schema(schema))
+            ensure_table(con, self.table, self._target_schema(schema), self.key)
         row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s",
                           (self.source, self.table)).fetchone()
         con.commit()
@@ -172,24 +171,6 @@ class StreamToPostgres:
         if self.batch_column:
             return schema.insert(0, pa.field(self.batch_column, pa.int64()))
         return schema
-
-    def _ensure_table(self, con: psycopg.Connection, schema: pa.Schema) -> None:
-        wanted = postgres_columns(schema)
-        missing = [k for k in self.key if k not in schema.names]
-        if missing:
-            raise DeclarationError(f"key column(s) {missing} are not in stream {self.stream!r}")
-        pg_schema, name = split_name(self.table)
-        existing = dict(con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = %s AND table_name = %s", (pg_schema, name)).fetchall())
-        if existing:
-            check_compatible(self.table, wanted, existing)
-            return
-        cols = ", ".join(f"{ident(c)} {t}" for c, t in wanted)
-        if self.key:
-            cols += f", PRIMARY KEY ({', '.join(ident(k) for k in self.key)})"
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(pg_schema)}")
-        con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(self.table)} ({cols})")
 
     # ------------------------------------------------------------------ moving
     def run_once(self, progress: Callable[[int, int], None] | None = None) -> MigrationReport:
@@ -284,7 +265,7 @@ class StreamToPostgres:
             if self.mode == "append":
                 copy_arrow(cur, self.table, data)
             else:
-                self._merge(cur, data)
+                merge_rows(cur, self.table, data, self.key)
             cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id, rows_total) "
                         f"VALUES (%s, %s, %s, %s) ON CONFLICT (source, target) DO UPDATE SET "
                         f"batch_id = excluded.batch_id, updated_at = now(), rows_total = "
@@ -294,20 +275,6 @@ class StreamToPostgres:
             self.before_commit(con)
         con.commit()
         return data.num_rows
-
-    def _merge(self, cur: psycopg.Cursor, data: pa.Table) -> None:
-        if data.num_rows == 0:
-            return
-        stage = "sstore_stage"
-        cur.execute(f"CREATE TEMPORARY TABLE {stage} (LIKE {qualified(self.table)} "
-                    f"INCLUDING DEFAULTS) ON COMMIT DROP")
-        copy_arrow(cur, stage, data)
-        cols = [ident(c) for c in data.column_names]
-        keys = ", ".join(ident(k) for k in self.key)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c.strip('"') not in self.key)
-        action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
-        cur.execute(f"INSERT INTO {qualified(self.table)} ({', '.join(cols)}) "
-                    f"SELECT {', '.join(cols)} FROM {stage} ON CONFLICT ({keys}) {action}")
 
     # ------------------------------------------------------------------ continuous
     def attach(self) -> None:

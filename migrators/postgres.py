@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -18,8 +18,10 @@ import psycopg
 import pyarrow as pa
 from pgpq import ArrowToPostgresBinaryEncoder
 
-from migrators.errors import MigrationError, PostgresUnavailable
+from migrators.errors import IncompatibleSchemaError, MigrationError, PostgresUnavailable
+from migrators.typemap import check_compatible, postgres_columns
 from migrators.urls import parse
+from sstore.errors import DeclarationError
 from sstore.errors import TransientError
 from sstore.sql import ident, qualified
 
@@ -125,6 +127,49 @@ def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table) -> int:
             copy.write(encoder.write_batch(batch))
         copy.write(encoder.finish())
     return rows.num_rows
+
+
+def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
+                 key: Sequence[str] = ()) -> None:
+    """Create ``table`` from an Arrow schema (with ``key`` as primary key) if it is missing;
+    if it exists, check that every column can take the rows (``IncompatibleSchemaError``)."""
+    wanted = postgres_columns(schema)
+    missing = [k for k in key if k not in schema.names]
+    if missing:
+        raise DeclarationError(f"key column(s) {missing} are not among {schema.names}")
+    pg_schema, name = split_name(table)
+    existing = dict(con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s", (pg_schema, name)).fetchall())
+    if existing:
+        check_compatible(table, wanted, existing)
+        return
+    cols = ", ".join(f"{ident(c)} {t}" for c, t in wanted)
+    if key:
+        cols += f", PRIMARY KEY ({', '.join(ident(k) for k in key)})"
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(pg_schema)}")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")
+
+
+def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[str]) -> None:
+    """COPY into a temporary table, then INSERT ... ON CONFLICT (key) DO UPDATE: binary COPY
+    speed for rows that update existing ones. Keys must be unique within ``rows``."""
+    if rows.num_rows == 0:
+        return
+    cur.execute(f"CREATE TEMPORARY TABLE sstore_stage (LIKE {qualified(table)} "
+                f"INCLUDING DEFAULTS) ON COMMIT DROP")
+    copy_arrow(cur, "sstore_stage", rows)
+    cols = [ident(c) for c in rows.column_names]
+    keys = ", ".join(ident(k) for k in key)
+    sets = ", ".join(f"{c} = excluded.{c}" for c, name in zip(cols, rows.column_names)
+                     if name not in key)
+    action = f"DO UPDATE SET {sets}" if sets else "DO NOTHING"
+    try:
+        cur.execute(f"INSERT INTO {qualified(table)} ({', '.join(cols)}) "
+                    f"SELECT {', '.join(cols)} FROM sstore_stage ON CONFLICT ({keys}) {action}")
+    except psycopg.errors.InvalidColumnReference:
+        raise IncompatibleSchemaError(f"merge into {table} needs a primary key or unique "
+                                      f"constraint on ({', '.join(key)})") from None
 
 
 def split_name(table: str) -> tuple[str, str]:

@@ -26,38 +26,42 @@ def kind_of(obj: object) -> str:
                          f"a postgresql:// URL, a Spark DataFrame or SparkSession")
 
 
-def _engine_to_postgres(source: Engine, target: str, **options: Any) -> Any:
-    from migrators.engine_to_postgres import migrate_stream
-    return migrate_stream(source, target, **options)
+def _engine_to_postgres(source: Engine, target: str, /, **options: Any) -> Any:
+    if "stream" in options:
+        from migrators.engine_to_postgres import migrate_stream
+        return migrate_stream(source, target, **options)
+    from migrators.table_to_postgres import copy_table_to_postgres
+    options["source_table"] = options.pop("source")
+    return copy_table_to_postgres(source, target, **options)
 
 
-def _postgres_to_engine(source: str, target: Engine, **options: Any) -> Any:
+def _postgres_to_engine(source: str, target: Engine, /, **options: Any) -> Any:
     from migrators.postgres_to_engine import copy_into_engine
     return copy_into_engine(source, target, **options)
 
 
-def _spark_to_postgres(source: Any, target: str, **options: Any) -> Any:
+def _spark_to_postgres(source: Any, target: str, /, **options: Any) -> Any:
     from migrators.spark import dataframe_to_postgres
     return dataframe_to_postgres(source, target, **options)
 
 
-def _postgres_to_spark(source: str, target: Any, **options: Any) -> Any:
+def _postgres_to_spark(source: str, target: Any, /, **options: Any) -> Any:
     from migrators.spark import postgres_to_dataframe
     return postgres_to_dataframe(source, spark=target, **options)
 
 
-def _spark_to_engine(source: Any, target: Engine, **options: Any) -> Any:
+def _spark_to_engine(source: Any, target: Engine, /, **options: Any) -> Any:
     from migrators.spark import dataframe_to_engine
     return dataframe_to_engine(source, target, **options)
 
 
-def _engine_to_spark(source: Engine, target: Any, **options: Any) -> Any:
+def _engine_to_spark(source: Engine, target: Any, /, **options: Any) -> Any:
     from migrators.spark import engine_to_dataframe
     return engine_to_dataframe(source, spark=target, **options)
 
 
 MIGRATORS: dict[tuple[str, str], Callable[..., Any]] = {
-    ("sstore", "postgres"): _engine_to_postgres,   # stream=, table=, mode=, key=, chunk_rows=
+    ("sstore", "postgres"): _engine_to_postgres,   # stream= | source= (a table), table=, ...
     ("postgres", "sstore"): _postgres_to_engine,   # table= | query=, into=, mode=, key=, since=
     ("spark", "postgres"): _spark_to_postgres,     # table=, mode=
     ("postgres", "spark"): _postgres_to_spark,     # table= | query=, partition_column=, ...
@@ -66,7 +70,7 @@ MIGRATORS: dict[tuple[str, str], Callable[..., Any]] = {
 }
 
 
-def cast(source: object, target: object, **options: Any) -> Any:
+def cast(source: object, target: object, /, **options: Any) -> Any:
     """Move data from ``source`` to ``target`` with the migrator registered for the pair."""
     pair = (kind_of(source), kind_of(target))
     migrator = MIGRATORS.get(pair)

@@ -12,7 +12,6 @@ statements to the hot path.
 
 from __future__ import annotations
 
-from sstore import systables
 from sstore.faults import crash_point
 from sstore.runtime import Runtime
 from sstore.sql import ident

@@ -244,3 +244,24 @@ def test_unknown_pairs_and_streams_are_errors(engine: Engine, pg_url: str) -> No
     engine.stream("s", {"x": "INTEGER"})
     with pytest.raises(MigrationError, match="no stream 'nope'"):
         cast(engine, pg_url, stream="nope", table="t")
+
+
+def test_engine_table_full_and_incremental_copies(engine: Engine, pg_url: str) -> None:
+    engine.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, owner VARCHAR, "
+                   "changed BIGINT)")
+    engine.execute("INSERT INTO accounts SELECT i, 'o' || i, i FROM range(1, 101) t(i)")
+    with pytest.raises(IncompatibleSchemaError, match="needs a primary key"):
+        cast(engine, pg_url, source="accounts", table="nokey")  # created without a key ...
+        cast(engine, pg_url, source="accounts", table="nokey", mode="merge", key=["id"])
+    assert cast(engine, pg_url, source="accounts", table="dw.accounts", key=["id"]) == 100
+    assert cast(engine, pg_url, source="accounts", table="dw.accounts") == 100  # replace
+    assert pg_rows(pg_url, "SELECT count(*) FROM dw.accounts") == [(100,)]
+    engine.execute("UPDATE accounts SET owner = 'new', changed = 500 WHERE id = 7")
+    engine.execute("INSERT INTO accounts VALUES (101, 'o101', 501)")
+    sent = cast(engine, pg_url, source="accounts", table="dw.accounts", mode="merge",
+                key=["id"], since="changed")
+    assert sent == 2
+    assert pg_rows(pg_url, "SELECT count(*), max(changed) FROM dw.accounts") == [(101, 501)]
+    assert pg_rows(pg_url, "SELECT owner FROM dw.accounts WHERE id = 7") == [("new",)]
+    assert cast(engine, pg_url, source="accounts", table="dw.accounts", mode="merge",
+                key=["id"], since="changed") == 0

@@ -1,0 +1,66 @@
+"""Engine table -> PostgreSQL: a full copy, or incremental by a column that only grows.
+
+Streams carry batch-ids and move through ``engine_to_postgres``. A state table has no batches,
+so its increments are decided by a column: with ``since``, only rows whose ``since`` is greater
+than the largest one already in the target are sent. The largest value is read inside the same
+PostgreSQL transaction that loads the rows, under a lock that keeps concurrent copies of the same
+target out, so a repeated or concurrent copy never duplicates a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+from migrators.errors import MigrationError
+from migrators.postgres import RetryPolicy, Session, copy_arrow, ensure_table, merge_rows
+from migrators.typemap import for_copy
+from sstore.engine import Engine
+from sstore.errors import DeclarationError
+from sstore.sql import ident, qualified
+
+
+def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: str,
+                           mode: str = "replace", key: Sequence[str] = (),
+                           since: str | None = None, retry: RetryPolicy | None = None) -> int:
+    """Copy the engine table ``source_table`` into PostgreSQL ``table``; return rows sent.
+
+    ``mode``: "replace" (the target's rows become the source's, in one transaction), "append",
+    or "merge" (by ``key``). ``since`` makes it incremental (append or merge only).
+    """
+    if mode not in ("replace", "append", "merge"):
+        raise DeclarationError(f"mode must be replace, append or merge, not {mode!r}")
+    if mode == "merge" and not key:
+        raise DeclarationError("merge mode needs key columns")
+    if since is not None and mode == "replace":
+        raise DeclarationError("an incremental copy (since=) appends or merges")
+    schema = engine.query(f"SELECT * FROM {qualified(source_table)} LIMIT 0").schema
+    if since is not None and since not in schema.names:
+        raise MigrationError(f"table {source_table!r} has no column {since!r}")
+
+    def load(con: psycopg.Connection) -> int:
+        ensure_table(con, table, schema, key)
+        con.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
+        sql, params = f"SELECT * FROM {qualified(source_table)}", []
+        if since is not None:
+            newest = con.execute(f"SELECT max({ident(since)}) FROM {qualified(table)}"
+                                 ).fetchone()[0]
+            if newest is not None:
+                sql, params = f"{sql} WHERE {ident(since)} > ?", [newest]
+        rows = for_copy(engine.query(sql, params=params))
+        with con.cursor() as cur:
+            if mode == "replace":
+                cur.execute(f"DELETE FROM {qualified(table)}")
+            if mode == "merge":
+                merge_rows(cur, table, rows, key)
+            else:
+                copy_arrow(cur, table, rows)
+        con.commit()
+        return rows.num_rows
+
+    session = Session(url, retry)
+    try:
+        return session.run(load, f"copy {source_table} to {table}")
+    finally:
+        session.close()
