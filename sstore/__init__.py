@@ -9,13 +9,14 @@ from sstore.errors import (DeclarationError, InputLogError, OutOfOrderBatchError
                            SchemaError, SStoreError, TerminalError, TransactionStateError,
                            TransientError, UnknownStreamError)
 from sstore.graph import ErrorPolicy
+from sstore.runtime import CommitEvent
 from sstore.subscriptions import Subscription
 from sstore.transaction import Transaction, TxState
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DeclarationError", "Engine", "ErrorPolicy", "Ingested", "InputLogError",
+    "CommitEvent", "DeclarationError", "Engine", "ErrorPolicy", "Ingested", "InputLogError",
     "OutOfOrderBatchError", "ProcedureError", "SStoreError", "SchemaError", "Subscription",
     "TerminalError", "Transaction", "TransactionStateError", "TransientError", "TxState",
     "UnknownStreamError", "__version__",

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerD
 from sstore.inputlog import InputLog, LogRecord
 from sstore.ledger import Ledger
 from sstore.rows import RowsLike
-from sstore.runtime import Runtime
+from sstore.runtime import CommitEvent, Runtime
 from sstore.scheduler import Scheduler
 from sstore.sql import bind, ident, qualified
 from sstore.status import EngineStatus, read_status
@@ -249,6 +250,9 @@ class Engine:
             raise
         crash_point("ingest.after_commit")
         rt.finish(pending)
+        if rt.observers:
+            rt.observe(CommitEvent("ingest", stream, batch_id, table.num_rows,
+                                   time.perf_counter()))
 
     def _replay_ingest(self, record: LogRecord) -> None:
         assert self._rt is not None and record.stream and record.batch_id and record.table is not None
@@ -268,7 +272,9 @@ class Engine:
             return False
         run_te(rt, *nxt)
         if rt.since_gc >= self.gc_every and not rt.replaying:
-            gc.collect(rt)
+            following = rt.scheduler.next()
+            if following is None or following[1] != nxt[1]:  # between batches, not inside one
+                gc.collect(rt)
         return True
 
     def run_until_idle(self, max_executions: int | None = None) -> int:
@@ -364,6 +370,11 @@ class Engine:
         if not self._graph.is_stream(stream):
             raise UnknownStreamError(f"no stream {stream!r}")
         return self._subscribers.add(stream, callback)
+
+    def observe(self, observer: Callable[[CommitEvent], None]) -> None:
+        """Call ``observer(event)`` after every commit of an ingest or a transaction execution
+        (for metrics and benchmarks). It runs under the engine's lock: keep it quick."""
+        self._runtime().observers.append(observer)
 
     def latest(self, stream: str) -> tuple[int, pa.Table] | None:
         """The newest committed batch of a stream: (batch_id, rows), or None (pull mode)."""

@@ -36,7 +36,7 @@ from sstore.duck import registered
 from sstore.errors import ProcedureError, SStoreError, TransientError
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, ProcedureDecl
-from sstore.runtime import Runtime
+from sstore.runtime import CommitEvent, Runtime
 from sstore.sql import ident
 from sstore.streams import PendingCommit
 from sstore.transaction import Transaction
@@ -70,7 +70,7 @@ def run_te(rt: Runtime, name: str, batch_id: int) -> bool:
 def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.Table]) -> None:
     con = rt.con
     pending = PendingCommit()
-    registered = _register_inputs(con, inputs)
+    _register_inputs(con, inputs)  # left registered: the next execution's register replaces it
     tx = Transaction(con, batch_id, decl.name)
     con.begin()  # step 2
     try:
@@ -88,24 +88,27 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
         tx._mark_rolled_back()
         rt.store.forget(pending)
         raise
-    finally:
-        for rel in registered:
-            con.unregister(rel)
     crash_point("te.after_commit")
     rt.te_seq += 1
     rt.since_gc += 1
     rt.finish(pending)  # step 8
+    if rt.observers:
+        rt.observe(CommitEvent("te", decl.name, batch_id, pending.records[-1][2],
+                               time.perf_counter()))
 
 
-def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> list[str]:
-    names = []
+def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> None:
+    """Make the input batches visible to SQL. They stay registered after the execution (an
+    unregister costs half a millisecond); the next execution's register replaces them."""
     for node, table in inputs.items():
-        if not table.num_columns:
-            continue  # an undeclared stream whose producer has returned no typed rows yet
         rel = "batch" if len(inputs) == 1 else f"{node}_batch"
-        con.register(rel, table)
-        names.append(rel)
-    return names
+        if table.num_columns:
+            con.register(rel, table)
+        else:  # an undeclared stream whose producer has returned no typed rows yet
+            try:
+                con.unregister(rel)  # never let a previous execution's batch show through
+            except duckdb.Error:
+                pass
 
 
 def _outputs(rt: Runtime, decl: ProcedureDecl, batch_id: int, result: Any) -> dict[str, pa.Table]:

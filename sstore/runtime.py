@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -23,6 +24,18 @@ from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Subscribers
 
 CACHE_BATCHES = 256
+
+
+@dataclass(frozen=True)
+class CommitEvent:
+    """One committed transaction: an ingest (``node`` = stream) or a transaction execution
+    (``node`` = procedure). ``at`` is ``time.perf_counter()`` right after COMMIT."""
+
+    kind: str  # "ingest" or "te"
+    node: str
+    batch_id: int
+    rows: int
+    at: float
 
 
 @dataclass
@@ -43,6 +56,13 @@ class Runtime:
         default_factory=collections.OrderedDict)
     latest: dict[str, tuple[int, pa.Table]] = field(default_factory=dict)
     outbox: list[tuple[str, int, pa.Table]] = field(default_factory=list)
+    observers: list[Callable[[CommitEvent], None]] = field(default_factory=list)
+
+    def observe(self, event: CommitEvent) -> None:
+        """Tell observers (metrics, benchmarks) about a commit; called under the lock, so an
+        observer must be quick and must not call back into the engine."""
+        for observer in self.observers:
+            observer(event)
 
     def finish(self, pending: PendingCommit) -> None:
         """Apply a committed transaction to memory: ledger, windows, cache, subscribers."""

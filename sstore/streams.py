@@ -100,7 +100,7 @@ class StreamStore:
             self._create_inferred(stream, table, pending)
         triggers = self.graph.triggers_on(stream)
         if table.num_rows:
-            with registered(con, NEW_ROWS, table):
+            with registered(con, NEW_ROWS, table, keep=True):
                 con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}", [batch_id])
                 for trig in triggers:
                     _run_trigger(con, trig.sql, batch_id)
@@ -115,7 +115,7 @@ class StreamStore:
                 wtriggers = self.graph.triggers_on(win.name)
                 if wtriggers:
                     contents = self.read_window(win.name, update.promoted)
-                    with registered(con, NEW_ROWS, contents):
+                    with registered(con, NEW_ROWS, contents, keep=True):
                         for trig in wtriggers:
                             _run_trigger(con, trig.sql, batch_id)
 

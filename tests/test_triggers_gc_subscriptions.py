@@ -117,3 +117,23 @@ def test_push_and_pull_subscriptions(engine: Engine) -> None:
     engine.ingest("s", [(5,)])
     engine.run_until_idle()
     assert pull.poll() == [] and pushed[-1] == (3, [25])
+
+
+def test_observers_see_every_commit_in_order(engine: Engine) -> None:
+    engine.stream("s", {"x": "INTEGER"})
+
+    @engine.procedure(input="s", output="t")
+    def first(tx, batch):
+        return tx.sql("SELECT x FROM batch")
+
+    @engine.procedure(input="t")
+    def second(tx, batch):
+        pass
+
+    events = []
+    engine.observe(events.append)
+    engine.ingest("s", [(1,), (2,)])
+    engine.run_until_idle()
+    assert [(e.kind, e.node, e.batch_id, e.rows) for e in events] == [
+        ("ingest", "s", 1, 2), ("te", "first", 1, 2), ("te", "second", 1, 0)]
+    assert events[0].at <= events[1].at <= events[2].at
