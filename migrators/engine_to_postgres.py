@@ -40,6 +40,7 @@ from migrators.postgres import RetryPolicy, Session, copy_arrow, ensure_table, m
 from migrators.typemap import for_copy
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
+from sstore.subscriptions import Subscription
 
 log = logging.getLogger("sstore.migrators")
 
@@ -117,6 +118,11 @@ class StreamToPostgres:
     _unacked: int = field(default=0, init=False)
     _acked_at: float = field(default=0.0, init=False)
     _mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _wake: threading.Event = field(default_factory=threading.Event, init=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _subscription: Subscription | None = field(default=None, init=False)
+    last_error: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "merge"):
@@ -277,11 +283,63 @@ class StreamToPostgres:
         return data.num_rows
 
     # ------------------------------------------------------------------ continuous
-    def attach(self) -> None:
-        """Feed the target as batches commit: after each committed batch of the stream, move
-        what is pending (in its own PostgreSQL transactions, outside the engine's lock)."""
+    def attach(self, background: bool = True) -> None:
+        """Feed the target as batches commit.
+
+        Each committed batch of the stream wakes a sink thread that moves what is pending (its
+        own PostgreSQL transactions, never under the engine's lock), so stream processing does
+        not wait for PostgreSQL; if PostgreSQL is away the sink keeps retrying and the engine
+        keeps the batches. ``background=False`` moves them in the committing thread instead.
+        """
         self.start()
-        self.engine.subscribe(self.stream, lambda _b, _t: self.run_pending())
+        if not background:
+            self._subscription = self.engine.subscribe(self.stream,
+                                                       lambda _b, _t: self.run_pending())
+            return
+        self._wake.set()  # move whatever is already committed
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._sink_loop, daemon=True,
+                                        name=f"sstore-sink-{self.table}")
+        self._thread.start()
+        self._subscription = self.engine.subscribe(self.stream, lambda _b, _t: self._wake.set())
+
+    def _sink_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            try:
+                self.run_pending()
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - a sink must outlive a bad minute
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.error("sink %s -> %s: %s; will try again", self.stream, self.table,
+                          self.last_error)
+                self._stopping.wait(self.retry.max_delay)
+                self._wake.set()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every batch committed so far is in PostgreSQL; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pending = self.engine.batches(self.stream, self.engine.acknowledged(self.consumer))
+            if not pending:
+                return True
+            self._wake.set()
+            time.sleep(0.01)
+        return False
+
+    def detach(self) -> None:
+        """Stop feeding: finish the chunk in flight, acknowledge, close the connection."""
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+        if self._thread is not None:
+            self._stopping.set()
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
+        with self._mutex:
+            self.close()
 
     def run_pending(self) -> int:
         """Move what has committed since the last acknowledgement (one caller at a time)."""

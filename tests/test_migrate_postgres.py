@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import threading
+import time
 
 import psycopg
 import pyarrow as pa
@@ -226,13 +227,41 @@ def test_continuous_sink_feeds_postgres_as_batches_commit(state_path: str, pg_ur
     def keep_positive(tx, batch):
         return tx.sql("SELECT x FROM batch WHERE x > 0")
 
-    StreamToPostgres(eng, "clean", pg_url, "clean").attach()
+    sink = StreamToPostgres(eng, "clean", pg_url, "clean")
+    sink.attach()
     eng.ingest("raw", [(1,), (-1,)])
     eng.run_until_idle()
+    assert sink.flush(timeout=30)
     assert pg_rows(pg_url, "SELECT x FROM clean") == [(1,)]
     eng.ingest("raw", [(2,)])
     eng.run_until_idle()
+    assert sink.flush(timeout=30)
     assert sorted(pg_rows(pg_url, "SELECT x FROM clean")) == [(1,), (2,)]
+    sink.detach()
+    eng.close()
+
+
+def test_sink_survives_postgres_going_away(state_path: str, pg_url: str) -> None:
+    eng = Engine(state_path)
+    eng.stream("raw", {"x": "INTEGER"})
+    sink = StreamToPostgres(eng, "raw", pg_url, "raw_copy",
+                            retry=RetryPolicy(attempts=2, first_delay=0.01, max_delay=0.05))
+    sink.attach()
+    eng.ingest("raw", [(1,)])
+    assert sink.flush(timeout=30)
+    sink.url = "postgresql://postgres@127.0.0.1:1/gone"  # PostgreSQL "goes away"
+    sink.session.close()
+    sink.session.url = sink.url
+    eng.ingest("raw", [(2,)])
+    deadline = time.monotonic() + 10
+    while sink.last_error is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sink.last_error and "gave up" in sink.last_error
+    assert eng.query("SELECT count(*) FROM raw WHERE x = 2").column(0)[0].as_py() == 1  # kept
+    sink.session.url = sink.url = pg_url  # ... and comes back
+    assert sink.flush(timeout=30)
+    assert sorted(pg_rows(pg_url, "SELECT x FROM raw_copy")) == [(1,), (2,)]
+    sink.detach()
     eng.close()
 
 
