@@ -187,6 +187,14 @@ def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
                   f"{report.seconds:.2f} s; watermark at batch {report.watermark}.")
 
 
+def _attach_workloads() -> None:
+    from sstore.cli_tpcdi import tpcdi
+    main.add_command(tpcdi)
+
+
+_attach_workloads()
+
+
 @contextlib.contextmanager
 def _state_path(state: str | None) -> Iterator[str]:
     """The given state file, or one in a temporary directory removed afterwards."""
