@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from sstore.workloads.tpcdi.audit_cli import audit_command
 from sstore.workloads.tpcdi.generator.cli import generate_command
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -25,3 +26,4 @@ def tpcdi() -> None:
 
 
 tpcdi.add_command(generate_command, name="generate")
+tpcdi.add_command(audit_command, name="audit")
