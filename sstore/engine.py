@@ -85,6 +85,7 @@ class Engine:
         self._subscribers = Subscribers()
         self._closed = False
         self._foreign = False
+        self._observers: list[Callable[[CommitEvent], None]] = []
 
     @classmethod
     def open_existing(cls, path: str) -> "Engine":
@@ -187,6 +188,7 @@ class Engine:
             systables.save_graph(con, graph)
         rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
                      self._lock, threading.Condition(self._lock), self._input_log)
+        rt.observers = self._observers  # shared: observers added later are seen too
         for node, batch_id, table in _latest_rows(store, ledger, graph):
             rt.latest[node] = (batch_id, table)
         if self._foreign:
@@ -373,8 +375,9 @@ class Engine:
 
     def observe(self, observer: Callable[[CommitEvent], None]) -> None:
         """Call ``observer(event)`` after every commit of an ingest or a transaction execution
-        (for metrics and benchmarks). It runs under the engine's lock: keep it quick."""
-        self._runtime().observers.append(observer)
+        (for metrics and benchmarks). It runs under the engine's lock: keep it quick. May be
+        called before or after the engine starts."""
+        self._observers.append(observer)
 
     def latest(self, stream: str) -> tuple[int, pa.Table] | None:
         """The newest committed batch of a stream: (batch_id, rows), or None (pull mode)."""
