@@ -40,3 +40,13 @@ def pg_url(postgresql) -> str:
     info = postgresql.info
     auth = info.user + (f":{info.password}" if info.password else "")
     return f"postgresql://{auth}@{info.host}:{info.port}/{info.dbname}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark for the whole test session (starting one takes ~15 s)."""
+    from migrators.spark_session import get_spark, stop_spark
+
+    session = get_spark("local[2]")
+    yield session
+    stop_spark()

@@ -24,7 +24,7 @@ from migrators.errors import (MigrationError, PostgresUnavailable,  # noqa: E402
                               UnsupportedTypeError)
 from migrators.spark import (dataframe_to_engine, dataframe_to_postgres,  # noqa: E402
                              engine_to_dataframe, postgres_to_dataframe)
-from migrators.spark_session import SparkSetupError, get_spark, jdbc_jar, stop_spark  # noqa: E402
+from migrators.spark_session import SparkSetupError, get_spark, jdbc_jar  # noqa: E402
 from sstore import Engine  # noqa: E402
 from sstore.errors import DeclarationError, TerminalError, TransientError  # noqa: E402
 
@@ -44,13 +44,6 @@ FACTS = [
      dt.datetime(2038, 1, 19, 3, 14, 8, tzinfo=UTC)),
     (4, None, None, None, None, None, None, None, None),
 ]
-
-
-@pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    session = get_spark("local[2]")
-    yield session
-    stop_spark()
 
 
 def rows(engine: Engine, sql: str) -> list[tuple]:
