@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,9 @@ from migrators.urls import default_url, parse  # noqa: E402
 _server = parse(default_url())
 postgresql_server = factories.postgresql_noproc(
     host=_server.host, port=_server.port, user=_server.user or "postgres",
-    password=_server.password)
+    password=_server.password,
+    # per process, so that two test runs on one server (a developer's and CI's) do not collide
+    dbname=f"sstore_test_{os.getpid()}")
 postgresql = factories.postgresql("postgresql_server")
 
 
