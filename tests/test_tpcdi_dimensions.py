@@ -24,7 +24,6 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from migrators.spark_session import get_spark, stop_spark
 from migrators.urls import default_url, parse
 from sstore.sql import ident
 from sstore.workloads.tpcdi.dimensions import (
@@ -213,13 +212,6 @@ def snapshot(url: str) -> Snapshot:
         out["rejects"] = [dict(zip(("file", "batch", "line", "raw", "reason"), r))
                           for r in cur.fetchall()]
     return out
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = get_spark("local[2]")
-    yield session
-    stop_spark()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from migrators.spark_session import get_spark, stop_spark
 from pytest_postgresql.janitor import DatabaseJanitor
 from sstore.workloads.tpcdi import dimensions, dimtrade_spark, sources
 from sstore.workloads.tpcdi.audit import run_audit
@@ -31,13 +30,6 @@ TYPES = {"Market Buy", "Market Sell", "Stop Loss", "Limit Sell", "Limit Buy"}
 
 
 # -- fixtures ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def spark():
-    session = get_spark("local[2]")
-    yield session
-    stop_spark()
-
-
 @pytest.fixture(scope="module")
 def db(postgresql_server) -> Iterator[str]:
     """A database of its own for the module (``pg_url`` is per test, too short-lived here)."""
