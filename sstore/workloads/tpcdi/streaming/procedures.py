@@ -66,30 +66,30 @@ FROM batch e LEFT JOIN statustype st ON st.st_id = e.t_st_id
 ORDER BY e.line_no
 """
 
-# Batch1 looks up the version valid on the create date; later batches the current version.
-SECURED_SQL = """
-SELECT e.* REPLACE (coalesce(e.reason, CASE WHEN e.cdc_flag = 'I' AND s.sk_securityid IS NULL
-                                           THEN 'unknown symbol ' || e.t_s_symb END) AS reason),
-       s.sk_securityid, s.sk_companyid
-FROM batch e LEFT JOIN dimsecurity s
-  ON e.cdc_flag = 'I' AND e.reason IS NULL AND s.symbol = e.t_s_symb
+def lookup_sql(dimension: str, natural_key: str, event_column: str, keys: tuple[str, ...],
+               what: str) -> str:
+    """One slowly-changing lookup for new trades (docs/tpcdi.md rule 2): Batch1 takes the
+    version valid on the create date, later batches the current version; no match is a reject.
+    Only names defined in this module reach the SQL text."""
+    picked = ", ".join(f"x.{k}" for k in keys)
+    return f"""
+SELECT e.* REPLACE (coalesce(e.reason, CASE WHEN e.cdc_flag = 'I' AND x.{keys[0]} IS NULL
+                                           THEN 'unknown {what} ' || e.{event_column} END)
+                    AS reason),
+       {picked}
+FROM batch e LEFT JOIN {dimension} x
+  ON e.cdc_flag = 'I' AND e.reason IS NULL AND x.{natural_key} = e.{event_column}
  AND CASE WHEN e.tpcdi_batch = 1
-          THEN s.effectivedate <= e.t_dts::DATE AND e.t_dts::DATE < s.enddate
-          ELSE s.iscurrent END
+          THEN x.effectivedate <= e.t_dts::DATE AND e.t_dts::DATE < x.enddate
+          ELSE x.iscurrent END
 ORDER BY e.line_no
 """
 
-KEYED_SQL = """
-SELECT e.* REPLACE (coalesce(e.reason, CASE WHEN e.cdc_flag = 'I' AND a.sk_accountid IS NULL
-                                           THEN 'unknown account ' || e.t_ca_id END) AS reason),
-       a.sk_accountid, a.sk_customerid, a.sk_brokerid
-FROM batch e LEFT JOIN dimaccount a
-  ON e.cdc_flag = 'I' AND e.reason IS NULL AND a.accountid = e.t_ca_id
- AND CASE WHEN e.tpcdi_batch = 1
-          THEN a.effectivedate <= e.t_dts::DATE AND e.t_dts::DATE < a.enddate
-          ELSE a.iscurrent END
-ORDER BY e.line_no
-"""
+
+SECURED_SQL = lookup_sql("dimsecurity", "symbol", "t_s_symb", ("sk_securityid", "sk_companyid"),
+                         "symbol")
+KEYED_SQL = lookup_sql("dimaccount", "accountid", "t_ca_id",
+                       ("sk_accountid", "sk_customerid", "sk_brokerid"), "account")
 
 # The rows SP5 applies: fine so far, and an insert or an update of a trade that exists (in the
 # state or inserted by this very batch).
