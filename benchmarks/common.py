@@ -29,7 +29,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 def machine_info() -> dict[str, Any]:
     """What the numbers depend on: CPU, memory, library versions, the commit measured."""
     info: dict[str, Any] = {
-        "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(), "python": platform.python_version(),
         "cpus": os.cpu_count(), "duckdb": duckdb.__version__, "pyarrow": pa.__version__,
         "tempdir": tempfile.gettempdir(), "loadavg_at_end": os.getloadavg(),
@@ -41,13 +41,25 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def write_results(name: str, payload: dict[str, Any]) -> str:
+def write_results(name: str, payload: dict[str, Any] | list[Any]) -> str:
     """Write ``benchmarks/results/NAME.json``; return its path."""
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, f"{name}.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2, default=str)
     return path
+
+
+def fresh_database(base: str, name: str) -> str:
+    """Drop and create database ``name`` on the server of ``base``; return its URL."""
+    import psycopg
+
+    from sstore.sql import ident
+    with psycopg.connect(base, autocommit=True) as con:
+        con.execute(f"DROP DATABASE IF EXISTS {ident(name)}")
+        con.execute(f"CREATE DATABASE {ident(name)}")
+    head, _, _ = base.rpartition("/")
+    return f"{head}/{name}"
 
 
 def _first_line_value(path: str, key: str) -> str | None:

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from benchmarks.common import machine_info, percentile, write_results
+from benchmarks.common import fresh_database, machine_info, percentile, write_results
 from migrators import StreamToPostgres
 from migrators.postgres import copy_arrow
 from migrators.typemap import for_copy, postgres_columns
@@ -59,11 +59,7 @@ def make_rows(n: int) -> pa.Table:
 
 def bench_url(base: str) -> str:
     """A fresh database ``sstore_bench`` on the server of ``base``."""
-    with psycopg.connect(base, autocommit=True) as con:
-        con.execute("DROP DATABASE IF EXISTS sstore_bench")
-        con.execute("CREATE DATABASE sstore_bench")
-    head, _, _ = base.rpartition("/")
-    return f"{head}/sstore_bench"
+    return fresh_database(base, "sstore_bench")
 
 
 def reset_target(url: str, table: str, keyed: bool) -> None:

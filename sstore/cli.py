@@ -16,12 +16,24 @@ from collections.abc import Iterator
 import click
 import duckdb
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-    TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from sstore import __version__
-from sstore.cli_format import arrow_table, leaderboard_view, run_summary, status_view, to_csv, \
-    to_json
+from sstore.cli_format import (
+    arrow_table,
+    leaderboard_view,
+    run_summary,
+    status_view,
+    to_csv,
+    to_json,
+)
 from sstore.engine import Engine
 from sstore.errors import SStoreError
 from sstore.statefile import explain, file_status, query_file
@@ -122,18 +134,43 @@ def status_command(state: str, as_json: bool) -> None:
 
 
 @main.command(name="query", context_settings=CONTEXT)
-@click.argument("state", type=click.Path(dir_okay=False))
-@click.argument("sql")
+@click.argument("args", nargs=-1, required=True, metavar="[STATE] SQL")
+@click.option("--catalog", envvar="SSTORE_CATALOG", default="sstore-catalog.json",
+              show_default=True, help="Polystore catalog (default: $SSTORE_CATALOG).")
+@click.option("--explain", is_flag=True, help="Print the plans and their estimated costs.")
+@click.option("--plan", "plan_name", default=None,
+              help="Run this plan (a name --explain lists) instead of the cheapest.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How often this query will run (a cached migration may pay off).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="Output format.")
-def query_command(state: str, sql: str, fmt: str) -> None:
-    """Run one read-only SQL query over a state file and print the rows.
+def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name: str | None,
+                  repeats: int, fmt: str) -> None:
+    """Run SQL across the polystore's engines, or over one state file, and print the rows.
 
-    Stream tables, window views (e.g. "trending"), your tables and the engine's own tables
-    (sstore_sys.commits, sstore_sys.errors, ...) can all be queried; writes are refused.
+    \b
+    With one argument, SQL over the names of the polystore catalog: plain SQL, or BigDAWG's
+    island syntax bdrel(...), bdstream(...), bdcast(query, name, engine). A query that touches
+    one engine runs there whole; otherwise the planner picks a plan by its calibrated costs
+    (see `sstore polystore --help`).
+      sstore query "SELECT count(*) FROM orders"
+      sstore query --explain "SELECT * FROM orders WHERE o_carrier_id = 3"
+    With two arguments, read-only SQL over one engine state file: stream tables, window
+    views, your tables and the engine's own (sstore_sys.commits, ...); writes are refused.
+      sstore query voter.duckdb "SELECT * FROM vote_totals"
     """
+    if len(args) > 2:
+        raise click.UsageError("give SQL, or a STATE file and SQL (quote the SQL)")
     try:
-        table = query_file(state, sql)
+        if len(args) == 2:
+            table = query_file(args[0], args[1])
+        else:
+            from sstore.polystore import Polystore
+            with Polystore(catalog) as polystore:
+                if explain:
+                    click.echo(polystore.explain(args[0], repeats=repeats))
+                    return
+                table = polystore.query(args[0], plan=plan_name, repeats=repeats)
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
     except duckdb.Error as exc:
@@ -188,8 +225,10 @@ def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
 
 
 def _attach_workloads() -> None:
+    from sstore.cli_polystore import polystore
     from sstore.cli_tpcdi import tpcdi
     main.add_command(tpcdi)
+    main.add_command(polystore)
 
 
 _attach_workloads()

@@ -1,0 +1,167 @@
+"""``sstore polystore ...``: build the catalog, calibrate the cost model, explain queries.
+
+Queries themselves run with ``sstore query SQL``; this group sets up what they need.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sstore.errors import SStoreError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CATALOG = click.option("--catalog", envvar="SSTORE_CATALOG", default="sstore-catalog.json",
+                       show_default=True, help="Catalog file (default: $SSTORE_CATALOG).")
+
+
+@click.group(context_settings=CONTEXT)
+def polystore() -> None:
+    """One SQL entry point over the streaming engine, PostgreSQL and Spark.
+
+    \b
+    Set up a catalog, then query it with `sstore query`:
+      sstore polystore add-postgres pg postgresql://postgres@127.0.0.1/postgres
+      sstore polystore add-engine stream state.duckdb
+      sstore polystore split orders stream=orders_recent pg=public.orders
+      sstore polystore calibrate --postgres postgresql://postgres@127.0.0.1/postgres
+      sstore query --explain "SELECT count(*) FROM orders"
+    """
+
+
+def _run(work: object) -> None:
+    try:
+        work()  # type: ignore[operator]
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@polystore.command(name="add-postgres", context_settings=CONTEXT)
+@click.argument("name")
+@click.argument("url")
+@click.option("--schema", default="public", show_default=True,
+              help="Register this schema's tables as objects.")
+@CATALOG
+def add_postgres(name: str, url: str, schema: str, catalog: str) -> None:
+    """Add a PostgreSQL database by URL (or env:VAR, read when used) and its tables."""
+    from sstore.polystore import Polystore
+
+    def work() -> None:
+        with Polystore(catalog) as ps:
+            names = ps.add_postgres(name, url, schema)
+        click.echo(f"{name}: {len(names)} tables registered ({', '.join(names[:8])}"
+                   f"{', ...' if len(names) > 8 else ''})")
+    _run(work)
+
+
+@polystore.command(name="add-engine", context_settings=CONTEXT)
+@click.argument("name")
+@click.argument("state", type=click.Path(dir_okay=False, exists=True))
+@CATALOG
+def add_engine(name: str, state: str, catalog: str) -> None:
+    """Add a streaming engine by its state file and register its tables and streams."""
+    from sstore.engine import Engine
+    from sstore.polystore import Polystore
+
+    def work() -> None:
+        with Engine.open_existing(state) as engine, Polystore(catalog) as ps:
+            names = ps.attach_engine(name, engine)
+        click.echo(f"{name}: {len(names)} tables and streams registered")
+    _run(work)
+
+
+@polystore.command(name="add-spark", context_settings=CONTEXT)
+@click.argument("name", default="spark")
+@click.option("--master", default="", help="Spark master URL (default: $SSTORE_SPARK_MASTER "
+                                           "or local[*]).")
+@CATALOG
+def add_spark(name: str, master: str, catalog: str) -> None:
+    """Let plans use Spark (for inputs too large for one process)."""
+    from sstore.polystore import Polystore
+
+    with Polystore(catalog) as ps:
+        ps.add_spark(name, master)
+    click.echo(f"{name}: Spark added")
+
+
+@polystore.command(context_settings=CONTEXT)
+@click.argument("name")
+@click.argument("parts", nargs=-1, required=True, metavar="ENGINE=TABLE...")
+@CATALOG
+def split(name: str, parts: tuple[str, ...], catalog: str) -> None:
+    """Declare NAME as the UNION ALL of disjoint tables in several engines."""
+    from sstore.polystore import Polystore
+
+    fragments = {}
+    for part in parts:
+        engine, sep, table = part.partition("=")
+        if not sep or not engine or not table:
+            raise click.UsageError(f"expected ENGINE=TABLE, got {part!r}")
+        fragments[engine] = table
+
+    def work() -> None:
+        with Polystore(catalog) as ps:
+            ps.split(name, fragments)
+        click.echo(f"{name}: split over {', '.join(fragments)}")
+    _run(work)
+
+
+@polystore.command(name="list", context_settings=CONTEXT)
+@CATALOG
+def list_command(catalog: str) -> None:
+    """Show the catalog: engines, objects and where their fragments live."""
+    from sstore.polystore import Catalog
+
+    cat = Catalog(catalog)
+    engines = Table(title="engines", title_justify="left")
+    for column in ("name", "kind", "location"):
+        engines.add_column(column)
+    for entry in cat.engines.values():
+        engines.add_row(entry.name, entry.kind.value, entry.location)
+    objects = Table(title="objects", title_justify="left")
+    for column in ("name", "fragments", "columns"):
+        objects.add_column(column)
+    for obj in sorted(cat.objects.values(), key=lambda o: o.name):
+        objects.add_row(obj.name, ", ".join(f"{f.engine}:{f.physical}" for f in obj.fragments),
+                        str(len(obj.columns)))
+    console = Console(highlight=False)
+    console.print(engines)
+    console.print(objects)
+
+
+@polystore.command(context_settings=CONTEXT)
+@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL", required=True,
+              help="The PostgreSQL to measure (default: $SSTORE_POSTGRES_URL).")
+@click.option("--rows", type=click.IntRange(min=1000), default=200_000, show_default=True,
+              help="Rows of the measuring table (TPC-C ORDERS).")
+@click.option("--spark", is_flag=True, help="Measure Spark too (starts a JVM; about a minute).")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to store the constants (default: costs.json beside the catalog).")
+@CATALOG
+def calibrate(url: str, rows: int, spark: bool, output: str | None, catalog: str) -> None:
+    """Measure the cost model's constants on this machine and store them."""
+    from sstore.polystore import Polystore
+    from sstore.polystore.calibrate import calibrate as measure
+
+    console = Console(highlight=False)
+
+    def work() -> None:
+        with console.status("calibrating") as status:
+            model = measure(url, rows=rows, spark=spark,
+                            progress=lambda step: status.update(f"calibrating: {step}"))
+        path = output or Polystore(catalog).default_costs_path() or "costs.json"
+        model.write(path)
+        table = Table(title=f"cost constants ({path})", title_justify="left")
+        for column in ("engine", "fixed ms", "fetch ns/value", "load ns/value",
+                       "process ns/value"):
+            table.add_column(column, justify="right" if column != "engine" else "left")
+        for kind in model.fixed:
+            table.add_row(kind, f"{model.fixed[kind] * 1e3:.2f}",
+                          f"{model.fetch[kind] * 1e9:.1f}", f"{model.load[kind] * 1e9:.1f}",
+                          f"{model.process[kind] * 1e9:.1f}")
+        console.print(table)
+        console.print(f"parallel overlap {model.parallel_overlap:.2f}; Spark start "
+                      f"{model.spark_start:.1f} s, Spark JDBC {model.spark_jdbc * 1e9:.0f} "
+                      f"ns/value; {model.measured}")
+    _run(work)

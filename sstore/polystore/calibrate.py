@@ -1,0 +1,178 @@
+"""Measure the cost model's constants on this machine (``sstore polystore calibrate``).
+
+Each constant is timed through the connector code the executor uses, on TPC-C ORDERS rows
+(8 columns): a scratch streaming engine in a temporary directory and a scratch table in
+PostgreSQL (dropped afterwards). Per-value constants are (time - fixed) / values, from the
+median of a few repetitions; a negative difference (noise on a quiet step) counts as zero.
+Spark is measured only when asked (it takes a minute and starts a JVM).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+
+from sstore.engine import Engine
+from sstore.polystore.connectors import (
+    PostgresConnector,
+    SparkConnector,
+    StreamingConnector,
+)
+from sstore.polystore.cost import CostModel
+from sstore.polystore.executor import _run_in_island
+from sstore.polystore.plan import ISLAND
+
+Progress = Callable[[str], None]
+SCRATCH = "sstore_calibration.orders"
+
+
+def _median(work: Callable[[], object], times: int) -> float:
+    samples = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        work()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _per_value(total: float, fixed: float, values: int) -> float:
+    return max(0.0, (total - fixed) / values)
+
+
+def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = False,
+              progress: Progress | None = None) -> CostModel:
+    """Measure every constant; return the model (``CostModel.write`` stores it)."""
+    from sstore.workloads.tpcc.orders import create_in_engine, orders_rows
+
+    say = progress or (lambda _msg: None)
+    data = orders_rows(rows)
+    values = data.num_rows * data.num_columns
+    model = CostModel()
+    folder = tempfile.mkdtemp(prefix="sstore-calibrate-")
+    engine = Engine(os.path.join(folder, "calibrate.duckdb"))
+    stream = StreamingConnector("streaming", engine)
+    pg = PostgresConnector("postgres", url)
+    try:
+        say("streaming engine")
+        create_in_engine(engine, "orders", data)
+        _measure_kind(model, "streaming", stream.fetch, stream.fingerprint,
+                      lambda: stream.store("orders_copy", data),
+                      lambda: stream.store("orders_tiny", data.slice(0, 1), note="calibration"),
+                      "orders", values, repeats)
+        say("PostgreSQL")
+        pg.store(SCRATCH, data)
+        _measure_kind(model, "postgres", pg.fetch, pg.fingerprint,
+                      lambda: pg.store(SCRATCH + "_copy", data),
+                      lambda: pg.store(SCRATCH + "_tiny", data.slice(0, 1), note="calibration"),
+                      '"sstore_calibration"."orders"', values, repeats)
+        say("island")
+        _measure_island(model, data, values, repeats)
+        say("parallel fetches")
+        model.parallel_overlap = _overlap(stream, pg, repeats)
+        if spark:
+            say("Spark (starts a JVM)")
+            _measure_spark(model, url, data, values)
+    finally:
+        pg._execute("DROP SCHEMA IF EXISTS sstore_calibration CASCADE")
+        pg.close()
+        engine.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    model.measured = (f"calibrated {when} on {platform.node()} ({os.cpu_count()} cpus), "
+                      f"{rows:,} rows x {data.num_columns} columns"
+                      + ("" if spark else "; Spark constants are defaults"))
+    return model
+
+
+def _measure_kind(model: CostModel, kind: str, fetch: Callable[[str], pa.Table],
+                  fingerprint: Callable[[str], str],
+                  store: Callable[[], int], store_tiny: Callable[[], int], table: str,
+                  values: int,
+                  repeats: int) -> None:
+    fixed = _median(lambda: fetch("SELECT 1 AS one"), repeats * 4)
+    model.fixed[kind] = fixed
+    everything = _median(lambda: fetch(f"SELECT * FROM {table}"), repeats)
+    model.fetch[kind] = _per_value(everything, fixed, values)
+    scan = _median(lambda: fetch(_scan_sql(table)), repeats)
+    model.process[kind] = _per_value(scan, fixed, 2 * values)
+    model.fingerprint[kind] = _per_value(
+        _median(lambda: fingerprint(f"SELECT * FROM {table}"), repeats), fixed, values)
+    model.store_fixed[kind] = _median(store_tiny, repeats)
+    model.load[kind] = _per_value(_median(store, max(2, repeats // 2)),
+                                  model.store_fixed[kind], values)
+
+
+def _scan_sql(table: str, second: str | None = None) -> str:
+    """A query that must read every value of two tables (or twice one) and returns one row."""
+    cols = ("o_id", "o_d_id", "o_w_id", "o_c_id", "o_entry_d", "o_carrier_id", "o_ol_cnt",
+            "o_all_local")
+    aggregates = ", ".join(f"max({c}) AS m_{c}" for c in cols)
+    return (f"SELECT {aggregates} FROM (SELECT * FROM {table} UNION ALL "
+            f"SELECT * FROM {second or table}) AS u")
+
+
+def _measure_island(model: CostModel, data: pa.Table, values: int, repeats: int) -> None:
+    half = data.num_rows // 2
+    parts = {"a": data.slice(0, half), "b": data.slice(half)}
+    fixed = _median(lambda: _run_in_island("SELECT 1 AS one", {}), repeats * 4)
+    model.fixed[ISLAND] = fixed
+    union = "SELECT * FROM a UNION ALL SELECT * FROM b"
+    everything = _median(lambda: _run_in_island(union, parts), repeats)
+    scan = _median(lambda: _run_in_island(_scan_sql("a", "b"), parts), repeats)
+    model.process[ISLAND] = _per_value(scan, fixed, values)
+    model.fetch[ISLAND] = _per_value(everything, scan, values)
+
+
+def _overlap(stream: StreamingConnector, pg: PostgresConnector, repeats: int) -> float:
+    """How much two fetches in parallel cost beyond the slower one, as a share of the faster
+    one (0: perfect overlap; 1: none)."""
+    a = lambda: stream.fetch("SELECT * FROM orders")
+    b = lambda: pg.fetch('SELECT * FROM "sstore_calibration"."orders"')
+    ta, tb = _median(a, repeats), _median(b, repeats)
+
+    def both() -> None:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for fut in [pool.submit(a), pool.submit(b)]:
+                fut.result()
+
+    together = _median(both, repeats)
+    shorter, longer = min(ta, tb), max(ta, tb)
+    if shorter <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (together - longer) / shorter))
+
+
+def _measure_spark(model: CostModel, url: str, data: pa.Table, values: int) -> None:
+    from migrators import spark_session
+    t0 = time.perf_counter()
+    running = spark_session._session is not None
+    connector = SparkConnector("spark")
+    connector.spark  # noqa: B018 - starts the session
+    if not running:
+        model.spark_start = time.perf_counter() - t0
+    fixed = _median(lambda: connector.fetch("SELECT 1 AS one"), 5)
+    model.fixed["spark"] = fixed
+    model.load["spark"] = _per_value(
+        _median(lambda: (connector.store("orders", data), connector.fetch(
+            "SELECT count(*) FROM orders")), 3), 2 * fixed, values)
+    model.fetch["spark"] = _per_value(_median(lambda: connector.fetch("SELECT * FROM orders"),
+                                              3), fixed, values)
+    model.process["spark"] = _per_value(_median(lambda: connector.fetch(_scan_sql("orders")),
+                                                3), fixed, 2 * values)
+    pg = PostgresConnector("postgres", url)
+    pg.store(SCRATCH, data)
+    model.spark_jdbc = _per_value(_median(lambda: (
+        connector.store_from_postgres("orders_jdbc", url,
+                                      'SELECT * FROM "sstore_calibration"."orders"'),
+        connector.fetch("SELECT count(*) FROM orders_jdbc")), 3), 2 * fixed, values)
+    connector.drop("orders")
+    connector.drop("orders_jdbc")

@@ -1,0 +1,359 @@
+"""Connectors: the polystore's hands in each engine, all with the same anatomy.
+
+Each connector runs a query in its engine's own dialect and returns Arrow (``fetch``), stores
+Arrow rows as a table (``store``), and answers the planner's questions about a physical table
+(``row_count``, ``columns``, ``discover``) and about cached copies (``cache_state``). Data moves
+through the migrators' fast paths: DuckDB's Arrow export, ADBC binary COPY out of PostgreSQL,
+pgpq binary COPY into it, Arrow into Spark and JDBC from PostgreSQL to Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from sstore.engine import Engine
+from sstore.polystore.catalog import EngineKind
+from sstore.sql import ident, literal, qualified
+
+# A cached copy remembers what it was copied from in its table comment, written in the same
+# transaction as its rows (PostgreSQL), so a copy and its description cannot disagree.
+CACHE_NOTE = "sstore cache of "
+
+
+@dataclass(frozen=True)
+class CacheState:
+    rows: int              # rows in the cached copy
+    note: str              # what the copy says it is (fingerprint of its source)
+    max_growing: Any = None  # largest value of the growing column in the copy
+
+
+class Connector(Protocol):
+    name: str
+    kind: EngineKind
+
+    def fetch(self, sql: str) -> pa.Table: ...
+    def store(self, table: str, rows: pa.Table, mode: str = "replace",
+              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int: ...
+    def drop(self, table: str) -> None: ...
+    def row_count(self, physical: str) -> int: ...
+    def columns(self, physical: str) -> list[str]: ...
+    def discover(self) -> list[tuple[str, str, dict[str, str]]]: ...
+    def fingerprint(self, sql: str) -> str: ...
+    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]: ...
+    def cache_state(self, table: str, growing: str | None) -> CacheState | None: ...
+    def close(self) -> None: ...
+
+
+class StreamingConnector:
+    """An sstore engine: reads go through ``Engine.query`` (the committed state, under the
+    engine's lock), stores through ``Engine.load_table`` (one ACID transaction)."""
+
+    kind = EngineKind.STREAMING
+
+    def __init__(self, name: str, engine: Engine, owned: bool = False) -> None:
+        self.name = name
+        self.engine = engine
+        self.owned = owned
+
+    def fetch(self, sql: str) -> pa.Table:
+        return self.engine.query(sql)
+
+    def store(self, table: str, rows: pa.Table, mode: str = "replace",
+              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+        """Rows, deletions and note in one engine transaction: one commit, all or nothing."""
+        name = qualified(table)
+        with self.engine.transaction() as tx:
+            tx.register("sstore_store", rows)
+            if mode == "replace":
+                tx.execute(f"DROP TABLE IF EXISTS {name}")
+            tx.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM sstore_store LIMIT 0")
+            if delete_below is not None:
+                column, value = delete_below
+                tx.execute(f"DELETE FROM {name} WHERE {ident(column)} < ?", value)
+            tx.execute(f"INSERT INTO {name} BY NAME SELECT * FROM sstore_store")
+            if note is not None:
+                tx.execute(f"COMMENT ON TABLE {name} IS {literal(note)}")
+        return rows.num_rows
+
+    def drop(self, table: str) -> None:
+        self.engine.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+
+    def row_count(self, physical: str) -> int:
+        return int(self.engine.query(f"SELECT count(*) AS n FROM {qualified(physical)}")
+                   .column(0)[0].as_py())
+
+    def columns(self, physical: str) -> list[str]:
+        return self.engine.query(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
+
+    def discover(self) -> list[tuple[str, str, dict[str, str]]]:
+        rows = self.engine.query(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_catalog = current_database() "
+            "AND table_name NOT LIKE 'sstore_cache__%' ORDER BY table_name, ordinal_position")
+        return _group_columns(rows.to_pylist())
+
+    def fingerprint(self, sql: str) -> str:
+        """Count and order-independent hash of a query's rows: equal means unchanged."""
+        row = self.engine.query(f"SELECT count(*) AS n, sum(hash(q)) AS h FROM ({sql}) AS q"
+                                ).to_pylist()[0]
+        return f"{row['n']}:{row['h']}"
+
+    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
+        row = self.engine.query(f"SELECT min({ident(column)}) AS lo, max({ident(column)}) AS hi, "
+                                f"count(*) AS n FROM ({sql}) AS q").to_pylist()[0]
+        return row["lo"], row["hi"], row["n"]
+
+    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+        if not self._exists(table):
+            return None
+        top = f", max({ident(growing)}) AS hi" if growing else ", NULL AS hi"
+        row = self.engine.query(f"SELECT count(*) AS n{top} FROM {qualified(table)}"
+                                ).to_pylist()[0]
+        comment = self.engine.query(
+            "SELECT comment FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
+            table).to_pylist()
+        note = (comment[0]["comment"] or "") if comment else ""
+        return CacheState(row["n"], note, row["hi"])
+
+    def _exists(self, table: str) -> bool:
+        return bool(self.engine.query(
+            "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
+            table).num_rows)
+
+    def close(self) -> None:
+        if self.owned:
+            self.engine.close()
+
+
+class PostgresConnector:
+    """A PostgreSQL database: reads by ADBC (binary COPY into Arrow), stores by pgpq binary COPY
+    with the table's note in the same transaction."""
+
+    kind = EngineKind.POSTGRES
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        self.url = url
+        self._con: Any = None        # psycopg, autocommit: small questions, DDL
+        self._lock = threading.Lock()
+        self._adbc: Any = None       # ADBC: reads into Arrow
+        self._adbc_lock = threading.Lock()
+
+    def fetch(self, sql: str) -> pa.Table:
+        """Rows of ``sql`` as Arrow over the connector's ADBC connection (kept open: opening
+        one costs ~70 ms here, a query on an open one under 1 ms); reopened once if the server
+        dropped it."""
+        import adbc_driver_postgresql.dbapi as adbc
+
+        from migrators.errors import MigrationError, PostgresUnavailable
+        from migrators.postgres_to_engine import _plain
+        from migrators.urls import parse as parse_url
+        with self._adbc_lock:
+            for attempt in (1, 2):
+                try:
+                    if self._adbc is None:
+                        self._adbc = adbc.connect(self.url)
+                    with self._adbc.cursor() as cur:
+                        cur.execute(sql)
+                        table = cur.fetch_arrow_table()
+                    self._adbc.commit()
+                    return _plain(table)
+                except adbc.OperationalError as exc:
+                    self._close_adbc()
+                    if attempt == 2:
+                        raise PostgresUnavailable(
+                            f"PostgreSQL at {parse_url(self.url).redacted()}: {exc}") from exc
+                except adbc.Error as exc:
+                    self._rollback_adbc()
+                    raise MigrationError(f"query failed in PostgreSQL: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _rollback_adbc(self) -> None:
+        try:
+            self._adbc.rollback()
+        except Exception:  # noqa: BLE001 - a broken connection is replaced next time
+            self._close_adbc()
+
+    def _close_adbc(self) -> None:
+        if self._adbc is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection may fail too
+                self._adbc.close()
+            self._adbc = None
+
+    def store(self, table: str, rows: pa.Table, mode: str = "replace",
+              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+        from migrators.postgres import (
+            RetryPolicy,
+            copy_arrow,
+            ensure_table,
+            with_retries,
+        )
+        from migrators.typemap import for_copy
+
+        def work(con: Any) -> int:
+            with con.cursor() as cur:
+                if mode == "replace":
+                    cur.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+                ensure_table(con, table, for_copy(rows).schema)
+                if delete_below is not None:
+                    column, value = delete_below
+                    cur.execute(f"DELETE FROM {qualified(table)} WHERE {ident(column)} < %s",
+                                (value,))
+                copy_arrow(cur, table, for_copy(rows))
+                if note is not None:
+                    cur.execute(f"COMMENT ON TABLE {qualified(table)} IS {literal(note)}")
+            con.commit()
+            return rows.num_rows
+
+        return with_retries(self.url, work, RetryPolicy(), f"store {table}")
+
+    def drop(self, table: str) -> None:
+        self._execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One statement on the connector's own connection (autocommit; reopened after a
+        failure): the planner asks several small questions per query."""
+        import psycopg
+
+        from migrators.postgres import connect
+        with self._lock:
+            for attempt in (1, 2):
+                if self._con is None or self._con.closed:
+                    self._con = connect(self.url)
+                    self._con.autocommit = True
+                try:
+                    cur = self._con.execute(sql, params or None)
+                    return cur.fetchall() if cur.description else []
+                except psycopg.OperationalError:
+                    self._con.close()
+                    if attempt == 2:
+                        raise
+        return []
+
+    def row_count(self, physical: str) -> int:
+        return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
+
+    def columns(self, physical: str) -> list[str]:
+        from migrators.postgres import split_name
+        schema, table = split_name(physical)
+        return [r[0] for r in self._execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND "
+            "table_name = %s ORDER BY ordinal_position", (schema, table))]
+
+    def discover(self, schema: str = "public") -> list[tuple[str, str, dict[str, str]]]:
+        rows = self._execute(
+            "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c "
+            "JOIN information_schema.tables t ON t.table_schema = c.table_schema AND "
+            "t.table_name = c.table_name WHERE c.table_schema = %s ORDER BY c.table_name, "
+            "c.ordinal_position", (schema,))
+        found = _group_columns([{"table_name": r[0], "column_name": r[1], "data_type": r[2]}
+                                for r in rows])
+        if schema == "public":
+            return found
+        return [(name, f"{schema}.{physical}", cols) for name, physical, cols in found]
+
+    def fingerprint(self, sql: str) -> str:
+        row = self._execute(f"SELECT count(*), sum(hashtext(q::text)::numeric) FROM ({sql}) AS q"
+                            )[0]
+        return f"{row[0]}:{row[1]}"
+
+    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
+        row = self._execute(f"SELECT min({ident(column)}), max({ident(column)}), count(*) "
+                            f"FROM ({sql}) AS q")[0]
+        return row[0], row[1], row[2]
+
+    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+        from migrators.postgres import split_name
+        schema, name = split_name(table)
+        found = self._execute(
+            "SELECT obj_description(c.oid, 'pg_class') FROM pg_class c JOIN pg_namespace n ON "
+            "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+        if not found:
+            return None
+        top = f", max({ident(growing)})" if growing else ", NULL"
+        row = self._execute(f"SELECT count(*){top} FROM {qualified(table)}")[0]
+        return CacheState(row[0], found[0][0] or "", row[1])
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        self._close_adbc()
+
+
+class SparkConnector:
+    """A Spark session: stored tables are temporary views; PostgreSQL fragments are read by
+    Spark over JDBC (see the executor), the rest arrives as Arrow."""
+
+    kind = EngineKind.SPARK
+
+    def __init__(self, name: str, master: str | None = None) -> None:
+        self.name = name
+        self.master = master or None
+
+    @property
+    def spark(self) -> Any:
+        from migrators.spark_session import get_spark
+        return get_spark(self.master)
+
+    def fetch(self, sql: str) -> pa.Table:
+        return self.spark.sql(sql).toArrow()
+
+    def store(self, table: str, rows: pa.Table, mode: str = "replace",
+              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+        from migrators.spark import _for_spark, _spark_schema
+        arrow = _for_spark(rows)
+        df = self.spark.createDataFrame(arrow, schema=_spark_schema(arrow.schema))
+        df.createOrReplaceTempView(table)
+        return rows.num_rows
+
+    def store_from_postgres(self, table: str, url: str, sql: str) -> None:
+        from migrators.spark import postgres_to_dataframe
+        postgres_to_dataframe(url, query=sql, spark=self.spark).createOrReplaceTempView(table)
+
+    def drop(self, table: str) -> None:
+        self.spark.catalog.dropTempView(table)
+
+    def row_count(self, physical: str) -> int:
+        return int(self.spark.table(physical).count())
+
+    def columns(self, physical: str) -> list[str]:
+        return list(self.spark.table(physical).columns)
+
+    def discover(self) -> list[tuple[str, str, dict[str, str]]]:
+        found = []
+        for table in self.spark.catalog.listTables():
+            cols = {c.name: c.dataType for c in self.spark.catalog.listColumns(table.name)}
+            found.append((table.name, table.name, cols))
+        return found
+
+    def fingerprint(self, sql: str) -> str:
+        return str(self.spark.sql(sql).count())  # never a cache source that needs more
+
+    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
+        col = _spark_ident(column)
+        row = self.spark.sql(f"SELECT min({col}), max({col}), count(*) FROM ({sql}) AS q"
+                             ).collect()[0]
+        return row[0], row[1], row[2]
+
+    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+        return None  # temporary views do not outlive the session: never a cache
+
+    def close(self) -> None:
+        return None
+
+
+def _spark_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _group_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, str]]]:
+    tables: dict[str, dict[str, str]] = {}
+    for row in rows:
+        tables.setdefault(row["table_name"], {})[row["column_name"]] = str(row["data_type"])
+    return [(name, name, cols) for name, cols in tables.items()]

@@ -1,0 +1,122 @@
+"""The cost model: seconds a plan is expected to take, from constants measured on this machine.
+
+Every step of a plan is priced as a fixed cost per statement plus a cost per value (row x
+column) moved or read, with one constant per engine kind and direction:
+
+- ``fixed[k]``: one statement in engine kind ``k`` (connect, parse, plan, first byte);
+- ``fetch[k]``: one value from ``k`` into this process as Arrow;
+- ``load[k]``: one value from Arrow into ``k`` (binary COPY for PostgreSQL);
+- ``store_fixed[k]``: one write transaction in ``k`` that creates or replaces a table;
+- ``fingerprint[k]``: one value hashed by ``k`` to check that a cached copy is still valid;
+- ``process[k]``: one value read by the final query in ``k``;
+- ``spark_jdbc``: one value read by Spark straight from PostgreSQL; ``spark_start``: a Spark
+  session, paid only when none is running;
+- ``parallel_overlap``: how much of the shorter parallel fetches still shows (0: only the
+  slowest counts; 1: they might as well have run one after the other).
+
+``sstore polystore calibrate`` measures them (``sstore.polystore.calibrate``) and stores them as
+JSON; without that the defaults below hold (measured once on a 2-core development machine).
+
+Repeated queries: a move kept as a cache is paid once. Its cost shrinks to a freshness check
+when the source is unchanged (the planner input says how many rows are cached), and a caller who
+expects to run a query ``repeats`` times may spread the first move over those runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+from sstore.polystore.plan import ISLAND, Fetch, Move, Plan, Run
+
+KINDS = ("streaming", "postgres", "spark", ISLAND)
+
+
+@dataclass
+class CostModel:
+    fixed: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 0.0008, "postgres": 0.004, "spark": 0.35, ISLAND: 0.001})
+    fetch: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 2e-9, "postgres": 4e-8, "spark": 3e-7, ISLAND: 1e-9})
+    load: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 2e-8, "postgres": 1.5e-7, "spark": 2e-7, ISLAND: 0.0})
+    store_fixed: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 0.004, "postgres": 0.006, "spark": 0.05, ISLAND: 0.0})
+    fingerprint: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 1e-8, "postgres": 1.5e-7, "spark": 3e-7, ISLAND: 0.0})
+    process: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 2e-9, "postgres": 2e-8, "spark": 5e-8, ISLAND: 2e-9})
+    spark_jdbc: float = 3e-7
+    spark_start: float = 12.0
+    parallel_overlap: float = 0.5
+    measured: str = "defaults (not calibrated on this machine)"
+
+    # ------------------------------------------------------------------ persistence
+    @classmethod
+    def read(cls, path: str | None) -> CostModel:
+        """The stored constants at ``path``; the defaults when there is none."""
+        if path is None or not os.path.exists(path):
+            return cls()
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        model = cls()
+        for name, value in data.items():
+            if hasattr(model, name):
+                setattr(model, name, value)
+        return model
+
+    def write(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(asdict(self), f, indent=2)
+
+    # ------------------------------------------------------------------ pricing
+    def price(self, plan: Plan, kinds: dict[str, str], *, spark_running: bool = False,
+              repeats: int = 1) -> Plan:
+        """Set ``plan.cost`` (seconds) and ``plan.cost_detail`` (seconds per part).
+        ``kinds`` maps engine names to kinds (``island`` to itself)."""
+        detail: dict[str, float] = {}
+        fetches = [self._fetch(s, kinds) for s in plan.steps if isinstance(s, Fetch)]
+        if fetches:
+            slowest = max(fetches)
+            detail["fetch"] = slowest + self.parallel_overlap * (sum(fetches) - slowest)
+        moves = [self._move(s, kinds, max(1, repeats)) for s in plan.steps if isinstance(s, Move)]
+        if moves:
+            detail["move"] = sum(moves)
+        detail["run"] = self._run(plan.final, kinds)
+        if (not spark_running and "spark" in {kinds[e] for e in plan.engines()}):
+            detail["spark start"] = self.spark_start
+        plan.cost_detail = detail
+        plan.cost = sum(detail.values()) if plan.feasible else math.inf
+        return plan
+
+    def _fetch(self, step: Fetch, kinds: dict[str, str]) -> float:
+        kind = kinds[step.engine]
+        return self.fixed[kind] + step.rows * step.columns * self.fetch[kind]
+
+    def _move(self, step: Move, kinds: dict[str, str], repeats: int) -> float:
+        """A cast: read at the source, write at the target. A cached move first checks its
+        copy (the source's fingerprint, a scan, or for a growing stream only its newest
+        batch-id; and the copy's state at the target); a valid copy costs only that check."""
+        source, target = kinds[step.source], kinds[step.target]
+        fresh = max(0, step.rows - step.cached_rows)
+        values = fresh * step.columns
+        if source == "postgres" and target == "spark":
+            return self.store_fixed[target] + values * self.spark_jdbc
+        copy = (self.fixed[source] + self.store_fixed[target]
+                + values * (self.fetch[source] + self.load[target]))
+        if not step.cache_key:
+            return copy
+        check = self.fixed[source] + 2 * self.fixed[target]
+        if step.incremental_by is None:
+            check += step.rows * step.columns * self.fingerprint[source]
+        if fresh == 0:
+            return check
+        return check + copy / repeats
+
+    def _run(self, final: Run, kinds: dict[str, str]) -> float:
+        kind = kinds[final.engine]
+        return (self.fixed[kind] + final.input_rows * final.input_columns * self.process[kind]
+                + final.output_rows * final.output_columns * self.fetch[kind])

@@ -1,0 +1,105 @@
+"""Query plans: what the planner's rules produce, the cost model prices and the executor runs.
+
+A plan is a few *steps* that move rows, then one *final* query in one place:
+
+- ``Fetch``: run SQL in an engine and keep the rows in the island (Arrow, in this process)
+  under a name; the fetches of a plan run in parallel.
+- ``Move``: run SQL in one engine and store the rows as a table in another (a cast). A move may
+  be kept as a cache (``cache_key``): a later query finds it there and pays only for what has
+  changed at the source since.
+- ``Run``: the final query, in an engine's dialect, or in the island (DuckDB over the fetched
+  Arrow tables). Its rows are the answer.
+
+Plans are plain values: rules build them without touching any engine, and two runs of the
+planner over the same inputs give equal plans (the golden fixtures rely on that).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+ISLAND = "island"  # the executor's own DuckDB over Arrow: where pulled rows are combined
+
+
+@dataclass(frozen=True)
+class Fetch:
+    engine: str
+    sql: str
+    into: str        # name of the Arrow table in the island
+    rows: int        # estimated rows
+    columns: int     # columns fetched
+
+
+@dataclass(frozen=True)
+class Move:
+    source: str
+    sql: str
+    target: str
+    table: str       # the table created in ``target``
+    rows: int
+    columns: int
+    cache_key: str | None = None   # set: keep the table and reuse it while the source is unchanged
+    cached_rows: int = 0           # rows the target already has from an earlier move (planner input)
+    incremental_by: str | None = None  # a growing column (``_batch_id``): move only newer rows
+
+
+@dataclass(frozen=True)
+class Run:
+    engine: str      # an engine of the catalog, or ISLAND
+    sql: str
+    input_rows: int
+    input_columns: int
+    output_rows: int
+    output_columns: int
+
+
+Step = Fetch | Move
+
+
+@dataclass
+class Plan:
+    """One way to answer a query. ``rule`` names the planner rule that proposed it."""
+
+    name: str
+    rule: str
+    steps: tuple[Step, ...]
+    final: Run
+    cost: float = math.nan
+    cost_detail: dict[str, float] = field(default_factory=dict)
+    feasible: bool = True
+    why_not: str = ""
+
+    def engines(self) -> set[str]:
+        used = {self.final.engine}
+        for step in self.steps:
+            used |= {step.engine} if isinstance(step, Fetch) else {step.source, step.target}
+        return used
+
+    def describe(self, costs: bool = True) -> str:
+        """The plan as EXPLAIN prints it: one line per step, then its SQL, indented."""
+        head = f"plan {self.name}  (rule {self.rule})"
+        if costs and not math.isnan(self.cost):
+            head += f"  estimated {self.cost * 1000:.1f} ms"
+        if not self.feasible:
+            head += f"  [not feasible: {self.why_not}]"
+        lines = [head]
+        for step in self.steps:
+            if isinstance(step, Fetch):
+                lines.append(f"  fetch {step.engine} -> {ISLAND}.{step.into}  "
+                             f"(~{step.rows:,} rows x {step.columns} cols, in parallel)")
+            else:
+                cache = ""
+                if step.cache_key:
+                    cache = (f", cached: {step.cached_rows:,} rows already there"
+                             if step.cached_rows else ", kept as a cache")
+                lines.append(f"  move {step.source} -> {step.target}.{step.table}  "
+                             f"(~{step.rows:,} rows x {step.columns} cols{cache})")
+            lines.append(f"      {step.sql}")
+        lines.append(f"  run in {self.final.engine}  (~{self.final.input_rows:,} rows in, "
+                     f"~{self.final.output_rows:,} out)")
+        lines.append(f"      {self.final.sql}")
+        if costs and self.cost_detail:
+            parts = ", ".join(f"{k} {v * 1000:.1f}" for k, v in self.cost_detail.items())
+            lines.append(f"  cost ms: {parts}")
+        return "\n".join(lines)

@@ -1,0 +1,331 @@
+"""``Polystore``: one SQL entry point over the streaming engine, PostgreSQL and Spark.
+
+How a query is answered:
+
+1. The island syntax is taken apart (``syntax``): casts to run first, the SQL that remains.
+2. The SQL is parsed (sqlglot) and the objects it names are looked up in the catalog; a name
+   the catalog does not know is an error that lists the names it does.
+3. If more than one engine is involved, each fragment's size is asked of its engine.
+4. The planner rules (``rules.RULES``, in order) propose plans; moves that would reuse a cached
+   copy are checked against their source, and the rules run again knowing what is cached.
+5. The cost model prices every plan; the cheapest feasible one runs (``executor``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Self
+
+import pyarrow as pa
+from sqlglot import exp
+
+from sstore.engine import Engine
+from sstore.polystore import cache, executor
+from sstore.polystore.catalog import (
+    Catalog,
+    CatalogObject,
+    EngineKind,
+    Fragment,
+    resolve_location,
+)
+from sstore.polystore.connectors import (
+    Connector,
+    PostgresConnector,
+    SparkConnector,
+    StreamingConnector,
+)
+from sstore.polystore.cost import CostModel
+from sstore.polystore.plan import ISLAND, Move, Plan
+from sstore.polystore.planning import FragmentStats, PlanningInput
+from sstore.polystore.rules import REWRITES, RULES
+from sstore.polystore.sqltext import QueryError, parse, table_names
+from sstore.polystore.syntax import IslandQuery, parse_island
+
+GROWING_COLUMN = "_batch_id"  # engine streams only grow; their copies can be topped up
+UNKNOWN_ROWS = -1  # one engine: nothing to choose, so nothing is counted
+
+
+class Polystore:
+    """Queries over every engine of a catalog.
+
+    ``catalog``: a ``Catalog`` or the path of its JSON file. ``engines``: live engines of this
+    process by catalog name (a streaming engine that is running here must be passed, since its
+    state file is locked while it runs). ``costs``: a ``CostModel`` or the path of calibrated
+    constants (default: ``costs.json`` beside the catalog).
+    """
+
+    def __init__(self, catalog: Catalog | str | None = None, *,
+                 engines: Mapping[str, Engine] | None = None,
+                 costs: CostModel | str | None = None, dialect: str = "postgres",
+                 memory_budget_bytes: int = 4 << 30) -> None:
+        self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
+        self.dialect = dialect
+        self.memory_budget_bytes = memory_budget_bytes
+        if isinstance(costs, CostModel):
+            self.costs = costs
+        else:
+            self.costs = CostModel.read(costs or self.default_costs_path())
+        self._connectors: dict[str, Connector] = {}
+        for name, engine in (engines or {}).items():
+            self._connectors[name] = StreamingConnector(name, engine)
+
+    def default_costs_path(self) -> str | None:
+        if self.catalog.path is None:
+            return os.environ.get("SSTORE_COSTS")
+        return os.environ.get("SSTORE_COSTS") or os.path.join(
+            os.path.dirname(os.path.abspath(self.catalog.path)), "costs.json")
+
+    # ------------------------------------------------------------------ registration
+    def attach_engine(self, name: str, engine: Engine, discover: bool = True) -> list[str]:
+        """Add a live streaming engine; register its tables and streams as objects."""
+        self.catalog.add_engine(name, EngineKind.STREAMING, engine.path)
+        self._connectors[name] = StreamingConnector(name, engine)
+        return self.discover(name) if discover else []
+
+    def add_postgres(self, name: str, url: str, schema: str | None = "public") -> list[str]:
+        """Add a PostgreSQL database (``url`` or ``env:VAR``); register the tables of
+        ``schema`` (None: register none now)."""
+        self.catalog.add_engine(name, EngineKind.POSTGRES, url)
+        self._connectors.pop(name, None)
+        return self.discover(name, schema) if schema is not None else []
+
+    def add_spark(self, name: str = "spark", master: str = "") -> None:
+        """Make Spark available as an engine (its master URL; empty: ``SSTORE_SPARK_MASTER`` or
+        ``local[*]``)."""
+        self.catalog.add_engine(name, EngineKind.SPARK, master)
+
+    def discover(self, engine: str, schema: str = "public") -> list[str]:
+        """Register every table of ``engine`` (for PostgreSQL: of ``schema``) as an object."""
+        connector = self.connector(engine)
+        if isinstance(connector, PostgresConnector):
+            found = connector.discover(schema)
+        else:
+            found = connector.discover()
+        return self.catalog.register_many(engine, found)
+
+    def split(self, name: str, fragments: Mapping[str, str]) -> CatalogObject:
+        """Declare an object split across engines: ``{engine: physical name}``. The fragments
+        must hold disjoint rows; the object is their UNION ALL."""
+        for i, (engine, physical) in enumerate(fragments.items()):
+            columns = dict.fromkeys(self.connector(engine).columns(physical), "")
+            self.catalog.register(name, engine, physical, columns, replace=(i == 0))
+        return self.catalog.lookup(name)
+
+    # ------------------------------------------------------------------ connectors
+    def connector(self, name: str) -> Connector:
+        if name in self._connectors:
+            return self._connectors[name]
+        entry = self.catalog.engine(name)
+        connector: Connector
+        if entry.kind is EngineKind.POSTGRES:
+            connector = PostgresConnector(name, resolve_location(entry))
+        elif entry.kind is EngineKind.SPARK:
+            connector = SparkConnector(name, entry.location)
+        else:
+            connector = StreamingConnector(name, Engine.open_existing(entry.location), owned=True)
+        self._connectors[name] = connector
+        return connector
+
+    def close(self) -> None:
+        for connector in self._connectors.values():
+            connector.close()
+        self._connectors.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ queries
+    def query(self, sql: str, *, plan: str | None = None, repeats: int = 1) -> pa.Table:
+        """Answer ``sql`` (plain SQL over catalog names, or island syntax) as Arrow.
+
+        ``plan`` forces a plan by name (as ``explain`` lists them) instead of the cheapest;
+        ``repeats`` says how often this query is expected to run, so a cached migration may be
+        worth its first cost. ``EXPLAIN ...`` returns the plans as one text column."""
+        stripped = sql.lstrip()
+        if stripped[:8].lower() == "explain ":
+            return pa.table({"plan": self.explain(stripped[8:], repeats=repeats).splitlines()})
+        parsed = parse_island(sql)
+        self._run_casts(parsed)
+        if parsed.call is not None:
+            return self._call_procedure(*parsed.call)
+        chosen = self._choose(self.plans(parsed, repeats=repeats), plan)
+        return executor.execute(chosen, self._connectors_for(chosen))
+
+    def explain(self, sql: str, repeats: int = 1) -> str:
+        """Every plan the rules propose, cheapest first, with estimated costs and SQL."""
+        parsed = parse_island(sql)
+        lines = []
+        for cast in parsed.casts:
+            lines.append(f"first: bdcast into {cast.engine} as {cast.name} (runs before "
+                         f"planning the rest)")
+        if parsed.casts:
+            return "\n".join(lines + ["(plan the remaining query after the casts have run)"])
+        if parsed.call is not None:
+            return f"call procedure {parsed.call[0]} in the streaming engine"
+        plans = self.plans(parsed, repeats=repeats)
+        chosen = self._choose(plans, None)
+        lines.append(f"cost model: {self.costs.measured}")
+        for plan in plans:
+            mark = "* chosen" if plan is chosen else "  "
+            lines.append(f"{mark} {plan.describe()}")
+        return "\n".join(lines)
+
+    def plans(self, parsed: IslandQuery | str, repeats: int = 1, rewrite: bool = True
+              ) -> list[Plan]:
+        """The priced candidate plans, cheapest first. ``rewrite=False`` skips the rewrites
+        (benchmarks use it to time every plan even where a rewrite makes them moot)."""
+        if isinstance(parsed, str):
+            parsed = parse_island(parsed)
+        tree = parse(parsed.sql, self.dialect)
+        objects = self._objects(tree, parsed.island)
+        engines = {name: self.catalog.engine(name)
+                   for obj in objects for name in obj.engines()}
+        for entry in self.catalog.engines.values():
+            if entry.kind is EngineKind.SPARK:
+                engines.setdefault(entry.name, entry)
+        stats = self._stats(objects)
+        inp = PlanningInput(tree, tuple(objects), engines, stats,
+                            memory_budget_bytes=self.memory_budget_bytes)
+        if rewrite:
+            for step in REWRITES:
+                inp = step(inp)
+        candidates = _propose(inp)
+        cached = self._cached(candidates)
+        if cached:
+            candidates = _propose(replace(inp, cached=cached))
+        kinds = {name: entry.kind.value for name, entry in engines.items()}
+        kinds[ISLAND] = ISLAND
+        from migrators import spark_session
+        running = spark_session._session is not None
+        for plan in candidates:
+            self.costs.price(plan, kinds, spark_running=running, repeats=repeats)
+        return sorted(candidates, key=lambda p: (p.cost, p.name))
+
+    def run_plan(self, plan: Plan) -> pa.Table:
+        """Execute a plan from ``plans`` (benchmarks time each plan this way)."""
+        return executor.execute(plan, self._connectors_for(plan))
+
+    # ------------------------------------------------------------------ internals
+    def _objects(self, tree: exp.Expression, island: str) -> list[CatalogObject]:
+        names = table_names(tree)
+        if not names:
+            raise QueryError("the query reads no table; nothing to plan")
+        objects = [self.catalog.lookup(name) for name in names]
+        if island != "streaming":
+            return objects
+        streaming = []
+        for obj in objects:
+            frags = [f for f in obj.fragments
+                     if self.catalog.engine(f.engine).kind is EngineKind.STREAMING]
+            if not frags:
+                raise QueryError(f"bdstream: {obj.name!r} has no part in a streaming engine")
+            streaming.append(CatalogObject(obj.name, frags, obj.columns))
+        return streaming
+
+    def _stats(self, objects: list[CatalogObject]) -> dict[Fragment, FragmentStats]:
+        engines = {f.engine for obj in objects for f in obj.fragments}
+        stats = {}
+        for obj in objects:
+            for frag in obj.fragments:
+                connector = self.connector(frag.engine)
+                columns = connector.columns(frag.physical)
+                rows = connector.row_count(frag.physical) if len(engines) > 1 else UNKNOWN_ROWS
+                growing = (GROWING_COLUMN if connector.kind is EngineKind.STREAMING
+                           and GROWING_COLUMN in columns else None)
+                stats[frag] = FragmentStats(rows, columns, growing)
+        return stats
+
+    def _cached(self, plans: list[Plan]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for plan in plans:
+            for step in plan.steps:
+                if isinstance(step, Move) and step.cache_key and step.cache_key not in found:
+                    found[step.cache_key] = cache.valid_rows(
+                        step, self.connector(step.source), self.connector(step.target))
+        return {k: v for k, v in found.items() if v}
+
+    def _choose(self, plans: list[Plan], name: str | None) -> Plan:
+        if name is not None:
+            for plan in plans:
+                if plan.name == name:
+                    return plan
+            raise QueryError(f"no plan named {name!r}; the plans are: "
+                             f"{', '.join(p.name for p in plans)}")
+        feasible = [p for p in plans if p.feasible and not math.isinf(p.cost)]
+        if not feasible:
+            raise QueryError("no feasible plan: " + "; ".join(f"{p.name}: {p.why_not}"
+                                                               for p in plans))
+        return feasible[0]
+
+    def _connectors_for(self, plan: Plan) -> dict[str, Connector]:
+        return {name: self.connector(name) for name in plan.engines() if name != ISLAND}
+
+    def _run_casts(self, parsed: IslandQuery) -> None:
+        for cast in parsed.casts:
+            self._run_casts(cast.query)
+            rows = (self._call_procedure(*cast.query.call) if cast.query.call is not None
+                    else self._answer(cast.query))
+            target = self._island_engine(cast.engine)
+            self.connector(target).store(cast.name, rows, mode="replace")
+            self.catalog.register(cast.name, target, cast.name,
+                                  {f.name: str(f.type) for f in rows.schema}, replace=True)
+
+    def _answer(self, parsed: IslandQuery) -> pa.Table:
+        chosen = self._choose(self.plans(parsed), None)
+        return executor.execute(chosen, self._connectors_for(chosen))
+
+    def _island_engine(self, name: str) -> str:
+        """An engine name, or an island's name standing for its first engine."""
+        kinds = {"relational": EngineKind.POSTGRES, "streaming": EngineKind.STREAMING,
+                 "spark": EngineKind.SPARK}
+        if name in self.catalog.engines:
+            return name
+        if name.lower() in kinds:
+            for entry in self.catalog.engines.values():
+                if entry.kind is kinds[name.lower()]:
+                    return entry.name
+        raise QueryError(f"bdcast: no engine or island named {name!r}")
+
+    def _call_procedure(self, procedure: str, arguments: str) -> pa.Table:
+        """``bdstream(CALL p(v, ...))``: one row as one batch into ``p``'s input stream; the
+        answer is ``p``'s output for that batch."""
+        for connector in self._connectors.values():
+            if not isinstance(connector, StreamingConnector):
+                continue
+            decl = connector.engine.graph.procedures.get(procedure)
+            if decl is None:
+                continue
+            values = parse(f"SELECT {arguments}", self.dialect)
+            row = tuple(e.to_py() if isinstance(e, (exp.Literal, exp.Null))
+                        else _literal_value(e) for e in values.expressions)
+            engine = connector.engine
+            batch_id = int(engine.ingest(decl.inputs[0], [row]))
+            engine.run_until_idle()
+            for output in decl.outputs:
+                latest = engine.latest(output)
+                if latest is not None and latest[0] == batch_id:
+                    return latest[1]
+            return pa.table({"batch_id": [batch_id]})
+        raise QueryError(f"no running streaming engine here has a procedure {procedure!r} "
+                         f"(pass the live engine to Polystore(engines=...))")
+
+
+def _propose(inp: PlanningInput) -> list[Plan]:
+    plans: list[Plan] = []
+    for rule in RULES:
+        plans.extend(rule(inp))
+    if not plans:
+        raise QueryError("no rule could plan this query")
+    return plans
+
+
+def _literal_value(node: exp.Expression) -> object:
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        return -node.this.to_py()
+    raise QueryError(f"CALL takes literal values; got {node.sql()!r}")

@@ -1,0 +1,88 @@
+"""Pieces several rules share: reading a fragment, and the final query over replaced names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from sstore.polystore.catalog import CatalogObject, Fragment
+from sstore.polystore.plan import Run, Step
+from sstore.polystore.planning import PlanningInput
+from sstore.polystore.sqltext import (
+    fragment_select,
+    needed_columns,
+    output_columns,
+    output_rows,
+    physical_table,
+    pushable_filter,
+    substitute,
+    to_sql,
+    union_all,
+)
+
+# (engine, SQL in its dialect, name it gets, rows, columns) -> the step that brings it over
+MakeStep = Callable[[str, str, str, int, int], Step]
+
+
+def gather_fragments(inp: PlanningInput, make_step: MakeStep
+                     ) -> tuple[list[Step], dict[str, exp.Expression]]:
+    """Bring every fragment to one place under its own name (``orders__0``, ``orders__1``):
+    the steps, and what each object becomes there (its parts' UNION ALL)."""
+    steps: list[Step] = []
+    replacements: dict[str, exp.Expression] = {}
+    for obj in inp.objects:
+        parts = []
+        for i, fragment in enumerate(obj.fragments):
+            name = f"{obj.name.replace('.', '_')}__{i}"
+            select = read_fragment(inp, obj, fragment)
+            steps.append(make_step(fragment.engine, to_sql(select, inp.dialect(fragment.engine)),
+                                   name, inp.stats[fragment].rows, width(inp, obj)))
+            parts.append(exp.select(exp.Star()).from_(physical_table(name)))
+        replacements[obj.name] = (physical_table(parts[0].args["from_"].this.name)
+                                  if len(parts) == 1 else combined(parts))
+    return steps, replacements
+
+
+def read_fragment(inp: PlanningInput, obj: CatalogObject, fragment: Fragment,
+                  physical: str | None = None, project: bool = True) -> exp.Select:
+    """The SELECT that reads one fragment: only the columns the query can use, and the query's
+    filter when it can run at the fragment. ``physical`` overrides where it is read from (a
+    cached copy). A split object always names its common columns, so the parts line up."""
+    columns = inp.columns_of(obj)
+    wanted = needed_columns(inp.tree, columns) if project else None
+    if wanted is None and obj.split:
+        wanted = columns
+    where = pushable_filter(inp.tree, obj.name) if project else None
+    return fragment_select(physical or fragment.physical, wanted, where)
+
+
+def combined(parts: list[exp.Select]) -> exp.Expression:
+    """One object's parts as one relation (a UNION ALL when there are several)."""
+    return parts[0] if len(parts) == 1 else union_all(parts)
+
+
+def replace_object(parts: list[exp.Select]) -> exp.Expression:
+    """What a table reference becomes: a bare table for a single ``SELECT * FROM t``,
+    otherwise the parts as a subquery."""
+    if len(parts) == 1:
+        only = parts[0]
+        source = only.args["from_"].this
+        if (not only.args.get("where") and len(only.expressions) == 1
+                and isinstance(only.expressions[0], exp.Star)):
+            return source.copy()
+    return combined(parts)
+
+
+def final_run(inp: PlanningInput, engine: str, dialect: str,
+              replacements: dict[str, exp.Expression]) -> Run:
+    tree = substitute(inp.tree, replacements)
+    rows = inp.input_rows()
+    star_columns = sum(len(inp.columns_of(o)) for o in inp.objects)
+    return Run(engine, to_sql(tree, dialect), rows, star_columns, output_rows(inp.tree, rows),
+               output_columns(inp.tree, star_columns))
+
+
+def width(inp: PlanningInput, obj: CatalogObject) -> int:
+    columns = inp.columns_of(obj)
+    return len(needed_columns(inp.tree, columns) or columns) or 1

@@ -1,0 +1,26 @@
+"""Rewrite 1 (before any plan is proposed): leave out fragments that hold no rows.
+
+A split object whose streaming part is empty (everything already migrated) or whose
+PostgreSQL part is empty (everything still fresh) then lives in one engine, and rule 1 runs the
+query there whole instead of moving nothing between engines. The row counts come from the
+engines just before planning; a row that arrives in an empty fragment after that is not part
+of this answer (there is no snapshot across engines to hold it to).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sstore.polystore.catalog import CatalogObject
+from sstore.polystore.planning import PlanningInput
+
+
+def prune_empty_fragments(inp: PlanningInput) -> PlanningInput:
+    objects = []
+    for obj in inp.objects:
+        kept = [f for f in obj.fragments if f not in inp.stats or inp.stats[f].rows != 0]
+        if not kept:
+            kept = obj.fragments[:1]  # all empty: read one, so the answer has the columns
+        objects.append(obj if kept == obj.fragments
+                       else CatalogObject(obj.name, kept, obj.columns))
+    return replace(inp, objects=tuple(objects))

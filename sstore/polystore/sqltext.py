@@ -1,0 +1,181 @@
+"""SQL as trees (sqlglot): parse once, rewrite names, print in each engine's dialect.
+
+Nothing here edits SQL text: queries are parsed into sqlglot expressions, object names are
+replaced by physical names or by a UNION ALL of fragments as tree rewrites, and each engine gets
+the tree printed in its own dialect (``DIALECTS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from sstore.errors import TerminalError
+from sstore.polystore.catalog import EngineKind
+
+ISLAND_DIALECT = "duckdb"
+
+# Engine kind -> sqlglot dialect. One table instead of ifs: a new engine kind is one line.
+DIALECTS: Mapping[EngineKind | str, str] = {
+    EngineKind.STREAMING: "duckdb",
+    EngineKind.POSTGRES: "postgres",
+    EngineKind.SPARK: "spark",
+    "island": ISLAND_DIALECT,
+}
+
+
+class QueryError(TerminalError):
+    """The query cannot be parsed or planned as written."""
+
+
+def parse(sql: str, dialect: str = "postgres") -> exp.Expression:
+    """One statement, parsed; a syntax error becomes a ``QueryError`` that shows where."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except ParseError as exc:
+        raise QueryError(f"cannot parse the query: {exc}") from None
+    if len(statements) != 1:
+        raise QueryError(f"expected one SQL statement, got {len(statements)}")
+    return statements[0]
+
+
+def to_sql(tree: exp.Expression, dialect: str) -> str:
+    return tree.sql(dialect=dialect)
+
+
+def cte_names(tree: exp.Expression) -> set[str]:
+    return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+
+def table_names(tree: exp.Expression) -> list[str]:
+    """Names of the tables a query reads (lower-case, first-seen order), CTEs excluded.
+    A schema-qualified name keeps its schema (``tpcdi.dimtrade``)."""
+    ctes = cte_names(tree)
+    seen: list[str] = []
+    for table in tree.find_all(exp.Table):
+        name = _full_name(table)
+        if name and name not in ctes and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def _full_name(table: exp.Table) -> str:
+    parts = [p for p in (table.catalog, table.db, table.name) if p]
+    return ".".join(parts).lower()
+
+
+def physical_table(physical: str) -> exp.Table:
+    """``schema.table`` as a quoted table node."""
+    parts = physical.split(".")
+    if len(parts) == 1:
+        return exp.Table(this=exp.to_identifier(parts[0], quoted=True))
+    return exp.Table(this=exp.to_identifier(parts[-1], quoted=True),
+                     db=exp.to_identifier(parts[-2], quoted=True))
+
+
+def fragment_select(physical: str, columns: Sequence[str] | None,
+                    where: exp.Expression | None = None) -> exp.Select:
+    """``SELECT cols FROM physical [WHERE ...]``: how one fragment is read."""
+    projection: list[exp.Expression] = (
+        [exp.column(c, quoted=True) for c in columns] if columns else [exp.Star()])
+    select = exp.select(*projection).from_(physical_table(physical))
+    if where is not None:
+        select = select.where(where.copy())
+    return select
+
+
+def union_all(parts: Sequence[exp.Select]) -> exp.Expression:
+    tree: exp.Expression = parts[0]
+    for part in parts[1:]:
+        tree = exp.union(tree, part, distinct=False)
+    return tree
+
+
+def substitute(tree: exp.Expression, replacements: Mapping[str, exp.Expression]) -> exp.Expression:
+    """Replace each table named in ``replacements`` (a physical table, or a query such as a
+    UNION ALL of fragments). The reference keeps its alias, or gets the object's name as alias,
+    so ``orders.o_id`` still resolves."""
+    ctes = cte_names(tree)
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Table):
+            return node
+        name = _full_name(node)
+        if name in ctes or name not in replacements:
+            return node
+        alias = node.alias or name.split(".")[-1]
+        target = replacements[name].copy()
+        if isinstance(target, exp.Table):
+            target.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+            return target
+        return exp.Subquery(this=target, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+    return tree.copy().transform(swap)
+
+
+def needed_columns(tree: exp.Expression, available: Sequence[str]) -> list[str] | None:
+    """The columns of an object the query can use: every available column whose name appears
+    in the query. ``None`` (all) when the query has ``*`` or the columns are unknown. A superset
+    is safe: projecting is only an optimisation."""
+    if not available or any(not isinstance(star.parent, exp.Count)
+                            for star in tree.find_all(exp.Star)):
+        return None
+    names = {c.name.lower() for c in tree.find_all(exp.Column)}
+    wanted = [c for c in available if c.lower() in names]
+    return wanted or None
+
+
+def pushable_filter(tree: exp.Expression, name: str) -> exp.Expression | None:
+    """The WHERE of ``SELECT ... FROM name WHERE ...`` (one table, no joins, no subqueries in
+    the condition): it can run at every fragment. Otherwise None."""
+    if not isinstance(tree, exp.Select):
+        return None
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is None or tree.args.get("joins"):
+        return None
+    source = from_.this
+    if not isinstance(source, exp.Table) or _full_name(source) != name:
+        return None
+    where = tree.args.get("where")
+    if where is None or any(True for _ in where.find_all(exp.Subquery, exp.Select)):
+        return None
+    condition = where.this.copy()
+    alias = source.alias
+    if alias:  # columns qualified by the alias are plain columns of the fragment
+        for col in condition.find_all(exp.Column):
+            if col.table.lower() == alias.lower():
+                col.set("table", None)
+    if any(col.table for col in condition.find_all(exp.Column)):
+        return None
+    return condition
+
+
+def output_rows(tree: exp.Expression, input_rows: int) -> int:
+    """A rough size of the answer: aggregates without GROUP BY give one row, GROUP BY about a
+    tenth, LIMIT caps it; otherwise every input row comes out."""
+    estimate = input_rows
+    if isinstance(tree, exp.Select):
+        if tree.args.get("group"):
+            estimate = max(1, input_rows // 10)
+        elif any(True for _ in tree.find_all(exp.AggFunc)):
+            estimate = 1
+        limit = tree.args.get("limit")
+        if limit is not None and isinstance(limit.expression, exp.Literal):
+            try:
+                estimate = min(estimate, int(limit.expression.this))
+            except ValueError:
+                pass
+    return estimate
+
+
+def output_columns(tree: exp.Expression, star_columns: int) -> int:
+    if isinstance(tree, (exp.Select, exp.Union)):
+        select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+        if select is not None:
+            if any(isinstance(e, exp.Star) for e in select.expressions):
+                return max(1, star_columns)
+            return max(1, len(select.expressions))
+    return max(1, star_columns)
