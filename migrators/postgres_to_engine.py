@@ -12,6 +12,7 @@ from typing import Any
 
 import adbc_driver_postgresql.dbapi as adbc
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from migrators.errors import MigrationError, PostgresUnavailable
 from migrators.urls import parse
@@ -40,8 +41,33 @@ def read_postgres(url: str, sql: str, params: Sequence[Any] = ()) -> pa.Table:
 
 
 def _plain(table: pa.Table) -> pa.Table:
-    """Drop ADBC's per-field metadata (the PostgreSQL type names) from the schema."""
-    return table.cast(pa.schema([pa.field(f.name, f.type) for f in table.schema]))
+    """Drop ADBC's per-field metadata (the PostgreSQL type names) from the schema, and turn
+    ``numeric`` (which ADBC hands over as text) into Arrow decimals."""
+    columns, fields = [], []
+    for field, column in zip(table.schema, table.columns):
+        if (field.metadata or {}).get(b"POSTGRESQL:type") == b"numeric":
+            column = _numeric(column, int((field.metadata or {}).get(b"POSTGRESQL:typmod", -1)))
+        columns.append(column)
+        fields.append(pa.field(field.name, column.type))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _numeric(column: pa.ChunkedArray, typmod: int) -> pa.ChunkedArray:
+    """PostgreSQL numeric text as decimal128: numeric(p,s) keeps p and s (the type modifier
+    is ((p << 16) | s) + 4); an unconstrained numeric gets the largest scale its values use.
+    Values no decimal128 holds (NaN, more than 38 digits) leave the column as text."""
+    text = column.cast(pa.string()) if not isinstance(column.type, pa.ExtensionType) else \
+        pa.chunked_array([c.storage for c in column.chunks], pa.string())
+    if typmod >= 4:
+        precision, scale = (typmod - 4) >> 16, (typmod - 4) & 0xFFFF
+    else:
+        fractions = pc.utf8_length(pc.replace_substring_regex(text, r"^[^.]*\.?", ""))
+        scale = pc.max(fractions).as_py() or 0
+        precision = 38
+    try:
+        return text.cast(pa.decimal128(precision, scale))
+    except (pa.ArrowInvalid, ValueError):
+        return text
 
 
 def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None = None,

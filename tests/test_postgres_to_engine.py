@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import psycopg
 import pytest
 
@@ -87,3 +88,15 @@ def test_bad_queries_and_unreachable_servers(engine: Engine, customers: str) -> 
         cast(customers, engine, table="nope", into="x")
     with pytest.raises(PostgresUnavailable):
         cast("postgresql://postgres@127.0.0.1:1/x", engine, table="t", into="x")
+
+
+def test_numeric_arrives_as_decimal(pg_url: str) -> None:
+    """ADBC hands numeric over as text; the engine gets decimals (with the column's precision
+    and scale, or the widest scale its values use), so sums and comparisons work there."""
+    from migrators.postgres_to_engine import read_postgres
+    table = read_postgres(pg_url, "SELECT 12.34::numeric(10,2) AS price, 1.125::numeric AS free, "
+                                  "NULL::numeric(8,2) AS missing")
+    assert [str(f.type) for f in table.schema] == ["decimal128(10, 2)", "decimal128(38, 3)",
+                                                   "decimal128(8, 2)"]
+    assert table.to_pylist() == [{"price": decimal.Decimal("12.34"),
+                                  "free": decimal.Decimal("1.125"), "missing": None}]

@@ -111,16 +111,18 @@ class Catalog:
 
     def register_many(self, engine: str, tables: Iterable[tuple[str, str, dict[str, str]]]
                       ) -> list[str]:
-        """Register (name, physical, columns) triples of one engine; return the names."""
+        """Register discovered (name, physical, columns) triples of one engine; return the
+        names registered. Discovery never makes a split object: a name another engine already
+        holds (a replica, say) stays with it, and this engine's table is reached by its
+        engine-qualified name (``engine.table``, see ``lookup``)."""
         names = []
         for name, physical, columns in tables:
             key = name.lower()
             obj = self.objects.get(key)
-            fragment = Fragment(engine, physical)
             if obj is None:
-                self.objects[key] = CatalogObject(key, [fragment], columns)
-            elif fragment not in obj.fragments:
-                obj.fragments.append(fragment)
+                self.objects[key] = CatalogObject(key, [Fragment(engine, physical)], columns)
+            elif engine not in obj.engines():
+                continue
             names.append(key)
         self.save()
         return names
@@ -137,8 +139,13 @@ class Catalog:
         self.save()
 
     def lookup(self, name: str) -> CatalogObject:
+        """The object ``name``; or, for ``engine.table`` / ``engine.schema.table`` with a known
+        engine, that table of that engine (no registration needed)."""
         obj = self.objects.get(name.lower())
         if obj is None:
+            prefix, dot, rest = name.partition(".")
+            if dot and prefix in self.engines and rest:
+                return CatalogObject(name.lower(), [Fragment(prefix, rest)])
             raise UnknownObjectError(f"no object {name!r} in the catalog (known: "
                                      f"{', '.join(sorted(self.objects)) or 'none'})")
         return obj

@@ -216,6 +216,8 @@ class Polystore:
         names = table_names(tree)
         if not names:
             raise QueryError("the query reads no table; nothing to plan")
+        if any(self.catalog.find(n) is None for n in names):
+            self._rediscover()  # a table a procedure created since the engine was attached
         objects = [self.catalog.lookup(name) for name in names]
         if island != "streaming":
             return objects
@@ -227,6 +229,12 @@ class Polystore:
                 raise QueryError(f"bdstream: {obj.name!r} has no part in a streaming engine")
             streaming.append(CatalogObject(obj.name, frags, obj.columns))
         return streaming
+
+    def _rediscover(self) -> None:
+        """Register the tables and streams that live streaming engines have gained."""
+        for name, connector in self._connectors.items():
+            if isinstance(connector, StreamingConnector) and name in self.catalog.engines:
+                self.catalog.register_many(name, connector.discover())
 
     def _stats(self, objects: list[CatalogObject]) -> dict[Fragment, FragmentStats]:
         engines = {f.engine for obj in objects for f in obj.fragments}

@@ -123,7 +123,8 @@ def needed_columns(tree: exp.Expression, available: Sequence[str]) -> list[str] 
     if not available or any(not isinstance(star.parent, exp.Count)
                             for star in tree.find_all(exp.Star)):
         return None
-    names = {c.name.lower() for c in tree.find_all(exp.Column)}
+    # every identifier, not only columns: JOIN ... USING (c_id) names c_id as a bare identifier
+    names = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     wanted = [c for c in available if c.lower() in names]
     return wanted or None
 
