@@ -17,8 +17,12 @@ from migrators.errors import PostgresUnavailable
 from sstore import Engine
 from sstore.polystore import Catalog, Polystore, QueryError, UnknownObjectError
 from sstore.polystore.cost import CostModel
-from sstore.workloads.tpcc.orders import (create_in_engine, create_in_postgres, orders_rows,
-                                          split_rows)
+from sstore.workloads.tpcc.orders import (
+    create_in_engine,
+    create_in_postgres,
+    orders_rows,
+    split_rows,
+)
 
 ROWS = 6000
 
@@ -52,13 +56,13 @@ def split_orders(tmp_path, pg_url: str):
 
 QUERIES = [
     "SELECT * FROM orders",
-    "SELECT o_carrier_id, count(*) AS n, sum(o_ol_cnt) AS lines FROM orders "
-    "GROUP BY o_carrier_id",
+    ("SELECT o_carrier_id, count(*) AS n, sum(o_ol_cnt) AS lines FROM orders "
+     "GROUP BY o_carrier_id"),
     "SELECT o_id, o_d_id, o_entry_d FROM orders WHERE o_carrier_id IS NULL AND o_d_id = 2",
-    "SELECT c_name, count(*) AS n FROM orders JOIN customer ON o_c_id = c_id "
-    "WHERE o_ol_cnt > 12 GROUP BY c_name ORDER BY n DESC, c_name LIMIT 10",
-    "WITH busy AS (SELECT o_c_id FROM orders GROUP BY o_c_id HAVING count(*) > 2) "
-    "SELECT count(*) AS n FROM busy",
+    ("SELECT c_name, count(*) AS n FROM orders JOIN customer ON o_c_id = c_id "
+     "WHERE o_ol_cnt > 12 GROUP BY c_name ORDER BY n DESC, c_name LIMIT 10"),
+    ("WITH busy AS (SELECT o_c_id FROM orders GROUP BY o_c_id HAVING count(*) > 2) "
+     "SELECT count(*) AS n FROM busy"),
 ]
 
 
@@ -87,7 +91,7 @@ def test_spark_plan_gives_the_same_answer(split_orders, spark) -> None:
 
 
 def test_one_engine_runs_in_place(split_orders, pg_url: str) -> None:
-    ps, engine, _rows = split_orders
+    ps, _engine, _rows = split_orders
     plans = ps.plans("SELECT count(*) AS n FROM customer WHERE c_id <= 10")
     assert [p.name for p in plans] == ["in pg"] and not plans[0].steps
     assert ps.query("SELECT count(*) AS n FROM customer WHERE c_id <= 10").to_pylist() == \
@@ -194,7 +198,7 @@ def test_bdstream_calls_a_stored_procedure(tmp_path) -> None:
     engine.stream("prices", {"symbol": "VARCHAR", "price": "DOUBLE"})
 
     @engine.procedure(input="prices", output="alerts")
-    def check_price(tx, batch):  # noqa: ANN001, ANN202
+    def check_price(tx, batch):
         return tx.sql("SELECT symbol, price, price > 100 AS high FROM batch")
 
     ps = Polystore(None, engines={"stream": engine})
@@ -230,7 +234,7 @@ def test_unreachable_postgres_is_a_transient_error(split_orders, tmp_path) -> No
 
 
 def test_catalog_persists_and_reloads(split_orders, tmp_path) -> None:
-    ps, _engine, _rows = split_orders
+    _ps, _engine, _rows = split_orders
     again = Catalog(str(tmp_path / "catalog.json"))
     orders = again.lookup("orders")
     assert orders.split and [f.engine for f in orders.fragments] == ["stream", "pg"]
@@ -246,7 +250,8 @@ def test_env_location_keeps_the_password_out_of_the_catalog(tmp_path, pg_url: st
         ps.add_postgres("pg", "env:SSTORE_TEST_WAREHOUSE", schema=None)
         ps.catalog.register("one", "pg", "pg_catalog.pg_am")
         assert ps.query("SELECT count(*) AS n FROM one").column("n")[0].as_py() > 0
-    assert pg_url not in open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        assert pg_url not in f.read()
 
 
 def test_calibration_stores_measured_constants(tmp_path, pg_url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+
 import psycopg
 import pytest
 
