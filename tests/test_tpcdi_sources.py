@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from sstore.workloads.tpcdi import sources as src
+from sstore.workloads.tpcdi.sources import delimited
 
 TS = dt.datetime
 
@@ -94,9 +95,9 @@ def test_fast_path_and_line_path_agree(tmp_path: Path) -> None:
     last = "51|2012-07-07 00:03:00|PNDG|TLB|1|S|10|1.01|3|||||"
     path = write(tmp_path / "Trade.txt", *lines, last)
     data = path.read_bytes()
-    fast = src._read_fast(data, src.TRADE)
+    fast = delimited._read_fast(data, src.TRADE)
     assert fast is not None
-    slow = src._read_lines(data, src.TRADE, str(path), None)
+    slow = delimited._read_lines(data, src.TRADE, str(path), None)
     assert slow.rejects.num_rows == 0 and fast.equals(slow.table)
     assert fast["t_exec_name"].to_pylist()[-1] is None
 
