@@ -142,6 +142,10 @@ def test_migration_is_cached_and_topped_up(tmp_path, pg_url: str) -> None:
         copied = con.execute('SELECT count(*) FROM sstore_cache."orders__stream__to__pg"'
                              ).fetchone()
     assert copied == (2,)
+    engine.execute("DELETE FROM orders_in")  # every batch migrated and dropped
+    assert [p.name for p in ps.plans(sql)] == ["in pg"]  # the empty part is left out
+    stale = {p.name: p for p in ps.plans(sql, rewrite=False)}[migrate]
+    assert ps.run_plan(stale).to_pylist() == [{"s": 201, "n": 2}]  # and the copy emptied
     ps.close()
     engine.close()
 
@@ -292,6 +296,7 @@ def test_cli_builds_a_catalog_and_queries_it(tmp_path, pg_url: str) -> None:
     assert '"n": 1000' in result.output
     result = runner.invoke(main, ["query", "--explain", "SELECT * FROM orders"], env=env)
     assert result.exit_code == 0 and "chosen" in result.output
+    assert "migrate into stream" not in result.output  # a state file named here is only read
     result = runner.invoke(main, ["query", "SELECT * FROM missing"], env=env)
     assert result.exit_code == 1 and "no object 'missing'" in result.output
     # the two-argument form still reads one state file

@@ -47,7 +47,8 @@ def refresh(move: Move, source: Connector, target: Connector) -> int:
     note = _note(move, None)
     state = target.cache_state(move.table, column)
     low, _high, _count = source.growth(move.sql, column)
-    if state is None or state.note != note or state.max_growing is None:
+    if state is None or state.note != note or state.max_growing is None or low is None:
+        # no usable copy, or the source is empty now (its batches were all dropped)
         return target.store(move.table, source.fetch(move.sql), mode="replace", note=note)
     newer = _rows_after(move, source, column, state.max_growing)
     rows = source.fetch(newer)

@@ -48,6 +48,7 @@ class PlanningInput:
     engines: Mapping[str, EngineEntry]
     stats: Mapping[Fragment, FragmentStats]
     cached: Mapping[str, int] = field(default_factory=dict)  # cache key -> rows still valid
+    read_only: frozenset[str] = frozenset()  # engines no plan may write to
     memory_budget_bytes: int = 4 << 30   # what the island may hold in this process
 
     def dialect(self, engine: str) -> str:

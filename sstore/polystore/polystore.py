@@ -53,7 +53,8 @@ class Polystore:
 
     ``catalog``: a ``Catalog`` or the path of its JSON file. ``engines``: live engines of this
     process by catalog name (a streaming engine that is running here must be passed, since its
-    state file is locked while it runs). ``costs``: a ``CostModel`` or the path of calibrated
+    state file is locked while it runs; one opened here from its state file is only read:
+    no plan moves data into it). ``costs``: a ``CostModel`` or the path of calibrated
     constants (default: ``costs.json`` beside the catalog).
     """
 
@@ -190,7 +191,9 @@ class Polystore:
             if entry.kind is EngineKind.SPARK:
                 engines.setdefault(entry.name, entry)
         stats = self._stats(objects)
-        inp = PlanningInput(tree, tuple(objects), engines, stats,
+        read_only = frozenset(name for name, c in self._connectors.items()
+                              if isinstance(c, StreamingConnector) and c.owned)
+        inp = PlanningInput(tree, tuple(objects), engines, stats, read_only=read_only,
                             memory_budget_bytes=self.memory_budget_bytes)
         if rewrite:
             for step in REWRITES:

@@ -3,7 +3,8 @@
 For a UNION over a split object this is the paper's plan (i): migrate the streaming engine's
 rows into PostgreSQL and let PostgreSQL do the UNION. For a join across engines it is "cast the
 smaller side": one plan per engine that can take the moves, and the cost model picks the one
-that moves fewest bytes. Moved fragments are kept as caches (``cache_key``): when the source has
+that moves fewest bytes (an engine opened read-only, such as a state file named on the
+command line, is never a target). Moved fragments are kept as caches (``cache_key``): when the source has
 not changed, a later query pays nothing for the move; an append-only stream pays only for its
 new batches (``incremental_by``).
 """
@@ -25,7 +26,8 @@ def migrate_then_run(inp: PlanningInput) -> list[Plan]:
     plans = []
     for target in engines:
         kind = inp.kind(target)
-        if not (TRAITS[kind].accepts_moves and TRAITS[kind].executes_plans):
+        if not (TRAITS[kind].accepts_moves and TRAITS[kind].executes_plans) \
+                or target in inp.read_only:
             continue
         steps: list[Step] = []
         replacements: dict[str, exp.Expression] = {}
