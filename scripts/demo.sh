@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# The demo command: sets up .venv and runs the voter workload with a progress bar.
+# The demo command: sets up .venv, Java's PostgreSQL driver and a PostgreSQL, then runs a whole
+# TPC-DI DimTrade run (streaming), two cross-island queries and the audit (sstore tpcdi demo).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup.sh test,bench
-exec "${SSTORE_VENV:-$root/.venv}/bin/sstore" demo "$@"
+if ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+  apt-get update -q >/dev/null && apt-get install -y -q openjdk-17-jre-headless >/dev/null
+fi
+bash scripts/setup.sh test,bench,spark
+bash scripts/jdbc.sh
+bash scripts/postgres.sh
+exec "${SSTORE_VENV:-$root/.venv}/bin/sstore" tpcdi demo "$@"
