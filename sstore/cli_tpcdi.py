@@ -120,6 +120,8 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
     two cross-island queries (a UNION over a split object, a join across engines), migrates
     Batch3 and runs the TPC-DI audit. A few minutes at the default scale factor.
     """
+    import warnings
+
     from rich.console import Console
     from rich.panel import Panel
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -129,8 +131,6 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
     from sstore.errors import SStoreError
     from sstore.workloads.tpcdi.audit_cli import report_table
     from sstore.workloads.tpcdi.demo import QueryShown, run_demo
-
-    import warnings
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     console = Console(highlight=False)
     if not console.is_terminal:     # logs and pipes: wide enough for the audit's rows
