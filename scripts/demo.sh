@@ -7,7 +7,7 @@ cd "$root"
 if ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   apt-get update -q >/dev/null && apt-get install -y -q openjdk-17-jre-headless >/dev/null
 fi
-bash scripts/setup.sh test,bench,spark
+bash scripts/setup.sh test,bench,spark,airflow
 bash scripts/jdbc.sh
 bash scripts/postgres.sh
 exec "${SSTORE_VENV:-$root/.venv}/bin/sstore" tpcdi demo "$@"

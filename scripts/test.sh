@@ -3,7 +3,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup.sh test,bench,spark
+bash scripts/setup.sh test,bench,spark,airflow
 bash scripts/jdbc.sh
 bash scripts/postgres.sh
 exec "${SSTORE_VENV:-$root/.venv}/bin/python" -m pytest "$@"

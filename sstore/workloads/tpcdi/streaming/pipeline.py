@@ -7,30 +7,75 @@
    trade id, alerts append to ``<schema>.dimessages``, rejects to ``<schema>.rejects``; each
    exactly once (binary COPY + watermark per PostgreSQL transaction).
 4. Batch1 streams as time-ordered trade events in engine batches of ``batch_size``; then, per
-   incremental batch, the dimension changes are applied, the lookups refreshed, and the batch's
-   Trade.txt streams through.
+   incremental batch (``run_incremental``), the dimension changes are applied, the lookups
+   refreshed, and the batch's Trade.txt streams through.
 
-Engine batch-ids are derived from the data (Batch1 chunk k is batch k; the incremental batches
-follow), so running again on the same state file re-sends only no-ops: exactly once.
+Engine batch-ids are derived from the data: an engine batch of TPC-DI batch ``b`` whose last
+line is line ``n`` of the batch's events has id ``b * ID_STRIDE + n`` (``engine_batch_id``).
+Before streaming a TPC-DI batch, the lines the state file already took are left out (the
+engine keeps the commit records of a border stream for good), so running again on the same
+state file, even with another ``batch_size``, sends nothing twice: exactly once. The rows the
+file readers refused (Batch1) are stored once too, guarded by a watermark row. The incremental
+batches can also run on their own, after a Spark historical load (``dimtrade_spark``): the
+engine's DimTrade state is then seeded from the warehouse first (``seed_dimtrade``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from migrators.engine_to_postgres import StreamToPostgres
-from migrators.postgres import Session, copy_arrow
+import pyarrow.compute as pc
+
+from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS, StreamToPostgres
+from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from sstore.engine import Engine
-from sstore.sql import qualified
-from sstore.workloads.tpcdi.streaming.events import BatchEvents, batch1_events, \
-    incremental_events
+from sstore.errors import TerminalError
+from sstore.maintenance import StreamTarget
+from sstore.sql import ident, qualified
+from sstore.workloads.tpcdi.streaming.events import (
+    BatchEvents,
+    batch1_events,
+    incremental_events,
+)
 from sstore.workloads.tpcdi.streaming.procedures import LOOKUPS, declare
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+#: Engine batch-ids of TPC-DI batch ``b`` lie in ``(b * ID_STRIDE, (b + 1) * ID_STRIDE)``.
+ID_STRIDE = 1_000_000_000
+#: The border stream the trade event lines enter by.
+INPUT_STREAM = "trade_lines"
+#: Watermark source of the file readers' rejects (target ``<schema>.rejects``).
+FILE_REJECTS_SOURCE = "tpcdi file rejects (streaming)"
+
+
+def engine_batch_id(tpcdi_batch: int, line_no: int) -> int:
+    """The engine batch-id of a chunk of TPC-DI batch ``tpcdi_batch`` whose last event line is
+    ``line_no`` (1-based): ids grow with the data, whatever the chunk size."""
+    if tpcdi_batch < 1 or not 1 <= line_no < ID_STRIDE:
+        raise ValueError(f"no engine batch-id for TPC-DI batch {tpcdi_batch}, line {line_no}")
+    return tpcdi_batch * ID_STRIDE + line_no
+
+
+def sinks(schema: str = "tpcdi") -> tuple[StreamTarget, ...]:
+    """Where the dataflow's outputs go in the warehouse ``schema``: DimTrade changes merge by
+    trade id, alerts and rejects append."""
+    return (StreamTarget("dimtrade_changes", f"{schema}.dimtrade", "merge", ("tradeid",)),
+            StreamTarget("dimessages_out", f"{schema}.dimessages"),
+            StreamTarget("trade_rejects", f"{schema}.rejects"))
+
+
+class StreamingSetupError(TerminalError):
+    """An incremental batch cannot stream: the warehouse has no Batch1 DimTrade to build on."""
 
 
 @dataclass
@@ -64,16 +109,9 @@ class StreamingDimTrade:
         self.wait_each_batch = wait_each_batch
         self.engine = Engine(state_path)
         declare(self.engine)
-        self.sinks = [
-            StreamToPostgres(self.engine, "dimtrade_changes", url, f"{schema}.dimtrade",
-                             mode="merge", key=("tradeid",), ack_every=0.0),
-            StreamToPostgres(self.engine, "dimessages_out", url, f"{schema}.dimessages",
-                             ack_every=0.0),
-            StreamToPostgres(self.engine, "trade_rejects", url, f"{schema}.rejects",
-                             ack_every=0.0),
-        ]
+        self.sinks = [StreamToPostgres(self.engine, t.stream, url, t.table, mode=t.mode,
+                                       key=t.key, ack_every=0.0) for t in sinks(schema)]
         self.report = StreamingReport(batch_size)
-        self._next_batch = 0
 
     def refresh_lookups(self) -> None:
         """Copy the dimension rows the procedures look up from PostgreSQL into the engine."""
@@ -82,44 +120,115 @@ class StreamingDimTrade:
                                               f"{qualified(self.schema + '.' + table)}",
                  into=table, mode="replace")
 
-    def stream(self, events: BatchEvents, phase: str) -> None:
+    def stream(self, events: BatchEvents, phase: str, migrate: bool = True) -> None:
         """Send one TPC-DI batch through the dataflow in engine batches; wait until the
-        warehouse has it. Latency per engine batch: ingest to visible in PostgreSQL."""
+        warehouse has it. Latency per engine batch: ingest to visible in PostgreSQL. Lines the
+        state file already took are skipped (see the module docstring); the sinks must be
+        attached. ``migrate=False``: do not wait for the warehouse (the results stay in the
+        engine until attached sinks, ``flush`` or a migration move them)."""
         began = time.perf_counter()
+        self.engine.run_until_idle()  # whatever a crash left between ingest and procedures
         self._keep_file_rejects(events)
-        total, done = events.lines.num_rows, 0
-        for chunk in events.chunks(self.batch_size):
-            self._next_batch += 1
+        already = self.lines_ingested(events.tpcdi_batch)
+        lines = events.lines
+        if already:
+            lines = lines.filter(pc.greater(lines["line_no"], already))
+        total = events.lines.num_rows
+        done = total - lines.num_rows
+        for start in range(0, lines.num_rows, self.batch_size):
+            chunk = lines.slice(start, self.batch_size)
+            batch_id = engine_batch_id(events.tpcdi_batch, chunk["line_no"][-1].as_py())
             t0 = time.perf_counter()
-            self.engine.ingest("trade_lines", chunk, batch_id=self._next_batch)
+            self.engine.ingest(INPUT_STREAM, chunk, batch_id=batch_id)
             self.engine.run_until_idle()
-            if self.wait_each_batch:
-                self._flush()
+            self.report.engine_batches += 1
+            if self.wait_each_batch and migrate:
+                self.flush()
                 self.report.batch_latencies.append(time.perf_counter() - t0)
             done += chunk.num_rows
             if self.progress is not None:
                 self.progress(phase, done, total)
-        self._flush()
-        self.report.events += total
-        self.report.engine_batches = self._next_batch
+        if migrate:
+            self.flush()
+        self.report.events += lines.num_rows
         self.report.phases[phase] = time.perf_counter() - began
 
-    def _flush(self) -> None:
+    def lines_ingested(self, tpcdi_batch: int) -> int:
+        """The last event line of TPC-DI batch ``tpcdi_batch`` that the engine has taken (0:
+        none). Border streams keep their commit records, so this survives restarts."""
+        low = tpcdi_batch * ID_STRIDE
+        got = self.engine.query("SELECT max(batch_id) AS last FROM sstore_sys.commits "
+                                "WHERE node = ? AND batch_id > ? AND batch_id < ?",
+                                INPUT_STREAM, low, low + ID_STRIDE)
+        last = got.column("last")[0].as_py()
+        return int(last) - low if last is not None else 0
+
+    def seed_dimtrade(self) -> int:
+        """Before the first trade event of a state file: copy the warehouse's DimTrade into the
+        engine's DimTrade state, so that the updates of an incremental batch find the trades a
+        Spark historical load (``dimtrade_spark.load_historical``) put there. Does nothing (0)
+        once the engine has taken any event; refuses when the warehouse has no DimTrade of
+        Batch1 either. Returns the rows copied."""
+        taken = self.engine.query("SELECT count(*) AS n FROM sstore_sys.commits WHERE node = ?",
+                                  INPUT_STREAM).column("n")[0].as_py()
+        if taken:
+            return 0
+        with connect(self.url) as con:
+            row = con.execute(f"SELECT count(*) FILTER (WHERE batchid = 1), count(*) FROM "
+                              f"{ident(self.schema)}.dimtrade").fetchone()
+        batch1, rows = (int(row[0]), int(row[1])) if row else (0, 0)
+        if batch1 == 0:
+            raise StreamingSetupError(
+                f"{self.schema}.dimtrade has no Batch1 trades: load Batch1 first (the Spark "
+                f"historical load, or StreamingDimTrade.run)")
+        if rows:
+            cast(self.url, self.engine, table=f"{self.schema}.dimtrade", into="dimtrade",
+                 mode="replace")
+        return rows
+
+    def dimensions_applied(self, batch: int) -> bool:
+        """Whether the warehouse has the dimension changes of ``batch`` (or of a later batch,
+        which builds on them): DimCustomer or DimAccount rows of that batch-id or above."""
+        s = ident(self.schema)
+        with connect(self.url) as con:
+            row = con.execute(f"SELECT EXISTS (SELECT 1 FROM {s}.dimcustomer WHERE batchid >= "
+                              f"%s) OR EXISTS (SELECT 1 FROM {s}.dimaccount WHERE batchid >= "
+                              f"%s)", (batch, batch)).fetchone()
+        return bool(row and row[0])
+
+    def flush(self) -> None:
+        """Wait until the warehouse has every batch the engine has committed (the sinks must
+        be attached)."""
         for sink in self.sinks:
             if not sink.flush(timeout=600):
                 raise TimeoutError(f"sink to {sink.table} did not catch up: {sink.last_error}")
 
     def _keep_file_rejects(self, events: BatchEvents) -> None:
-        """Rows the file readers rejected (before the stream) go to the reject table too."""
+        """Rows the file readers rejected (before the stream) go to the reject table too, once:
+        a watermark row (source ``FILE_REJECTS_SOURCE``, target ``<schema>.rejects``) is locked
+        and advanced in the same PostgreSQL transaction."""
         if events.rejects.num_rows == 0:
             return
         rows = events.rejects.select(["source_file", "batch_id", "line_number", "raw_line",
                                       "reason"])
+        target = f"{self.schema}.rejects"
+        key = (FILE_REJECTS_SOURCE, target)
         session = Session(self.url)
 
         def load(con: object) -> int:
             with con.cursor() as cur:  # type: ignore[attr-defined]
-                copy_arrow(cur, f"{self.schema}.rejects", rows)
+                cur.execute(WATERMARK_DDL)
+                cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id) "
+                            f"VALUES (%s, %s, 0) ON CONFLICT DO NOTHING", key)
+                done = cur.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND "
+                                   f"target = %s FOR UPDATE", key).fetchone()[0]
+                if done >= events.tpcdi_batch:
+                    con.rollback()  # type: ignore[attr-defined]
+                    return 0
+                copy_arrow(cur, target, rows)
+                cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total "
+                            f"+ %s, updated_at = now() WHERE source = %s AND target = %s",
+                            (events.tpcdi_batch, rows.num_rows, *key))
             con.commit()  # type: ignore[attr-defined]
             return rows.num_rows
 
@@ -138,20 +247,47 @@ class StreamingDimTrade:
         dimensions.build_historical(spark, self.data_dir, self.url, self.schema)
         self.refresh_lookups()
         self.report.phases["dimensions (Spark)"] = time.perf_counter() - t0
+        with self.attached():
+            self.stream(batch1_events(self.data_dir), "historical (Batch1)")
+        for batch in (2, 3):
+            self.run_incremental(batch, spark)
+        return self.report
+
+    def run_incremental(self, batch: int, spark: SparkSession | None = None
+                        ) -> StreamingReport:
+        """One incremental TPC-DI batch (2, 3, ...): its dimension changes (``dimensions.
+        apply_batch``, skipped when the warehouse has them), fresh lookups, then its Trade.txt
+        through the dataflow into the warehouse. Batch1 must be in the warehouse (streamed
+        here, or loaded by Spark: then the engine's DimTrade is seeded from it). Running it
+        again changes nothing. ``spark``: a session for the dimension job (default:
+        ``get_spark()``)."""
+        from sstore.workloads.tpcdi import dimensions
+
+        if batch < 2:
+            raise ValueError(f"incremental batches are 2, 3, ...; got {batch}")
+        t0 = time.perf_counter()
+        if not self.dimensions_applied(batch):
+            if spark is None:
+                from migrators.spark_session import get_spark
+                spark = get_spark()
+            dimensions.apply_batch(spark, self.data_dir, self.url, self.schema, batch)
+        self.refresh_lookups()
+        self.seed_dimtrade()
+        self.report.phases[f"dimensions Batch{batch}"] = time.perf_counter() - t0
+        with self.attached():
+            self.stream(incremental_events(self.data_dir, batch), f"incremental (Batch{batch})")
+        return self.report
+
+    @contextmanager
+    def attached(self) -> Iterator[None]:
+        """The sinks feed the warehouse while the block runs."""
         for sink in self.sinks:
             sink.attach()
         try:
-            self.stream(batch1_events(self.data_dir), "historical (Batch1)")
-            for batch in (2, 3):
-                t0 = time.perf_counter()
-                dimensions.apply_batch(spark, self.data_dir, self.url, self.schema, batch)
-                self.refresh_lookups()
-                self.report.phases[f"dimensions Batch{batch}"] = time.perf_counter() - t0
-                self.stream(incremental_events(self.data_dir, batch), f"incremental (Batch{batch})")
+            yield
         finally:
             for sink in self.sinks:
                 sink.detach()
-        return self.report
 
     def close(self) -> None:
         self.engine.close()

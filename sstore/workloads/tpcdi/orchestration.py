@@ -1,0 +1,310 @@
+"""The TPC-DI ETL as steps for a scheduler: the Airflow DAGs in ``dags/`` call one per task.
+
+Every step takes a ``Settings`` (where the data, the warehouse, the state file and Spark are),
+returns a small JSON-able dict (Airflow keeps it as the task's XCom) and may run again:
+
+- historical (``tpcdi_historical``): ``prepare_source`` (generate the data set if the input
+  directory has none) -> ``create_warehouse`` -> ``build_dimensions`` (Spark) ->
+  ``load_historical_trades`` (Spark DimTrade of Batch1, skipped once loaded) -> ``audit``.
+- incremental (``tpcdi_incremental``): ``incremental_batches`` -> ``stream_batches`` (per
+  batch: its dimension changes, then its trades through the engine's DimTrade dataflow; the
+  engine's state file and the sink watermarks make a re-run change nothing) -> ``migrate``
+  (catch-up of the engine's output streams) -> ``audit``.
+
+``Settings.from_params`` reads the DAG parameters (``PARAMS``); the PostgreSQL URL comes from
+the Airflow connection ``postgres_conn_id`` when Airflow has it, else ``SSTORE_POSTGRES_URL``,
+else the local server (``warehouse_url``). Nothing here needs Airflow installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from migrators.urls import DEFAULT_URL
+from sstore.errors import TerminalError
+from sstore.maintenance import StreamTarget, migrate_streams
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: The Airflow connection the DAGs read the warehouse from, by default.
+CONN_ID = "sstore_warehouse"
+#: Where the DAGs look for (or generate) the data set, unless told otherwise.
+DEFAULT_DATA_DIR = os.environ.get("SSTORE_TPCDI_DIR", "/tmp/sstore/tpcdi")
+STATE_FILE = "STATE.duckdb"  # in the data directory, as ``sstore tpcdi run`` does
+_BATCH_DIR = re.compile(r"^Batch(\d+)$")
+
+#: The DAG parameters: name -> keyword arguments of ``airflow.sdk.Param``.
+PARAMS: dict[str, dict[str, Any]] = {
+    "data_dir": {"default": DEFAULT_DATA_DIR, "type": "string",
+                 "description": "TPC-DI data set: Batch1/, Batch2/, ... (generated here if "
+                                "Batch1/ is missing). Default: $SSTORE_TPCDI_DIR."},
+    "scale_factor": {"default": 0.01, "type": "number", "minimum": 0.01,
+                     "description": "Scale factor when the data set is generated."},
+    "seed": {"default": 0, "type": "integer", "minimum": 0,
+             "description": "Generator seed (same seed, same files)."},
+    "schema": {"default": "tpcdi", "type": "string",
+               "description": "Warehouse schema in PostgreSQL."},
+    "postgres_conn_id": {"default": CONN_ID, "type": "string",
+                         "description": "Airflow connection of the warehouse; without it "
+                                        "$SSTORE_POSTGRES_URL, else " + DEFAULT_URL + "."},
+    "spark_master": {"default": "", "type": "string",
+                     "description": "Spark master URL, e.g. spark://spark-master:7077; empty: "
+                                    "$SSTORE_SPARK_MASTER, else local[*]."},
+    "state_path": {"default": "", "type": "string",
+                   "description": "The engine's state file; empty: STATE.duckdb in data_dir."},
+    "batch_size": {"default": 1000, "type": "integer", "minimum": 1,
+                   "description": "Trade events per engine batch."},
+    "rebuild": {"default": False, "type": "boolean",
+                "description": "Start over: drop the schema, its watermarks and the state "
+                               "file before loading."},
+}
+
+
+class AuditFailed(TerminalError):
+    """The warehouse does not pass the TPC-DI audit."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a step needs to know. ``state_path`` "" is ``<data_dir>/STATE.duckdb``;
+    ``spark_master`` "" is ``$SSTORE_SPARK_MASTER``, else ``local[*]``."""
+
+    data_dir: str = DEFAULT_DATA_DIR
+    url: str = DEFAULT_URL
+    schema: str = "tpcdi"
+    state_path: str = ""
+    batch_size: int = 1000
+    scale_factor: float = 0.01
+    seed: int = 0
+    spark_master: str = ""
+
+    @property
+    def state(self) -> str:
+        return self.state_path or os.path.join(self.data_dir, STATE_FILE)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any],
+                    lookup: Callable[[str], str | None] | None = None) -> Settings:
+        """From DAG parameters (names of ``PARAMS``; missing ones take their defaults).
+        ``lookup(conn_id)`` finds a connection's URL (default: Airflow's, if installed)."""
+        def get(name: str) -> Any:
+            value = params.get(name)
+            return PARAMS[name]["default"] if value is None else value
+
+        return cls(data_dir=str(get("data_dir")),
+                   url=warehouse_url(str(get("postgres_conn_id")), lookup),
+                   schema=str(get("schema")), state_path=str(get("state_path")),
+                   batch_size=int(get("batch_size")), scale_factor=float(get("scale_factor")),
+                   seed=int(get("seed")), spark_master=str(get("spark_master")))
+
+    def redacted(self) -> dict[str, Any]:
+        """For logs and results: the settings without the URL's password."""
+        from migrators.urls import parse
+
+        return {**asdict(self), "url": parse(self.url).redacted()}
+
+
+# -- where the warehouse is ------------------------------------------------------------------
+def connection_url(host: str | None, port: int | None, login: str | None,
+                   password: str | None, database: str | None) -> str:
+    """A ``postgresql://`` URL from a connection's fields (quoted; defaults: local, 5432,
+    database postgres)."""
+    auth = ""
+    if login:
+        auth = quote(login, safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+    return f"postgresql://{auth}{host or '127.0.0.1'}:{port or 5432}/{database or 'postgres'}"
+
+
+def airflow_connection_url(conn_id: str) -> str | None:
+    """The URL of Airflow connection ``conn_id`` (e.g. ``AIRFLOW_CONN_SSTORE_WAREHOUSE``, or one
+    made in the UI); None when Airflow is not installed or has no such connection."""
+    try:
+        from airflow.sdk import Connection
+        from airflow.sdk.exceptions import AirflowNotFoundException
+    except ImportError:
+        return None
+    try:
+        conn = Connection.get(conn_id)
+    except AirflowNotFoundException:
+        return None
+    return connection_url(conn.host, conn.port, conn.login, conn.password, conn.schema)
+
+
+def warehouse_url(conn_id: str | None = CONN_ID,
+                  lookup: Callable[[str], str | None] | None = None) -> str:
+    """The connection ``conn_id`` (found by ``lookup``, default Airflow's), else
+    ``SSTORE_POSTGRES_URL``, else the local server."""
+    found = (lookup or airflow_connection_url)(conn_id) if conn_id else None
+    return found or os.environ.get("SSTORE_POSTGRES_URL") or DEFAULT_URL
+
+
+def spark_session(settings: Settings) -> SparkSession:
+    """The process's Spark session: ``settings.spark_master`` if given, else whatever
+    ``get_spark`` chooses (a running session, ``SSTORE_SPARK_MASTER``, ``local[*]``)."""
+    from migrators.spark_session import get_spark
+
+    return get_spark(settings.spark_master or None)
+
+
+# -- the data set ----------------------------------------------------------------------------
+def batches_in(data_dir: str | os.PathLike[str]) -> list[int]:
+    """The TPC-DI batch numbers that have a directory (``Batch1``, ``Batch2``, ...), sorted."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        return []
+    found = (_BATCH_DIR.match(p.name) for p in root.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def prepare_source(settings: Settings) -> dict[str, Any]:
+    """Find the data set, or generate it (``scale_factor``, ``seed``) when ``data_dir`` has no
+    ``Batch1/Trade.txt``."""
+    from sstore.workloads.tpcdi.generator import generate
+
+    root = Path(settings.data_dir)
+    generated = not (root / "Batch1" / "Trade.txt").is_file()
+    if generated:
+        generate(settings.scale_factor, root, seed=settings.seed)
+    return {"data_dir": str(root), "generated": generated, "batches": batches_in(root)}
+
+
+def incremental_batches(settings: Settings) -> list[int]:
+    """The incremental batches of the data set (2, 3, ...), in order; they must follow one
+    another from 2, and Batch1 must be there."""
+    found = batches_in(settings.data_dir)
+    if 1 not in found:
+        raise FileNotFoundError(f"no TPC-DI data set in {settings.data_dir} (no Batch1/): run "
+                                f"tpcdi_historical first, or point data_dir at one")
+    later = [b for b in found if b > 1]
+    if later != list(range(2, len(later) + 2)):
+        raise FileNotFoundError(f"incremental batches in {settings.data_dir} must be Batch2, "
+                                f"Batch3, ... without gaps; found {later}")
+    return later
+
+
+# -- the historical load ---------------------------------------------------------------------
+def create_warehouse(settings: Settings, rebuild: bool = False) -> dict[str, Any]:
+    """Create the warehouse schema and its missing tables. ``rebuild``: first drop the schema,
+    the watermark rows of its tables and the engine's state file (the warehouse starts over;
+    the engine's batches would otherwise count as delivered)."""
+    from migrators.postgres import connect
+    from sstore.workloads.tpcdi.warehouse import create_warehouse as create
+    from sstore.workloads.tpcdi.warehouse import drop_warehouse
+
+    removed: list[str] = []
+    if rebuild:
+        drop_warehouse(settings.url, settings.schema)
+        with connect(settings.url) as con:
+            if con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
+                con.execute("DELETE FROM sstore.watermarks WHERE split_part(target, '.', 1) = %s",
+                            (settings.schema,))
+        for path in (settings.state, settings.state + ".wal"):
+            if os.path.exists(path):
+                os.remove(path)
+                removed.append(path)
+    tables = create(settings.url, settings.schema)
+    return {"schema": settings.schema, "tables": list(tables), "rebuilt": rebuild,
+            "removed": removed}
+
+
+def build_dimensions(settings: Settings) -> dict[str, Any]:
+    """Reference tables and the Batch1 dimensions, in PySpark (``dimensions.build_historical``:
+    one transaction, deterministic, so a re-run gives the same rows and keys)."""
+    from sstore.workloads.tpcdi import dimensions
+
+    report = dimensions.build_historical(spark_session(settings), settings.data_dir,
+                                         settings.url, settings.schema)
+    return {"rows": dict(report.rows), "seconds": report.seconds}
+
+
+def load_historical_trades(settings: Settings) -> dict[str, Any]:
+    """Batch1's DimTrade and DImessages in PySpark (``dimtrade_spark.load_historical``; its
+    watermark skips a batch already loaded)."""
+    from sstore.workloads.tpcdi import dimtrade_spark
+
+    report = dimtrade_spark.load_historical(spark_session(settings), settings.data_dir,
+                                            settings.url, settings.schema)
+    return asdict(report)
+
+
+# -- the incremental batches -----------------------------------------------------------------
+def stream_batches(settings: Settings, batches: Sequence[int]) -> list[dict[str, Any]]:
+    """Each incremental batch in order through ``StreamingDimTrade.run_incremental``: its
+    dimension changes (unless the warehouse has them), then its trades through the engine's
+    DimTrade dataflow into the warehouse. Safe to run again (exactly once)."""
+    from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
+
+    results = []
+    pipeline = StreamingDimTrade(settings.data_dir, settings.url, settings.state,
+                                 settings.schema, settings.batch_size)
+    spark: SparkSession | None = None
+    try:
+        for batch in batches:
+            if spark is None and not pipeline.dimensions_applied(batch):
+                spark = spark_session(settings)
+            events, engine_batches = pipeline.report.events, pipeline.report.engine_batches
+            report = pipeline.run_incremental(batch, spark)
+            results.append({
+                "batch": batch, "events": report.events - events,
+                "engine_batches": report.engine_batches - engine_batches,
+                "seconds": {k: round(v, 3) for k, v in report.phases.items()
+                            if k.endswith((f"Batch{batch}", f"Batch{batch})"))}})
+    finally:
+        pipeline.close()
+    return results
+
+
+def migrate(settings: Settings) -> dict[str, Any]:
+    """Move whatever the engine's output streams hold that the warehouse lacks (normally
+    nothing: the run's sinks did it; after a crash, the rest)."""
+    from sstore.workloads.tpcdi.streaming.pipeline import sinks
+
+    return migrate_streams(settings.state, settings.url, sinks(settings.schema)).to_dict()
+
+
+def maintenance_targets(settings: Settings, given: Sequence[Mapping[str, Any]] | None = None
+                        ) -> list[StreamTarget]:
+    """What ``sstore_maintenance`` moves: the targets ``given`` (``StreamTarget`` mappings), or
+    else the TPC-DI DimTrade sinks of ``settings.schema``."""
+    if given:
+        return [StreamTarget.from_mapping(t) for t in given]
+    from sstore.workloads.tpcdi.streaming.pipeline import sinks
+
+    return list(sinks(settings.schema))
+
+
+# -- the audit -------------------------------------------------------------------------------
+def loaded_batches(settings: Settings) -> list[int]:
+    """Batches 1..N where N is the newest batch in the warehouse's DimTrade ([] if empty)."""
+    from migrators.postgres import connect
+    from sstore.sql import ident
+
+    with connect(settings.url) as con:
+        row = con.execute(f"SELECT max(batchid) FROM {ident(settings.schema)}.dimtrade"
+                          ).fetchone()
+    return list(range(1, int(row[0]) + 1)) if row and row[0] is not None else []
+
+
+def audit(settings: Settings) -> dict[str, Any]:
+    """TPC-DI's DimTrade audit of the batches loaded so far (``loaded_batches``), against the
+    data set's audit files; raises ``AuditFailed`` naming the failed checks."""
+    from sstore.workloads.tpcdi.audit import run_audit
+
+    batches = loaded_batches(settings)
+    report = run_audit(settings.url, settings.schema, settings.data_dir, batches=batches)
+    summary = {"schema": report.schema, "batches": batches, "ok": report.ok,
+               "passed": sum(c.passed for c in report.checks),
+               "failed": [f"{c.name}{f' (batch {c.batch})' if c.batch else ''}: observed "
+                          f"{c.observed}, expected {c.expected}" for c in report.failed],
+               "skipped": sum(c.outcome == "skip" for c in report.checks)}
+    if not report.ok:
+        raise AuditFailed(f"{len(report.failed)} audit check(s) failed in {settings.schema}: "
+                          + "; ".join(summary["failed"]))
+    return summary
