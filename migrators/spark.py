@@ -263,9 +263,13 @@ def dataframe_to_engine(df: DataFrame, engine: Engine, table: str,
     arrow = df.toArrow()
     source = f"sstore_spark_{uuid.uuid4().hex}"
     target, relation = qualified(table), ident(source)
+    exists = bool(engine.query("SELECT 1 FROM duckdb_tables() WHERE table_name = ? AND "
+                               "schema_name = current_schema()", table).num_rows)
     with engine.transaction() as tx:
         tx.register(source, arrow)
-        tx.execute(f"CREATE TABLE IF NOT EXISTS {target} AS SELECT * FROM {relation} LIMIT 0")
+        if not exists:  # DuckDB 2.0.0 loses rows of a table made empty and filled in one tx
+            tx.execute(f"CREATE TABLE {target} AS SELECT * FROM {relation}")
+            return arrow.num_rows
         if mode == "replace":
             tx.execute(f"DELETE FROM {target}")
         try:

@@ -341,3 +341,18 @@ def test_a_join_across_engines_casts_the_smaller_side(tmp_path, pg_url: str) -> 
     assert answers["migrate into pg"][0]["level"] == "gold"
     ps.close()
     engine.close()
+
+
+def test_copies_into_the_engine_survive_union_all(tmp_path) -> None:
+    """Regression: DuckDB 2.0.0 returned no rows from ``empty UNION ALL copy`` when the copy
+    had been created empty and filled in one transaction; the connector creates it from the
+    rows instead (a copy of more than one row group, 122,880 rows, showed it)."""
+    from sstore.polystore.connectors import StreamingConnector
+    engine = Engine(str(tmp_path / "u.duckdb"))
+    rows = orders_rows(130_000)
+    create_in_engine(engine, "orders_recent", rows.slice(0, 0))
+    StreamingConnector("s", engine).store("copy", rows, note="a copy")
+    n = engine.query("SELECT count(*) AS n FROM (SELECT o_id FROM orders_recent UNION ALL "
+                     "SELECT o_id FROM copy)")
+    assert n.to_pylist() == [{"n": 130_000}]
+    engine.close()

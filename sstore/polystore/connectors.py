@@ -65,17 +65,23 @@ class StreamingConnector:
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
-        """Rows, deletions and note in one engine transaction: one commit, all or nothing."""
+        """Rows, deletions and note in one engine transaction: one commit, all or nothing.
+
+        A new table is made by ``CREATE TABLE ... AS SELECT`` from the rows: DuckDB 2.0.0 loses
+        the rows of a table created empty (``AS ... LIMIT 0``) and filled in the same
+        transaction from later UNION ALL scans (see tests/test_polystore.py)."""
         name = qualified(table)
+        fresh = mode == "replace" or not self._exists(table)
         with self.engine.transaction() as tx:
             tx.register("sstore_store", rows)
-            if mode == "replace":
+            if fresh:
                 tx.execute(f"DROP TABLE IF EXISTS {name}")
-            tx.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM sstore_store LIMIT 0")
-            if delete_below is not None:
-                column, value = delete_below
-                tx.execute(f"DELETE FROM {name} WHERE {ident(column)} < ?", value)
-            tx.execute(f"INSERT INTO {name} BY NAME SELECT * FROM sstore_store")
+                tx.execute(f"CREATE TABLE {name} AS SELECT * FROM sstore_store")
+            else:
+                if delete_below is not None:
+                    column, value = delete_below
+                    tx.execute(f"DELETE FROM {name} WHERE {ident(column)} < ?", value)
+                tx.execute(f"INSERT INTO {name} BY NAME SELECT * FROM sstore_store")
             if note is not None:
                 tx.execute(f"COMMENT ON TABLE {name} IS {literal(note)}")
         return rows.num_rows
