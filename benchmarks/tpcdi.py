@@ -1,0 +1,260 @@
+"""Benchmark of TPC-DI DimTrade into PostgreSQL: the sstore streaming pipeline against Spark, in
+bulk and as Spark Structured Streaming.
+
+Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 2, about an hour on 2 shared cores) or
+``--quick`` (SF 0.1, about 15 minutes, most of it Spark). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
+server); each scale factor gets its own database ``bench_tpcdi_<pid>_<sf>``, dropped at the end.
+
+Systems, per scale factor (each into its own fresh warehouse schema, from the same data set):
+
+- ``spark-bulk``: the Spark DimTrade pipeline (``dimtrade_spark.load_historical`` and
+  ``apply_batch``): each TPC-DI batch is one job and one PostgreSQL transaction.
+- ``sstore``: the five-procedure streaming dataflow (``streaming.pipeline.StreamingDimTrade``)
+  with its exactly-once sinks, fed trade events in batches of 100, 1,000 and 10,000 trades.
+- ``spark-sss``: the same five steps as a Spark user writes them in Structured Streaming
+  (``benchmarks.tpcdi_sss``: file source, foreachBatch, COPY + merge into PostgreSQL,
+  exactly once by batchId), fed the same batches.
+
+Dimensions are built once per scale factor by Spark and copied into each run's warehouse
+(``benchmarks.tpcdi_setup``); the numbers count the trade phases only. How runs are fed and
+how latency is taken without slowing the run down: ``benchmarks.tpcdi_runs``. The definitions
+of every number: ``benchmarks.tpcdi_report.DEFINITIONS`` (also in the JSON). Results go to
+``benchmarks/results/tpcdi.{json,png}`` (``tpcdi-quick.*`` for ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from benchmarks.common import RESULTS, machine_info
+from benchmarks.engine import write_report
+from benchmarks.tpcdi_report import (
+    DEFINITIONS,
+    add_ratios,
+    breakdown_table,
+    check_same_rows,
+    plot,
+    ratios_table,
+    results_table,
+    to_record,
+)
+from benchmarks.tpcdi_runs import (
+    Budget,
+    Run,
+    run_engine,
+    run_spark_bulk,
+    run_spark_streaming,
+)
+from benchmarks.tpcdi_setup import (
+    DataSet,
+    build_dimensions,
+    create_database,
+    drop_database,
+    drop_schema,
+    make_data,
+)
+
+SYSTEMS = ("spark-bulk", "sstore", "spark-sss")
+
+
+@dataclass(frozen=True)
+class Plan:
+    scale_factors: tuple[float, ...]
+    batch_trades: tuple[int, ...]
+    budget: Budget
+    systems: tuple[str, ...] = SYSTEMS
+    warm_up: bool = True  # a throwaway Structured Streaming query before the first run
+
+
+FULL = Plan((1.0, 2.0), (100, 1_000, 10_000), Budget(phase_seconds=100.0))
+QUICK = Plan((0.1,), (100, 1_000, 10_000), Budget(phase_seconds=25.0))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tpcdi", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="SF 0.1 only (a few minutes)")
+    parser.add_argument("--scale-factors", type=float, nargs="+", help="override the plan's")
+    parser.add_argument("--batch-trades", type=int, nargs="+", help="override the plan's")
+    parser.add_argument("--phase-seconds", type=float, help="time budget of a measured phase")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="a subset of systems")
+    parser.add_argument("--out", default=RESULTS, help="directory for the json and png")
+    return parser.parse_args(argv)
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    plan = QUICK if args.quick else FULL
+    return Plan(tuple(args.scale_factors or plan.scale_factors),
+                tuple(args.batch_trades or plan.batch_trades),
+                Budget(args.phase_seconds or plan.budget.phase_seconds),
+                tuple(args.systems or plan.systems))
+
+
+def batch_events(data: DataSet, trades: int) -> int:
+    """A batch of ``trades`` trades as trade events (see DEFINITIONS["batch_trades"])."""
+    return max(1, round(trades * data.total_events / data.trades))
+
+
+def run_scale_factor(spark: Any, data: DataSet, url: str, plan: Plan, workdir: str,
+                     progress: Progress, console: Console, warm: bool
+                     ) -> tuple[list[Run], dict[str, float]]:
+    """Every system of the plan on one data set, in one database; returns the runs and the
+    seconds the dimension build took. ``warm``: warm Spark Structured Streaming up first."""
+    sf = f"{data.scale_factor:g}"
+    with console.status(f"SF {sf}: building the dimensions with Spark (once per SF)"):
+        dims = build_dimensions(spark, data, url)
+    console.print(f"SF {sf}: dimensions built in {sum(dims.values()):.0f} s")
+    if warm and "spark-sss" in plan.systems:
+        with console.status("warming up Spark Structured Streaming"):
+            warm_up(spark, data, url, workdir)
+    jobs: list[tuple[str, int | None]] = []
+    if "spark-bulk" in plan.systems:
+        jobs.append(("spark-bulk", None))
+    for size in plan.batch_trades:  # the two streaming systems side by side, per batch size
+        jobs += [(s, size) for s in ("sstore", "spark-sss") if s in plan.systems]
+    overall = progress.add_task(f"SF {sf}: runs", total=len(jobs))
+    runs = []
+    for system, size in jobs:
+        label = f"SF {sf} {system}" + (f" batch {size:,}" if size else "")
+        task = progress.add_task(label, total=data.total_events)
+        tick: Callable[[int], None] = lambda n, t=task: progress.advance(t, n)
+        schema = f"run_{system.replace('-', '_')}_{size or 0}"
+        state_dir = tempfile.mkdtemp(prefix=f"{schema}-", dir=workdir)
+        if system == "spark-bulk":
+            run = run_spark_bulk(spark, data, url, schema, tick)
+        elif system == "sstore":
+            run = run_engine(data, url, schema, state_dir, size or 0,
+                             batch_events(data, size or 0), plan.budget, tick)
+        else:
+            run = run_spark_streaming(spark, data, url, schema, state_dir, size or 0,
+                                      batch_events(data, size or 0), plan.budget, tick)
+        run.extra["loadavg_after"] = os.getloadavg()
+        runs.append(run)
+        drop_schema(url, schema)
+        progress.update(task, visible=False)
+        progress.advance(overall)
+        console.print(f"{label}: {sum(p.seconds for p in run.phases):.1f} s in trade phases"
+                      + (" (capped)" if any(p.capped for p in run.phases) else ""))
+    progress.update(overall, visible=False)
+    return runs, dims
+
+
+def warm_up(spark: Any, data: DataSet, url: str, workdir: str) -> None:
+    """A throwaway Structured Streaming query over a few batches: the JVM compiles the file
+    source, the rules' plans and the JDBC reads, which would otherwise land in the first
+    measured run's first micro-batches."""
+    from benchmarks.tpcdi_setup import fresh_warehouse, install_dimensions
+    from benchmarks.tpcdi_sss import StructuredStreamingDimTrade
+
+    fresh_warehouse(url, "warm_up")
+    install_dimensions(url, "warm_up", 1)
+    job = StructuredStreamingDimTrade(spark, data.path, url, "warm_up",
+                                      tempfile.mkdtemp(prefix="warm-up-", dir=workdir), "warm_up")
+    try:
+        job.load_dimensions(1)
+        lines = data.events[1].lines
+        for start in range(0, min(lines.num_rows, 1_500), 500):
+            job.send(lines.slice(start, 500))
+    finally:
+        job.close()
+        drop_schema(url, "warm_up")
+
+
+def run_benchmark(plan: Plan, spark: Any, workdir: str, console: Console,
+                  database: Callable[[float], str], release: Callable[[float], None]
+                  ) -> dict[str, Any]:
+    """The whole plan: per scale factor, data, database (``database(sf)`` gives its URL,
+    ``release(sf)`` is called when it is done), dimensions, every run. Returns the report."""
+    started = time.perf_counter()
+    machine = {**machine_info(), "loadavg_at_start": os.getloadavg()}
+    records: list[dict[str, Any]] = []
+    setup: dict[str, Any] = {}
+    columns = (TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        for sf in plan.scale_factors:
+            with console.status(f"SF {sf:g}: generating the data set and its trade events"):
+                data = make_data(sf, Path(workdir) / f"sf{sf:g}")
+            url = database(sf)
+            try:
+                runs, dims = run_scale_factor(spark, data, url, plan, workdir, progress, console,
+                                              warm=plan.warm_up and not records)
+            finally:
+                release(sf)
+            sf_records = [to_record(run, data) for run in runs]
+            check_same_rows(sf_records)
+            records += sf_records
+            setup[f"{sf:g}"] = {"generate_and_events_seconds": round(data.seconds, 2),
+                                "dimension_build_seconds": {k: round(v, 2)
+                                                            for k, v in dims.items()},
+                                "trades": data.trades, "events": data.total_events,
+                                "events_per_tpcdi_batch": {b: e.lines.num_rows
+                                                           for b, e in data.events.items()},
+                                "source_rows": data.source_rows}
+    ratios = add_ratios(records)
+    return {"machine": {**machine, "loadavg_at_end": os.getloadavg()},
+            "plan": asdict(plan), "definitions": DEFINITIONS, "setup": setup,
+            "seconds": round(time.perf_counter() - started, 1), "records": records,
+            "ratios": ratios}
+
+
+def make_console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=180)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = make_plan(args)
+    console = make_console()
+    if os.getloadavg()[0] > 0.5:
+        console.print(f"[yellow]load average is {os.getloadavg()[0]:.2f} before the run: other "
+                      f"processes share the CPUs and will lower the numbers")
+    from migrators.spark_session import get_spark, stop_spark
+    from migrators.urls import default_url
+
+    admin = default_url()
+    names = {sf: f"bench_tpcdi_{os.getpid()}_{str(sf).replace('.', '_')}"
+             for sf in plan.scale_factors}
+    with console.status("starting Spark (local[2])"):
+        spark = get_spark("local[2]")
+    try:
+        with tempfile.TemporaryDirectory(prefix="sstore-bench-tpcdi-") as workdir:
+            report = run_benchmark(plan, spark, workdir, console,
+                                   lambda sf: create_database(admin, names[sf]),
+                                   lambda sf: drop_database(admin, names[sf]))
+    finally:
+        stop_spark()
+    console.print(results_table(report["records"]))
+    console.print(ratios_table(report["ratios"]))
+    console.print(breakdown_table([r for r in report["records"] if r["system"] != "spark-bulk"]))
+    mismatched = [r for r in report["records"] if not r.get("matches")]
+    for r in mismatched:
+        console.print(f"[red]SF {r['scale_factor']:g} {r['system']} batch {r['batch_trades']}: "
+                      f"not the same rows as the reference: {r['result']}")
+    name = "tpcdi-quick" if args.quick else "tpcdi"
+    path = write_report(report, args.out, name)
+    plot(report["records"], os.path.splitext(path)[0] + ".png")
+    console.print(f"wrote {path} and {name}.png in {report['seconds']} s")
+    return 1 if mismatched else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

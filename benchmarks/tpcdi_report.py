@@ -1,0 +1,240 @@
+"""How ``benchmarks.tpcdi`` turns runs into numbers: records, the same-rows check, ratios, rich
+tables and a PNG.
+
+The definitions are in ``DEFINITIONS`` (written into the JSON too): they are chosen so that
+every system is measured the same way, from the same events, and so that a run capped by its
+time budget is never mistaken for a complete one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from rich.table import Table
+
+from benchmarks.common import percentile
+from benchmarks.tpcdi_runs import Run
+from benchmarks.tpcdi_setup import DataSet
+
+LABELS = {"sstore": "sstore streaming", "spark-sss": "Spark Structured Streaming",
+          "spark-bulk": "Spark bulk"}
+COLORS = {"sstore": "C1", "spark-sss": "C2", "spark-bulk": "C0"}
+DEFINITIONS = {
+    "trade": "one DimTrade row; the data set's trades are its I (insert) events",
+    "events_per_trade": "all trade events of Batch1-3 / trades (Batch1: one event per "
+                        "TradeHistory.txt row, ~2.5 per trade; Batch2/3: one per Trade.txt row)",
+    "batch_trades": "batch size in trades; a batch is batch_trades * events_per_trade "
+                    "consecutive trade events (batch_events), one engine batch or one Spark "
+                    "micro-batch; Spark bulk has no batch size (a batch is a TPC-DI batch)",
+    "seconds": "wall-clock seconds of the trade phases' measured parts (dimension phases "
+               "excluded), first arrival to everything visible in PostgreSQL",
+    "trades_per_s": "events of the measured parts / events_per_trade / seconds: trades end "
+                    "to end into PostgreSQL per second (= trades / seconds when not capped)",
+    "p50_ms/p99_ms": "nearest-rank percentiles of the latency of the historical phase's "
+                     "measured batches (the full-size ones), from a batch's arrival (engine: "
+                     "ingest; Spark streaming: its file written; Spark bulk: the start of "
+                     "Batch1, one batch) to its rows committed in PostgreSQL; "
+                     "incr_latency_ms: the same for each batch of Batch2/3 (small: a TPC-DI "
+                     "incremental batch has fewer events than one batch of 100 trades at SF<=1)",
+    "hist_rows_per_s": "TPC-DI style: rows of Batch1's DimTrade source files (Trade.txt + "
+                       "TradeHistory.txt), scaled to the measured part, / its seconds",
+    "incr_rows_per_s": "TPC-DI style: rows of Batch2+3 Trade.txt / the incremental phases' "
+                       "seconds",
+    "capped": "a phase ran out of its time budget: only its first part is measured, the rest "
+              "went as one unmeasured batch so the warehouse is still complete and checked",
+    "matches": "dimtrade and dimessages have the same rows (md5 over every column, sorted) "
+               "as the reference run (the first sstore run of the scale factor)",
+    "vs_sstore": "this run's trades/s (or latency) / sstore's at the same SF and batch size",
+}
+
+
+def _rate(phases: list[Any], rows: dict[int, int]) -> float:
+    """Source rows per second over ``phases``, counting of a capped phase its measured part."""
+    measured = sum(rows[p.tpcdi_batch] * p.measured_events / p.events if p.events else 0
+                   for p in phases)
+    seconds = sum(p.seconds for p in phases)
+    return measured / seconds if seconds else float("nan")
+
+
+def to_record(run: Run, data: DataSet) -> dict[str, Any]:
+    """One run as flat numbers (see ``DEFINITIONS``)."""
+    per_trade = data.total_events / data.trades
+    measured = sum(p.measured_events for p in run.phases)
+    seconds = sum(p.seconds for p in run.phases)
+    hist = [p for p in run.phases if p.tpcdi_batch == 1]
+    incr = [p for p in run.phases if p.tpcdi_batch > 1]
+    lat = run.latencies_ms.get(1, [])
+    incr_lat = [ms for b, v in run.latencies_ms.items() if b > 1 for ms in v]
+    return {
+        "system": run.system, "scale_factor": run.scale_factor,
+        "batch_trades": run.batch_trades, "batch_events": run.batch_events,
+        "trades": data.trades, "events": data.total_events,
+        "events_per_trade": round(per_trade, 3), "measured_events": measured,
+        "batches": sum(p.batches for p in run.phases), "seconds": round(seconds, 3),
+        "trades_per_s": round(measured / per_trade / seconds, 1),
+        "events_per_s": round(measured / seconds, 1),
+        "p50_ms": round(percentile(lat, 0.5), 2), "p99_ms": round(percentile(lat, 0.99), 2),
+        "latency_samples": len(lat),
+        "incr_latency_ms": [round(ms, 1) for ms in incr_lat],
+        "hist_rows": data.source_rows[1], "hist_seconds": round(sum(p.seconds for p in hist), 3),
+        "hist_rows_per_s": round(_rate(hist, data.source_rows), 1),
+        "incr_rows": sum(data.source_rows[p.tpcdi_batch] for p in incr),
+        "incr_seconds": round(sum(p.seconds for p in incr), 3),
+        "incr_rows_per_s": round(_rate(incr, data.source_rows), 1),
+        "capped": any(p.capped for p in run.phases),
+        "hist_measured_fraction": round(sum(p.measured_events for p in hist)
+                                        / max(sum(p.events for p in hist), 1), 4),
+        "phases": [asdict(p) for p in run.phases],
+        "dimension_seconds": {k: round(v, 3) for k, v in run.dimension_seconds.items()},
+        "result": run.result, **run.extra,
+    }
+
+
+def check_same_rows(records: list[dict[str, Any]]) -> None:
+    """Set ``matches`` on every record of one scale factor against its reference run."""
+    if not records:
+        return
+    reference = next((r for r in records if r["system"] == "sstore"), records[0])
+    want = {k: reference["result"][k] for k in ("dimtrade_rows", "dimtrade_md5",
+                                                "dimessages_rows", "dimessages_md5")}
+    for r in records:
+        got = {k: r["result"][k] for k in want}
+        r["matches"] = got == want and want["dimtrade_rows"] > 0
+        r["rows_match"] = (got["dimtrade_rows"], got["dimessages_rows"]) == \
+            (want["dimtrade_rows"], want["dimessages_rows"])
+
+
+def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``vs_sstore`` on every streaming record, and one row per SF and batch size comparing
+    the systems (sstore's trades/s as a multiple of the others', their latency as a multiple
+    of sstore's)."""
+    engine = {(r["scale_factor"], r["batch_trades"]): r for r in records
+              if r["system"] == "sstore"}
+    bulk = {r["scale_factor"]: r for r in records if r["system"] == "spark-bulk"}
+    ratios = []
+    for r in records:
+        base = engine.get((r["scale_factor"], r["batch_trades"]))
+        if r["system"] != "spark-sss" or base is None:
+            continue
+        r["vs_sstore"] = {"trades_per_s": _div(r["trades_per_s"], base["trades_per_s"]),
+                          "p50_ms": _div(r["p50_ms"], base["p50_ms"]),
+                          "p99_ms": _div(r["p99_ms"], base["p99_ms"])}
+    for (sf, size), e in sorted(engine.items()):
+        sss = next((r for r in records if r["system"] == "spark-sss"
+                    and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
+        b = bulk.get(sf)
+        ratios.append({
+            "scale_factor": sf, "batch_trades": size,
+            "sstore_over_sss_trades_per_s": _div(e["trades_per_s"], sss and sss["trades_per_s"]),
+            "sstore_over_bulk_trades_per_s": _div(e["trades_per_s"], b and b["trades_per_s"]),
+            "sss_over_sstore_p50": _div(sss and sss["p50_ms"], e["p50_ms"]),
+            "sss_over_sstore_p99": _div(sss and sss["p99_ms"], e["p99_ms"]),
+            "bulk_over_sstore_p50": _div(b and b["p50_ms"], e["p50_ms"]),
+            "sstore_over_bulk_hist_rows_per_s": _div(e["hist_rows_per_s"],
+                                                     b and b["hist_rows_per_s"]),
+            "sstore_over_bulk_incr_rows_per_s": _div(e["incr_rows_per_s"],
+                                                     b and b["incr_rows_per_s"]),
+            "capped": e["capped"] or bool(sss and sss["capped"])})
+    return ratios
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def _x(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x" if value >= 0.1 else f"{value:.3f}x"
+
+
+def results_table(records: list[dict[str, Any]]) -> Table:
+    table = Table(title="TPC-DI DimTrade into PostgreSQL. batch = trades per batch "
+                        "(x events/trade events); trades/s end to end; latency = a batch's "
+                        "arrival -> its rows visible in PostgreSQL; TPC-DI rows/s = source "
+                        "rows / phase seconds; * = capped by the time budget (see notes)")
+    for name in ("SF", "system", "batch", "events/batch", "batches", "seconds", "trades/s",
+                 "vs sstore", "p50 ms", "p99 ms", "hist rows/s", "incr rows/s", "same rows"):
+        table.add_column(name, justify="left" if name == "system" else "right")
+    for r in records:
+        star = "*" if r["capped"] else ""
+        batch = "TPC-DI batch" if r["batch_trades"] is None else f"{r['batch_trades']:,}"
+        table.add_row(
+            f"{r['scale_factor']:g}", LABELS[r["system"]], batch,
+            "-" if r["batch_events"] is None else f"{r['batch_events']:,}",
+            f"{r['batches']:,}", f"{r['seconds']:,.1f}{star}", f"{r['trades_per_s']:,.0f}{star}",
+            _x(r.get("vs_sstore", {}).get("trades_per_s")), f"{r['p50_ms']:,.0f}",
+            f"{r['p99_ms']:,.0f}", f"{r['hist_rows_per_s']:,.0f}{star}",
+            f"{r['incr_rows_per_s']:,.0f}", "yes" if r.get("matches") else "[red]NO")
+    return table
+
+
+def ratios_table(ratios: list[dict[str, Any]]) -> Table:
+    table = Table(title="Ratios at the same SF and batch size (sstore's throughput as a "
+                        "multiple of the other's; the other's latency as a multiple of sstore's)")
+    for name in ("SF", "batch", "trades/s vs Spark SS", "trades/s vs bulk", "Spark SS p50",
+                 "Spark SS p99", "bulk p50", "hist rows/s vs bulk", "incr rows/s vs bulk"):
+        table.add_column(name, justify="right")
+    for r in ratios:
+        star = "*" if r["capped"] else ""
+        table.add_row(f"{r['scale_factor']:g}", f"{r['batch_trades']:,}{star}",
+                      _x(r["sstore_over_sss_trades_per_s"]),
+                      _x(r["sstore_over_bulk_trades_per_s"]), _x(r["sss_over_sstore_p50"]),
+                      _x(r["sss_over_sstore_p99"]), _x(r["bulk_over_sstore_p50"]),
+                      _x(r["sstore_over_bulk_hist_rows_per_s"]),
+                      _x(r["sstore_over_bulk_incr_rows_per_s"]))
+    return table
+
+
+def breakdown_table(records: list[dict[str, Any]]) -> Table:
+    table = Table(title="Where a streaming batch's time goes (median ms per batch)")
+    for name in ("SF", "system", "batch", "part", "ms"):
+        table.add_column(name, justify="left" if name in ("system", "part") else "right")
+    for r in records:
+        for part, ms in r.get("breakdown_ms_p50", {}).items():
+            table.add_row(f"{r['scale_factor']:g}", LABELS[r["system"]],
+                          f"{r['batch_trades']:,}", part, f"{ms:,.1f}")
+    return table
+
+
+def plot(records: list[dict[str, Any]], path: str) -> None:
+    """Per SF: trades/s and p50/p99 latency against batch size; Spark bulk as a line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sfs = sorted({r["scale_factor"] for r in records})
+    fig, axes = plt.subplots(2, len(sfs), figsize=(6 * len(sfs), 8), squeeze=False)
+    for col, sf in enumerate(sfs):
+        top, bottom = axes[0][col], axes[1][col]
+        for system in ("sstore", "spark-sss"):
+            rs = sorted((r for r in records if r["scale_factor"] == sf and r["system"] == system),
+                        key=lambda r: r["batch_trades"])
+            if not rs:
+                continue
+            x = [r["batch_trades"] for r in rs]
+            top.plot(x, [r["trades_per_s"] for r in rs], "o-", color=COLORS[system],
+                     label=LABELS[system])
+            for r in rs:
+                if r["capped"]:
+                    top.annotate("capped", (r["batch_trades"], r["trades_per_s"]), fontsize=7)
+            bottom.plot(x, [r["p50_ms"] for r in rs], "o-", color=COLORS[system],
+                        label=f"{LABELS[system]} p50")
+            bottom.plot(x, [r["p99_ms"] for r in rs], "s--", color=COLORS[system],
+                        label=f"{LABELS[system]} p99")
+        for r in records:
+            if r["scale_factor"] == sf and r["system"] == "spark-bulk":
+                top.axhline(r["trades_per_s"], color=COLORS["spark-bulk"], ls=":",
+                            label="Spark bulk (whole TPC-DI batches)")
+                bottom.axhline(r["p50_ms"], color=COLORS["spark-bulk"], ls=":",
+                               label="Spark bulk (Batch1 is one batch)")
+        top.set(xscale="log", yscale="log", title=f"SF {sf:g}: trades/s into PostgreSQL",
+                xlabel="batch size (trades)", ylabel="trades/s")
+        bottom.set(xscale="log", yscale="log", title=f"SF {sf:g}: batch latency",
+                   xlabel="batch size (trades)", ylabel="arrival -> visible in PostgreSQL (ms)")
+        top.legend(fontsize=7)
+        bottom.legend(fontsize=7)
+        top.grid(True, which="both", alpha=0.3)
+        bottom.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,321 @@
+"""One measured run of a system over one data set: the sstore engine, Spark bulk, or Spark
+Structured Streaming (``benchmarks.tpcdi_sss``), each into its own fresh warehouse schema.
+
+Every run does the same three TPC-DI batches in the same order: dimensions of Batch1 (copied
+from the scale factor's snapshot, ``tpcdi_setup``), Batch1's trades (the historical phase),
+then for Batch2 and Batch3 their dimension versions and their trades (the incremental phase).
+Only the trade phases are in the throughput; dimension phases are recorded apart.
+
+Streaming runs are fed closed loop: a batch of ``batch_events`` trade events is sent, the next
+one as soon as the system has taken it (the engine: its five procedures committed, while its
+sinks move earlier batches into PostgreSQL in their own threads; Spark: its micro-batch
+committed in PostgreSQL). A phase ends when everything sent is visible in PostgreSQL.
+
+Latency, arrival -> visible in PostgreSQL, per batch and without slowing the run down:
+
+- engine: arrival is just before ``Engine.ingest``; visibility is the COMMIT of the sink
+  transaction that carries the batch's rows, for each of the three sinks that got rows from
+  it (the latest of them). The commit times come from wrapping, on the sink *instance*, the
+  method that writes and commits a chunk (``StreamToPostgres._load``): nothing in
+  ``migrators/`` changes. The run is the normal pipelined run, not ``wait_each_batch``.
+- Spark Structured Streaming: see ``tpcdi_sss`` (file written -> COMMIT in foreachBatch).
+- Spark bulk: a batch is a whole TPC-DI batch (files present -> its transaction committed).
+
+Budget: a phase is measured for at most ``Budget.phase_seconds``; if that runs out, the rest of
+the phase's events go in large batches (``CATCH_UP_EVENTS``) that are not measured, so the
+warehouse still ends complete and can be checked against the other systems, and the phase is
+marked ``capped``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks.common import percentile
+from benchmarks.tpcdi_setup import (
+    TPCDI_BATCHES,
+    DataSet,
+    event_source,
+    fingerprint,
+    fresh_warehouse,
+    install_dimensions,
+)
+from sstore.workloads.tpcdi.streaming.events import BatchEvents
+
+Tick = Callable[[int], None]  # events just sent
+CATCH_UP_EVENTS = 1_000_000  # the unmeasured rest of a capped phase goes in batches this large
+
+
+@dataclass(frozen=True)
+class Budget:
+    phase_seconds: float  # measured part of one TPC-DI batch's trades, per run
+
+
+@dataclass
+class Phase:
+    """One TPC-DI batch's trades. ``seconds`` is the measured part: from the first batch's
+    arrival to the last measured batch being visible in PostgreSQL."""
+
+    name: str
+    tpcdi_batch: int
+    events: int
+    seconds: float
+    measured_events: int
+    batches: int
+    capped: bool = False
+    catch_up_seconds: float = 0.0
+
+
+@dataclass
+class Run:
+    system: str  # "spark-bulk", "sstore", "spark-sss"
+    scale_factor: float
+    batch_trades: int | None
+    batch_events: int | None
+    phases: list[Phase]
+    dimension_seconds: dict[str, float]
+    latencies_ms: dict[int, list[float]]  # per TPC-DI batch, its measured batches in order
+    result: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Feed(Protocol):
+    def begin(self, events: BatchEvents) -> None: ...
+    def send(self, chunk: pa.Table, measured: bool) -> None: ...
+    def finish(self) -> None: ...
+
+
+def feed_phase(feed: Feed, events: BatchEvents, batch_events: int, budget: Budget,
+               tick: Tick) -> Phase:
+    """Send one TPC-DI batch's events closed loop in batches of ``batch_events``."""
+    lines, name = events.lines, _phase_name(events.tpcdi_batch)
+    began = time.perf_counter()
+    feed.begin(events)
+    done = batches = 0
+    while done < lines.num_rows and time.perf_counter() - began < budget.phase_seconds:
+        chunk = lines.slice(done, batch_events)
+        feed.send(chunk, measured=True)
+        done, batches = done + chunk.num_rows, batches + 1
+        tick(chunk.num_rows)
+    feed.finish()
+    phase = Phase(name, events.tpcdi_batch, lines.num_rows, time.perf_counter() - began, done,
+                  batches)
+    if done < lines.num_rows:
+        t0 = time.perf_counter()
+        step = max(batch_events, CATCH_UP_EVENTS)
+        for start in range(done, lines.num_rows, step):
+            chunk = lines.slice(start, step)
+            feed.send(chunk, measured=False)
+            tick(chunk.num_rows)
+        feed.finish()
+        phase.capped, phase.catch_up_seconds = True, time.perf_counter() - t0
+    return phase
+
+
+def _phase_name(tpcdi_batch: int) -> str:
+    return "historical (Batch1)" if tpcdi_batch == 1 else f"incremental (Batch{tpcdi_batch})"
+
+
+# -- the engine -------------------------------------------------------------------------------
+class CommitProbe:
+    """When each engine batch became visible in PostgreSQL (see the module docstring)."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.visible: dict[int, float] = {}
+        self._lock = threading.Lock()
+        for sink in sinks:
+            sink._load = self._wrap(sink._load)  # instance attribute: the class is untouched
+
+    def _wrap(self, load: Callable[..., int]) -> Callable[..., int]:
+        def timed(con: Any, rows: pa.Table, first: int, last: int) -> int:
+            moved = load(con, rows, first, last)  # ends with COMMIT
+            at = time.perf_counter()
+            with self._lock:
+                for batch_id in pc.unique(rows["_batch_id"]).to_pylist():
+                    self.visible[batch_id] = max(self.visible.get(batch_id, 0.0), at)
+            return moved
+        return timed
+
+
+class EngineFeed:
+    """Feeds the streaming DimTrade dataflow as ``StreamingDimTrade.stream`` does (ingest, run
+    the procedures until idle; sinks catch up in their threads), timing every batch."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+        self.engine = pipeline.engine
+        self.probe = CommitProbe(pipeline.sinks)
+        self.arrivals: dict[int, tuple[int, float]] = {}  # engine batch -> TPC-DI batch, time
+        self.last_te: dict[int, float] = {}
+        self.te_ms: dict[str, list[float]] = {}
+        self._mark = 0.0
+        self._batch = 0
+        self._tpcdi_batch = 0
+        self.engine.observe(self._observe)
+
+    def _observe(self, event: Any) -> None:
+        """Each commit's time since the previous one (same thread, closed loop): per node."""
+        self.te_ms.setdefault(event.node, []).append((event.at - self._mark) * 1000)
+        self._mark = event.at
+        if event.kind == "te":
+            self.last_te[event.batch_id] = event.at
+
+    def begin(self, events: BatchEvents) -> None:
+        self._tpcdi_batch = events.tpcdi_batch
+        self.pipeline._keep_file_rejects(events)  # as StreamingDimTrade.stream does
+
+    def send(self, chunk: pa.Table, measured: bool) -> None:
+        self._batch += 1
+        self._mark = t0 = time.perf_counter()
+        self.engine.ingest("trade_lines", chunk, batch_id=self._batch)
+        self.engine.run_until_idle()
+        if measured:
+            self.arrivals[self._batch] = (self._tpcdi_batch, t0)
+
+    def finish(self) -> None:
+        for sink in self.pipeline.sinks:
+            if not sink.flush(timeout=900):
+                raise TimeoutError(f"sink to {sink.table} did not catch up: {sink.last_error}")
+
+    def latencies_ms(self) -> dict[int, list[float]]:
+        out: dict[int, list[float]] = {b: [] for b in TPCDI_BATCHES}
+        for batch, (tpcdi_batch, t) in sorted(self.arrivals.items()):
+            if batch in self.probe.visible:
+                out[tpcdi_batch].append((self.probe.visible[batch] - t) * 1000)
+        return out
+
+    def breakdown(self) -> dict[str, float]:
+        """Median ms per batch: each procedure's TE (and the ingest), and the wait from the
+        last TE's commit to the batch being visible in PostgreSQL (the sinks)."""
+        out = {f"TE {node}" if node != "trade_lines" else "ingest": round(percentile(v, 0.5), 1)
+               for node, v in self.te_ms.items()}
+        waits = [(self.probe.visible[b] - self.last_te[b]) * 1000 for b in self.arrivals
+                 if b in self.probe.visible and b in self.last_te]
+        out["last TE commit -> visible in PostgreSQL (sinks)"] = round(percentile(waits, 0.5), 1)
+        return out
+
+
+def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trades: int,
+               batch_events: int, budget: Budget, tick: Tick) -> Run:
+    from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
+
+    fresh_warehouse(url, schema)
+    dims = {"copy Batch1": install_dimensions(url, schema, 1)}
+    pipeline = StreamingDimTrade(data.path, url, os.path.join(state_dir, "state.duckdb"), schema,
+                                 batch_size=batch_events)
+    phases: list[Phase] = []
+    try:
+        t0 = time.perf_counter()
+        pipeline.refresh_lookups()
+        dims["lookups Batch1"] = time.perf_counter() - t0
+        feed = EngineFeed(pipeline)
+        for sink in pipeline.sinks:
+            sink.attach()
+        try:
+            for batch in TPCDI_BATCHES:
+                if batch > 1:
+                    dims[f"copy Batch{batch}"] = install_dimensions(url, schema, batch)
+                    t0 = time.perf_counter()
+                    pipeline.refresh_lookups()
+                    dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
+                phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick))
+        finally:
+            for sink in pipeline.sinks:
+                sink.detach()
+    finally:
+        pipeline.close()
+    return Run("sstore", data.scale_factor, batch_trades, batch_events, phases, dims,
+               feed.latencies_ms(), fingerprint(url, schema),
+               {"breakdown_ms_p50": feed.breakdown(), "engine_batches": feed._batch})
+
+
+# -- Spark Structured Streaming -------------------------------------------------------------------
+class SparkStreamingFeed:
+    """Feeds ``tpcdi_sss.StructuredStreamingDimTrade`` (closed loop, one file per batch)."""
+
+    def __init__(self, job: Any, data: DataSet) -> None:
+        self.job, self.data = job, data
+        self.latencies: dict[int, list[float]] = {b: [] for b in TPCDI_BATCHES}
+        self.measured: set[int] = set()
+        self._tpcdi_batch = 0
+
+    def begin(self, events: BatchEvents) -> None:
+        self._tpcdi_batch = events.tpcdi_batch
+        self.job.store_file_rejects(events.rejects, events.tpcdi_batch,
+                                    event_source(self.data, events.tpcdi_batch))
+
+    def send(self, chunk: pa.Table, measured: bool) -> None:
+        times = self.job.send(chunk)
+        if measured:
+            self.latencies[self._tpcdi_batch].append((times.visible - times.arrival) * 1000)
+            self.measured.add(self.job._sent)
+
+    def finish(self) -> None:
+        pass  # each batch is in PostgreSQL when send returns
+
+
+def run_spark_streaming(spark: Any, data: DataSet, url: str, schema: str, workdir: str,
+                        batch_trades: int, batch_events: int, budget: Budget, tick: Tick) -> Run:
+    from benchmarks.tpcdi_sss import StructuredStreamingDimTrade
+
+    fresh_warehouse(url, schema)
+    dims = {"copy Batch1": install_dimensions(url, schema, 1)}
+    job = StructuredStreamingDimTrade(spark, data.path, url, schema, workdir,
+                                      f"tpcdi_sss_{schema}")
+    feed = SparkStreamingFeed(job, data)
+    phases: list[Phase] = []
+    try:
+        t0 = time.perf_counter()
+        job.load_dimensions(1)
+        dims["lookups Batch1"] = time.perf_counter() - t0
+        for batch in TPCDI_BATCHES:
+            if batch > 1:
+                dims[f"copy Batch{batch}"] = install_dimensions(url, schema, batch)
+                t0 = time.perf_counter()
+                job.load_dimensions(batch)
+                dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
+            phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick))
+        extra = {"breakdown_ms_p50": job.breakdown(lambda b: b in feed.measured),
+                 "micro_batches": job._sent, "replayed_batches": job.replays,
+                 "spark_version": spark.version}
+    finally:
+        job.close()
+    return Run("spark-sss", data.scale_factor, batch_trades, batch_events, phases, dims,
+               feed.latencies, fingerprint(url, schema), extra)
+
+
+# -- Spark bulk -------------------------------------------------------------------------------------
+def run_spark_bulk(spark: Any, data: DataSet, url: str, schema: str, tick: Tick) -> Run:
+    """``spark_pipeline.run_spark``'s trade steps, with the dimensions copied in between."""
+    from sstore.workloads.tpcdi import dimtrade_spark
+
+    fresh_warehouse(url, schema)
+    dims: dict[str, float] = {}
+    phases: list[Phase] = []
+    latencies: dict[int, list[float]] = {}
+    reports = []
+    for batch in TPCDI_BATCHES:
+        dims[f"copy Batch{batch}"] = install_dimensions(url, schema, batch)
+        t0 = time.perf_counter()
+        if batch == 1:
+            report = dimtrade_spark.load_historical(spark, data.path, url, schema)
+        else:
+            report = dimtrade_spark.apply_batch(spark, data.path, url, schema, batch)
+        seconds = time.perf_counter() - t0
+        events = data.events[batch].lines.num_rows
+        phases.append(Phase(_phase_name(batch), batch, events, seconds, events, 1))
+        latencies[batch] = [seconds * 1000]
+        reports.append({"batch": batch, "rows_in": report.rows_in,
+                        "rows_loaded": report.rows_loaded, "rejected": report.rows_rejected,
+                        "inserted": report.trades_inserted, "updated": report.trades_updated})
+        tick(events)
+    return Run("spark-bulk", data.scale_factor, None, None, phases, dims, latencies,
+               fingerprint(url, schema), {"trade_reports": reports})
