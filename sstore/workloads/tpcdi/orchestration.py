@@ -194,17 +194,12 @@ def create_warehouse(settings: Settings, rebuild: bool = False) -> dict[str, Any
     """Create the warehouse schema and its missing tables. ``rebuild``: first drop the schema,
     the watermark rows of its tables and the engine's state file (the warehouse starts over;
     the engine's batches would otherwise count as delivered)."""
-    from migrators.postgres import connect
     from sstore.workloads.tpcdi.warehouse import create_warehouse as create
     from sstore.workloads.tpcdi.warehouse import drop_warehouse
 
     removed: list[str] = []
     if rebuild:
-        drop_warehouse(settings.url, settings.schema)
-        with connect(settings.url) as con:
-            if con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
-                con.execute("DELETE FROM sstore.watermarks WHERE split_part(target, '.', 1) = %s",
-                            (settings.schema,))
+        drop_warehouse(settings.url, settings.schema)  # and the watermarks of its tables
         for path in (settings.state, settings.state + ".wal"):
             if os.path.exists(path):
                 os.remove(path)

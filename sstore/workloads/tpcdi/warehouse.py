@@ -35,12 +35,17 @@ def create_warehouse(url: str, schema: str = "tpcdi") -> tuple[str, ...]:
 
 
 def drop_warehouse(url: str, schema: str) -> None:
-    """Drop the schema with everything in it. No default on purpose, and never a system
+    """Drop the schema with everything in it, and, in the same transaction, the migrators'
+    watermark rows of its tables: a watermark that outlived its table would make the next
+    load skip every batch it names as delivered. No default on purpose, and never a system
     schema: this removes data."""
     if schema in _SYSTEM_SCHEMAS or schema.startswith("pg_"):
         raise ValueError(f"refusing to drop system schema {schema!r}")
     with connect(url) as con:
         con.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
+        if con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
+            con.execute("DELETE FROM sstore.watermarks WHERE split_part(target, '.', 1) = %s",
+                        (schema,))
 
 
 def existing_tables(url: str, schema: str = "tpcdi") -> set[str]:
