@@ -1,8 +1,8 @@
 """Benchmark of TPC-DI DimTrade into PostgreSQL: the sstore streaming pipeline against Spark, in
 bulk and as Spark Structured Streaming.
 
-Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 2, about an hour on 2 shared cores) or
-``--quick`` (SF 0.1, about 15 minutes, most of it Spark). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
+Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 2: 25 to 50 minutes on 2 cores, depending on
+what else runs on them) or ``--quick`` (SF 0.1: 3 to 15 minutes, most of it Spark). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
 server); each scale factor gets its own database ``bench_tpcdi_<pid>_<sf>``, dropped at the end.
 
 Systems, per scale factor (each into its own fresh warehouse schema, from the same data set):
