@@ -36,7 +36,6 @@ runs its own query, with a fresh input directory, checkpoint and state file.
 from __future__ import annotations
 
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -49,8 +48,14 @@ import pyarrow.parquet as pq
 
 from benchmarks.common import percentile
 from benchmarks.engine_driver import Budget, LatencyProbe, Measurement, measure, slices
-from benchmarks.engine_workloads import (STATE_DDL, TOTALS_SQL, VALID_PREDICATE, chain_totals,
-                                         lookup_rows)
+from benchmarks.engine_workloads import (
+    STATE_DDL,
+    TOTALS_SQL,
+    VALID_PREDICATE,
+    chain_totals,
+    lookup_rows,
+)
+from benchmarks.sss_batches import BatchBoard
 
 MASTER = "local[2]"
 RAW_SCHEMA = "event_id BIGINT, user_id BIGINT, amount DOUBLE, kind STRING"
@@ -123,10 +128,8 @@ class SparkChain:
         self.probe = LatencyProbe()
         self.write_ms: list[float] = []
         self.replays = 0
-        self._done: dict[int, float] = {}
         self._inside: dict[int, tuple[float, float]] = {}  # seconds in Spark jobs, in DuckDB
-        self._failure: BaseException | None = None
-        self._cv = threading.Condition()
+        self._board = BatchBoard(WAIT_SECONDS)
         self.query = (run.spark.readStream.schema(RAW_SCHEMA)
                       .option("maxFilesPerTrigger", 1).parquet(self.inbox)
                       .writeStream.queryName(name).foreachBatch(self._on_batch)
@@ -148,13 +151,9 @@ class SparkChain:
             self._commit(batch_id, per_user)
             self._inside[batch_id] = (collected - started, time.perf_counter() - collected)
         except BaseException as exc:
-            with self._cv:
-                self._failure = exc
-                self._cv.notify_all()
+            self._board.failed(exc)
             raise
-        with self._cv:
-            self._done[batch_id] = time.perf_counter()
-            self._cv.notify_all()
+        self._board.done(batch_id)
 
     def _commit(self, batch_id: int, per_user: pa.Table) -> None:
         """Upsert the batch's per-user deltas, its region summary and its id, atomically; a
@@ -188,23 +187,8 @@ class SparkChain:
             os.fsync(f.fileno())
         os.replace(staged, os.path.join(self.inbox, name))
         self.write_ms.append((time.perf_counter() - started) * 1000)
-        self.probe.record(batch_id, started, self._wait(batch_id))
+        self.probe.record(batch_id, started, self._board.wait(batch_id, self.query))
         return 1
-
-    def _wait(self, batch_id: int) -> float:
-        deadline = time.monotonic() + WAIT_SECONDS
-        with self._cv:
-            while batch_id not in self._done:
-                if self._failure is not None:
-                    raise RuntimeError(f"Spark foreachBatch failed on batch {batch_id}: "
-                                       f"{self._failure}") from self._failure
-                if not self.query.isActive:
-                    raise RuntimeError(f"the Spark query stopped: {self.query.exception()}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"batch {batch_id}: no foreachBatch within "
-                                       f"{WAIT_SECONDS:.0f} s; query status {self.query.status}")
-                self._cv.wait(0.5)
-            return self._done[batch_id]
 
     def breakdown(self, first: int) -> dict[str, float]:
         """Median milliseconds per batch from batch-id ``first`` on: Spark's own trigger phases

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +42,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from benchmarks.common import percentile
-from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS
+from benchmarks.sss_batches import BatchBoard
+from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS, lock_watermark
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.sql import ident
@@ -146,9 +146,7 @@ class StructuredStreamingDimTrade:
         self.times: dict[int, BatchTimes] = {}
         self.replays = 0
         self._sent = 0
-        self._done: set[int] = set()
-        self._failure: BaseException | None = None
-        self._cv = threading.Condition()
+        self._board = BatchBoard(WAIT_SECONDS)
         self.query = (spark.readStream.format("text").option("maxFilesPerTrigger", 1)
                       .load(self.inbox).writeStream.queryName(name)
                       .foreachBatch(self._on_batch)
@@ -173,13 +171,9 @@ class StructuredStreamingDimTrade:
         try:
             self._process(df, batch_id)
         except BaseException as exc:
-            with self._cv:
-                self._failure = exc
-                self._cv.notify_all()
+            self._board.failed(exc)
             raise
-        with self._cv:
-            self._done.add(batch_id)
-            self._cv.notify_all()
+        self._board.done(batch_id)
 
     def _process(self, df: DataFrame, batch_id: int) -> None:
         times = self.times.setdefault(batch_id, BatchTimes(time.perf_counter()))
@@ -231,10 +225,7 @@ class StructuredStreamingDimTrade:
         appended, watermark advanced. False (nothing written) for a batch id already there."""
         key = (SOURCE, self.target)
         with con.cursor() as cur:
-            cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id) "
-                        f"VALUES (%s, %s, 0) ON CONFLICT DO NOTHING", key)
-            done = cur.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND "
-                               f"target = %s FOR UPDATE", key).fetchone()[0]
+            done = lock_watermark(cur, *key)
             if done >= batch_id:
                 con.rollback()
                 return False
@@ -280,22 +271,8 @@ class StructuredStreamingDimTrade:
             f.flush()
             os.fsync(f.fileno())
         os.replace(staged, os.path.join(self.inbox, name))
-        self._wait(batch_id)
+        self._board.wait(batch_id, self.query)
         return times
-
-    def _wait(self, batch_id: int) -> None:
-        deadline = time.monotonic() + WAIT_SECONDS
-        with self._cv:
-            while batch_id not in self._done:
-                if self._failure is not None:
-                    raise RuntimeError(f"foreachBatch failed on batch {batch_id}: "
-                                       f"{self._failure}") from self._failure
-                if not self.query.isActive:
-                    raise RuntimeError(f"the Spark query stopped: {self.query.exception()}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"batch {batch_id}: no foreachBatch within "
-                                       f"{WAIT_SECONDS:.0f} s; status {self.query.status}")
-                self._cv.wait(0.5)
 
     def breakdown(self, batch_ids: Callable[[int], bool]) -> dict[str, float]:
         """Median milliseconds per micro-batch of the batches ``batch_ids`` accepts: the three

@@ -36,7 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from migrators.errors import MigrationError
-from migrators.postgres import RetryPolicy, Session, copy_arrow, ensure_table, merge_rows
+from migrators.postgres import (
+    RetryPolicy,
+    Session,
+    copy_arrow,
+    ensure_table,
+    merge_rows,
+)
 from migrators.typemap import for_copy
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
@@ -53,6 +59,17 @@ CREATE TABLE IF NOT EXISTS sstore.watermarks (
     rows_total BIGINT NOT NULL DEFAULT 0, updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (source, target))
 """
+
+
+def lock_watermark(cur: psycopg.Cursor, source: str, target: str) -> int:
+    """In the caller's open transaction: create the (source, target) watermark row if it is
+    missing, lock it (``FOR UPDATE``: concurrent writers of the pair queue here) and return
+    the last batch-id it records. Every exactly-once loader into PostgreSQL starts here."""
+    cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id) VALUES (%s, %s, 0) "
+                f"ON CONFLICT DO NOTHING", (source, target))
+    row = cur.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s "
+                      f"FOR UPDATE", (source, target)).fetchone()
+    return int(row[0]) if row else 0
 
 
 @dataclass

@@ -30,16 +30,26 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS
+from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS, lock_watermark
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.errors import TerminalError
 from sstore.sql import ident
 from sstore.workloads.tpcdi import sources
-from sstore.workloads.tpcdi.dimtrade_spark_events import (BatchEvents, empty_rows,
-                                                          historical_events, incremental_events)
-from sstore.workloads.tpcdi.dimtrade_spark_rules import (DIMESSAGES, DIMTRADE, Dimensions,
-                                                         alerts, dimtrade_rows, evaluate)
+from sstore.workloads.tpcdi.dimtrade_spark_events import (
+    BatchEvents,
+    empty_rows,
+    historical_events,
+    incremental_events,
+)
+from sstore.workloads.tpcdi.dimtrade_spark_rules import (
+    DIMESSAGES,
+    DIMTRADE,
+    Dimensions,
+    alerts,
+    dimtrade_rows,
+    evaluate,
+)
 
 WATERMARK_SOURCE = "tpcdi DimTrade (spark)"
 
@@ -223,10 +233,7 @@ def _write(con: psycopg.Connection, schema: str, target: str, batch_id: int, out
     (and nothing written) if another run applied the batch meanwhile."""
     key = (WATERMARK_SOURCE, target)
     with con.cursor() as cur:
-        cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id) VALUES (%s, %s, 0) "
-                    f"ON CONFLICT DO NOTHING", key)
-        done = cur.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND "
-                           f"target = %s FOR UPDATE", key).fetchone()[0]
+        done = lock_watermark(cur, *key)
         if done >= batch_id:
             con.rollback()
             return False

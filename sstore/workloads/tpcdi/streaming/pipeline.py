@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
-from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS, StreamToPostgres
+from migrators.engine_to_postgres import (
+    WATERMARK_DDL,
+    WATERMARKS,
+    StreamToPostgres,
+    lock_watermark,
+)
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from sstore.engine import Engine
@@ -218,10 +223,7 @@ class StreamingDimTrade:
         def load(con: object) -> int:
             with con.cursor() as cur:  # type: ignore[attr-defined]
                 cur.execute(WATERMARK_DDL)
-                cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id) "
-                            f"VALUES (%s, %s, 0) ON CONFLICT DO NOTHING", key)
-                done = cur.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND "
-                                   f"target = %s FOR UPDATE", key).fetchone()[0]
+                done = lock_watermark(cur, *key)
                 if done >= events.tpcdi_batch:
                     con.rollback()  # type: ignore[attr-defined]
                     return 0
