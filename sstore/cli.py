@@ -44,14 +44,17 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.group(context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="sstore")
 def main() -> None:
-    """sstore: transactional streaming on DuckDB, in the style of S-Store.
+    """sstore: transactional streaming on DuckDB, in the style of S-Store, in front of a
+    polystore (PostgreSQL, Spark) in the style of BigDAWG.
 
     A stream is cut into atomic batches; each stored procedure runs on each batch as one ACID
     transaction over DuckDB state, in dataflow order and exactly once. Everything lives in one
-    state file, so a restart on the same file resumes where the last commit left off.
+    state file, so a restart on the same file resumes where the last commit left off. Results
+    move into PostgreSQL exactly once; `sstore query SQL` answers across the engines.
 
     \b
     Try it:
+      sstore tpcdi demo          (TPC-DI DimTrade streamed, audited, queried across engines)
       sstore demo --state voter.duckdb
       sstore status voter.duckdb
       sstore query voter.duckdb "SELECT * FROM vote_totals ORDER BY votes DESC"
