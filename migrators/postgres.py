@@ -1,62 +1,69 @@
 """PostgreSQL plumbing shared by the migrators: connections, retries, binary COPY from Arrow.
 
-Retries act only on the terminal/transient distinction: an ``OperationalError`` (refused,
-dropped, terminated by an administrator) is transient and retried with exponential backoff on a
-fresh connection; anything else (a constraint, a type error, a missing table) is terminal and
-raised at once. Every retry is logged and counted, so an operator sees what happened.
+Retries go through ``sstore.retry`` (the one retry helper) and act only on the terminal /
+transient distinction, which ``migrators.pg_errors`` defines for PostgreSQL: a dropped or
+refused connection, a terminated backend or a restarting server is transient and retried with
+exponential backoff on a fresh connection; a constraint, a type error, a missing table or a
+database that does not exist is terminal and raised at once. Every retry is logged and counted,
+so an operator sees what happened.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import psycopg
 import pyarrow as pa
 from pgpq import ArrowToPostgresBinaryEncoder
 
+from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
 from migrators.errors import IncompatibleSchemaError, MigrationError, PostgresUnavailable
 from migrators.typemap import check_compatible, postgres_columns
 from migrators.urls import parse
+from sstore import retry
 from sstore.errors import DeclarationError
-from sstore.errors import TransientError
+from sstore.retry import GaveUp, Kind, RetryPolicy, first_line, kind_of
 from sstore.sql import ident, qualified
 
 log = logging.getLogger("sstore.migrators")
 
 T = TypeVar("T")
 
-
-@dataclass
-class RetryPolicy:
-    """How long to keep trying when PostgreSQL is away."""
-
-    attempts: int = 8
-    first_delay: float = 0.2
-    max_delay: float = 5.0
-    retries_done: int = field(default=0, compare=False)
-
-    def delay(self, attempt: int) -> float:
-        return min(self.max_delay, self.first_delay * 2 ** (attempt - 1))
+__all__ = ["RetryPolicy", "Session", "connect", "copy_arrow", "ensure_table", "merge_rows",
+           "split_name", "with_retries"]
 
 
 def connect(url: str) -> psycopg.Connection:
-    """A connection in explicit-transaction mode; unreachable servers become transient errors."""
+    """A connection in explicit-transaction mode. An unreachable server is a transient
+    ``PostgresUnavailable``; a database or role that does not exist, or refused credentials,
+    a terminal ``MigrationError`` (waiting will not create them)."""
     try:
         return psycopg.connect(url, connect_timeout=5)
     except psycopg.OperationalError as exc:
-        raise PostgresUnavailable(f"PostgreSQL at {parse(url).redacted()} is unreachable: "
-                                  f"{_first_line(exc)}") from exc
+        where = parse(url).redacted()
+        if kind_of(exc) is Kind.TERMINAL:
+            raise MigrationError(f"cannot connect to PostgreSQL at {where}: "
+                                 f"{_connect_reason(exc)}") from exc
+        raise PostgresUnavailable(f"PostgreSQL at {where} is unreachable: "
+                                  f"{_connect_reason(exc)}") from exc
+
+
+def _connect_reason(exc: BaseException) -> str:
+    """libpq's message without its 'connection to server at ... failed:' preamble."""
+    text = " ".join(str(exc).split())
+    _, sep, reason = text.rpartition("failed: ")
+    return reason if sep else first_line(exc)
 
 
 class Session:
     """One PostgreSQL connection kept across units of work, replaced after a failure.
 
     ``run(work)`` hands ``work`` the connection (no transaction open); ``work`` commits what it
-    wants kept. Transient failures roll back, drop the connection and try again on a new one.
+    wants kept. Transient failures roll back, drop the connection and try again on a new one
+    (``sstore.retry.call``); terminal ones roll back and raise ``MigrationError`` (psycopg's
+    errors) or the error as it is (sstore's own).
     """
 
     def __init__(self, url: str, policy: RetryPolicy | None = None) -> None:
@@ -65,29 +72,29 @@ class Session:
         self._con: psycopg.Connection | None = None
 
     def run(self, work: Callable[[psycopg.Connection], T], what: str) -> T:
-        attempt = 0
-        while True:
-            attempt += 1
+        def attempt() -> T:
+            if self._con is None or self._con.closed:
+                self._con = connect(self.url)
             try:
-                if self._con is None or self._con.closed:
-                    self._con = connect(self.url)
                 return work(self._con)
-            except (PostgresUnavailable, psycopg.OperationalError, TransientError) as exc:
-                self.close()
-                if attempt >= self.policy.attempts:
-                    raise PostgresUnavailable(f"{what}: gave up after {attempt} attempts: "
-                                              f"{_first_line(exc)}") from exc
-                self.policy.retries_done += 1
-                wait = self.policy.delay(attempt)
-                log.warning("%s: transient failure (%s); retry %d/%d in %.1fs", what,
-                            _first_line(exc), attempt, self.policy.attempts - 1, wait)
-                time.sleep(wait)
-            except psycopg.Error as exc:
-                self._rollback()
-                raise MigrationError(f"{what}: {_first_line(exc)}") from exc
-            except BaseException:
-                self._rollback()
+            except BaseException as exc:
+                if isinstance(exc, Exception) and kind_of(exc) is Kind.TRANSIENT:
+                    self.close()
+                else:
+                    self._rollback()
                 raise
+
+        try:
+            return retry.call(attempt, self.policy, what)
+        except GaveUp as exc:
+            raise PostgresUnavailable(str(exc)) from exc.__cause__
+        except psycopg.Error as exc:
+            raise MigrationError(f"{what}: {first_line(exc)}") from exc
+
+    @property
+    def connection(self) -> psycopg.Connection | None:
+        """The open connection, if any (for tests and diagnostics)."""
+        return self._con
 
     def _rollback(self) -> None:
         if self._con is not None and not self._con.closed:
@@ -176,8 +183,3 @@ def split_name(table: str) -> tuple[str, str]:
     """``schema.table`` -> (schema, table); a bare name is in ``public``."""
     schema, _, name = table.rpartition(".")
     return (schema or "public"), name
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
