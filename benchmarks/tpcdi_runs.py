@@ -15,9 +15,9 @@ Latency, arrival -> visible in PostgreSQL, per batch and without slowing the run
 
 - engine: arrival is just before ``Engine.ingest``; visibility is the COMMIT of the sink
   transaction that carries the batch's rows, for each of the three sinks that got rows from
-  it (the latest of them). The commit times come from wrapping, on the sink *instance*, the
-  method that writes and commits a chunk (``StreamToPostgres._load``): nothing in
-  ``migrators/`` changes. The run is the normal pipelined run, not ``wait_each_batch``.
+  it (the latest of them). The commit times come from the sinks' public ``on_delivered`` hook
+  (``migrators.engine_to_postgres.Delivered``). The run is the normal pipelined run, not
+  ``wait_each_batch``.
 - Spark Structured Streaming: see ``tpcdi_sss`` (file written -> COMMIT in foreachBatch).
 - Spark bulk: a batch is a whole TPC-DI batch (files present -> its transaction committed).
 
@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from benchmarks.common import percentile
 from benchmarks.tpcdi_setup import (
@@ -48,6 +47,7 @@ from benchmarks.tpcdi_setup import (
     fresh_warehouse,
     install_dimensions,
 )
+from migrators.engine_to_postgres import Delivered
 from sstore.workloads.tpcdi.streaming.events import BatchEvents
 
 Tick = Callable[[int], None]  # events just sent
@@ -132,17 +132,12 @@ class CommitProbe:
         self.visible: dict[int, float] = {}
         self._lock = threading.Lock()
         for sink in sinks:
-            sink._load = self._wrap(sink._load)  # instance attribute: the class is untouched
+            sink.on_delivered = self._delivered
 
-    def _wrap(self, load: Callable[..., int]) -> Callable[..., int]:
-        def timed(con: Any, rows: pa.Table, first: int, last: int) -> int:
-            moved = load(con, rows, first, last)  # ends with COMMIT
-            at = time.perf_counter()
-            with self._lock:
-                for batch_id in pc.unique(rows["_batch_id"]).to_pylist():
-                    self.visible[batch_id] = max(self.visible.get(batch_id, 0.0), at)
-            return moved
-        return timed
+    def _delivered(self, chunk: Delivered) -> None:
+        with self._lock:
+            for batch_id in chunk.batch_ids:
+                self.visible[batch_id] = max(self.visible.get(batch_id, 0.0), chunk.committed_at)
 
 
 class EngineFeed:

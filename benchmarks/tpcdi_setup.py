@@ -27,7 +27,8 @@ import psycopg
 import pyarrow.compute as pc
 from psycopg import sql
 
-from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS
+from migrators import delivery
+from migrators.delivery import WATERMARKS
 from sstore.sql import ident
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.streaming.events import (
@@ -116,7 +117,7 @@ def fresh_warehouse(url: str, schema: str) -> None:
     execute(url, f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
     create_warehouse(url, schema)
     with psycopg.connect(url) as con:
-        con.execute(WATERMARK_DDL)
+        delivery.ensure_watermarks(con)
         con.execute(f"DELETE FROM {WATERMARKS} WHERE target LIKE %s", (f"{schema}.%",))
 
 

@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 
 from benchmarks.common import percentile
 from benchmarks.sss_batches import BatchBoard
-from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS, lock_watermark
+from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.sql import ident
@@ -221,24 +221,20 @@ class StructuredStreamingDimTrade:
 
     def _write(self, con: Any, batch_id: int, rows: pa.Table, messages: pa.Table,
                rejects: pa.Table) -> bool:
-        """One transaction: watermark locked and checked, rows merged, alerts and rejects
-        appended, watermark advanced. False (nothing written) for a batch id already there."""
-        key = (SOURCE, self.target)
-        with con.cursor() as cur:
-            done = lock_watermark(cur, *key)
-            if done >= batch_id:
-                con.rollback()
-                return False
-            out = rows.select(DIMTRADE.names).cast(DIMTRADE)
+        """One delivery (``migrators.delivery``, the protocol every exactly-once writer
+        uses): watermark locked and checked, rows merged, alerts and rejects appended,
+        watermark advanced, commit. False (nothing written) for a batch id already there."""
+        out = rows.select(DIMTRADE.names).cast(DIMTRADE)
+
+        def write(cur: Any, _watermark: int) -> int:
             merge_rows(cur, self.target, out, ["tradeid"])
             copy_arrow(cur, f"{self.schema}.dimessages",
                        messages.select(DIMESSAGES.names).cast(DIMESSAGES))
             copy_arrow(cur, f"{self.schema}.rejects", rejects)
-            cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
-                        f"updated_at = now() WHERE source = %s AND target = %s",
-                        (batch_id, out.num_rows, *key))
-        con.commit()
-        return True
+            return out.num_rows
+
+        key = delivery.SinkKey(SOURCE, "foreachBatch batchId", self.target)
+        return not delivery.deliver(con, key, batch_id, batch_id, write, after=None).skipped
 
     # -- the driver's side ---------------------------------------------------------------------
     def store_file_rejects(self, rejects: pa.Table, tpcdi_batch: int, source: str) -> None:
@@ -248,12 +244,11 @@ class StructuredStreamingDimTrade:
         if rejects.num_rows:
             rows = rejects.select(REJECT_SCHEMA.names)
 
-            def load(con: Any) -> None:
-                with con.cursor() as cur:
-                    copy_arrow(cur, f"{self.schema}.rejects", rows)
-                con.commit()
-
-            self.session.run(load, "store file rejects")
+            key = delivery.SinkKey(SOURCE, "file rejects", f"{self.schema}.rejects")
+            self.session.run(lambda con: delivery.deliver(
+                con, key, tpcdi_batch, tpcdi_batch,
+                lambda cur, _watermark: copy_arrow(cur, key.target, rows), after=None),
+                "store file rejects")
 
     def send(self, lines: pa.Table) -> BatchTimes:
         """Drop one batch of event lines (``streaming.events.LINE_SCHEMA``) into the watched
@@ -306,7 +301,4 @@ class StructuredStreamingDimTrade:
 
 
 def _create_watermarks(con: Any) -> None:
-    for statement in WATERMARK_DDL.split(";"):
-        if statement.strip():
-            con.execute(statement)
-    con.commit()
+    delivery.ensure_watermarks(con)

@@ -5,12 +5,27 @@ each (``engine_to_postgres``, ``postgres_to_engine``, ``spark``), ``access`` hol
 of reaching remote data (cross-system query, replication, migration).
 """
 
-from migrators.engine_to_postgres import MigrationReport, StreamToPostgres, migrate_stream
-from migrators.errors import (IncompatibleSchemaError, MigrationError, PostgresUnavailable,
-                              UnsupportedTypeError)
+from migrators.engine_to_postgres import (
+                              MigrationReport,
+                              StreamToPostgres,
+                              migrate_stream,
+)
+from migrators.errors import (
+                              IncompatibleSchemaError,
+                              MigrationError,
+                              PostgresUnavailable,
+                              UnsupportedTypeError,
+)
 from migrators.registry import MIGRATORS, cast
 
 __all__ = [
-    "IncompatibleSchemaError", "MIGRATORS", "MigrationError", "MigrationReport",
-    "PostgresUnavailable", "StreamToPostgres", "UnsupportedTypeError", "cast", "migrate_stream",
+                              "MIGRATORS",
+                              "IncompatibleSchemaError",
+                              "MigrationError",
+                              "MigrationReport",
+                              "PostgresUnavailable",
+                              "StreamToPostgres",
+                              "UnsupportedTypeError",
+                              "cast",
+                              "migrate_stream",
 ]

@@ -1,25 +1,32 @@
 """Engine stream -> PostgreSQL table, incrementally and exactly once.
 
 BigDAWG's S-Store-to-Postgres migrator deleted rows at the source before the target committed,
-so a crash lost them. Here the source keeps every batch until the target has committed it:
+so a crash lost them. Here the source keeps every batch until the target has committed it, and
+every chunk goes through the one delivery protocol (``migrators.delivery``: lock the watermark
+of (engine id, stream, target), check the target, COPY, merge, advance, COMMIT, acknowledge).
 
-Commit protocol of one chunk (consecutive committed batches ``first``..``last`` of the stream):
+A sink's life:
 
-1. Read the chunk's rows from the engine (they are there: the stream is held for this consumer,
-   so garbage collection keeps them until step 6).
-2. In PostgreSQL, BEGIN and lock this (source, target) watermark row (``SELECT ... FOR UPDATE``):
-   concurrent migrators of the same pair queue here.
-3. If the watermark is already at or past ``last``, the chunk is there: skip to step 6.
-   Rows of batches at or below the watermark are dropped (never loaded twice).
-4. Binary COPY the rows: straight into the target (append), or into a temporary table and then
-   ``INSERT ... ON CONFLICT (key) DO UPDATE`` (merge).
-5. Set the watermark to ``last`` and COMMIT: rows and watermark become visible together, so a
-   partial chunk is never visible.
-6. Acknowledge ``last`` to the engine; only now may garbage collection remove those batches.
+1. Created before the engine starts, it declares itself as a consumer of the stream
+   (``Engine.consumer``): the engine keeps every batch for it from the first one on.
+2. ``start``: the stream and the key columns are checked, the target is created or checked,
+   the watermark is read (``delivery.claim``), and only then is the stream held (a start that
+   fails leaves no hold behind). The watermark and the engine's acknowledgement are reconciled:
+   a watermark ahead of the acknowledgement (a crash between COMMIT and acknowledgement) is
+   acknowledged; a watermark behind it (the target was dropped or emptied by hand) moves the
+   acknowledgement back, so the engine delivers those batches again. If garbage collection
+   already removed batches the target lacks, the sink refuses to start (``GapError``), unless
+   the gap is accepted (``accept_gap``): then it is recorded and the watermark moves past it.
+3. Each chunk (consecutive committed batches ``first``..``last``, up to ``chunk_rows`` rows,
+   a batch never split) is read from the engine and delivered (``delivery.deliver``); a
+   target found behind the plan (``TargetBehind``) sends the sink back to step 2.
+4. The engine is told (acknowledgements grouped by ``ack_every`` seconds); only then may
+   garbage collection remove the batches.
 
-A crash before 5 leaves nothing in PostgreSQL; a crash between 5 and 6 is repaired when the
-migrator starts (``start`` acknowledges what the watermark says); so neither loss nor
-duplication. PostgreSQL being away or dropping the connection is retried with backoff.
+The continuous sink (``attach``) runs steps 3-4 in its own thread whenever a batch commits:
+transient failures (PostgreSQL away, a terminated backend) are retried for as long as it runs;
+a terminal one (a schema mismatch, a gap, a target claimed by another state file) halts the
+sink, records the error in the engine (``status`` shows it) and makes ``flush`` raise it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from migrators import delivery
+from migrators.delivery import SinkKey, TargetBehind
 from migrators.errors import MigrationError
 from migrators.postgres import (
     RetryPolicy,
@@ -42,34 +51,18 @@ from migrators.postgres import (
     copy_arrow,
     ensure_table,
     merge_rows,
+    split_name,
 )
-from migrators.typemap import for_copy
+from migrators.typemap import for_copy, for_target
 from sstore.engine import Engine
-from sstore.errors import DeclarationError
+from sstore.errors import DeclarationError, SStoreError
+from sstore.retry import Kind, call, first_line, kind_of
+from sstore.sql import qualified
 from sstore.subscriptions import Subscription
 
 log = logging.getLogger("sstore.migrators")
 
-WATERMARKS = "sstore.watermarks"
 READ_AHEAD_ROWS = 100_000
-WATERMARK_DDL = """
-CREATE SCHEMA IF NOT EXISTS sstore;
-CREATE TABLE IF NOT EXISTS sstore.watermarks (
-    source TEXT NOT NULL, target TEXT NOT NULL, batch_id BIGINT NOT NULL,
-    rows_total BIGINT NOT NULL DEFAULT 0, updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (source, target))
-"""
-
-
-def lock_watermark(cur: psycopg.Cursor, source: str, target: str) -> int:
-    """In the caller's open transaction: create the (source, target) watermark row if it is
-    missing, lock it (``FOR UPDATE``: concurrent writers of the pair queue here) and return
-    the last batch-id it records. Every exactly-once loader into PostgreSQL starts here."""
-    cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id) VALUES (%s, %s, 0) "
-                f"ON CONFLICT DO NOTHING", (source, target))
-    row = cur.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s "
-                      f"FOR UPDATE", (source, target)).fetchone()
-    return int(row[0]) if row else 0
 
 
 @dataclass
@@ -106,12 +99,28 @@ class MigrationReport:
         return self.rows / self.seconds if self.seconds else 0.0
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """A chunk that reached PostgreSQL (the ``on_delivered`` hook): its batch range, the
+    batches that had rows in it, how many rows, and ``time.perf_counter()`` after COMMIT."""
+
+    first: int
+    last: int
+    batch_ids: list[int]
+    rows: int
+    committed_at: float
+
+
 @dataclass
 class StreamToPostgres:
     """Moves a stream's committed batches into a PostgreSQL table (see the module docstring).
 
     ``mode`` is "append" (new rows) or "merge" (``key`` columns identify rows to update).
     ``batch_column`` names a target column for the batch-id (none by default).
+    ``accept_gap``: start even if garbage collection removed batches the target lacks (the gap
+    is recorded in the engine). ``shared_target``: other state files feed the same stream
+    into the same table on purpose (otherwise that is refused).
+    ``on_delivered`` is called with a ``Delivered`` after each chunk's COMMIT (metrics).
     ``before_commit`` is a test hook called with the open connection after COPY, before COMMIT.
     ``ack_every`` (seconds): acknowledgements to the engine are grouped (each one is a DuckDB
     commit); correctness does not depend on them, since the watermark decides on restart, only
@@ -126,11 +135,17 @@ class StreamToPostgres:
     key: Sequence[str] = ()
     chunk_rows: int = 10_000
     batch_column: str | None = None
-    source: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     before_commit: Callable[[psycopg.Connection], None] | None = None
+    on_delivered: Callable[[Delivered], None] | None = None
     ack_every: float = 1.0
-    _ready: bool = field(default=False, init=False)
+    accept_gap: bool = False
+    shared_target: bool = False
+    last_error: str | None = field(default=None, init=False)
+    halted: str | None = field(default=None, init=False)
+    _after: int | None = field(default=None, init=False)  # the target has every batch to here
+    _target_types: dict[str, tuple[str, int | None, int | None]] = field(
+        default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
     _unacked: int = field(default=0, init=False)
     _acked_at: float = field(default=0.0, init=False)
@@ -139,7 +154,6 @@ class StreamToPostgres:
     _stopping: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _subscription: Subscription | None = field(default=None, init=False)
-    last_error: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "merge"):
@@ -148,52 +162,94 @@ class StreamToPostgres:
             raise DeclarationError("merge mode needs key columns")
         if self.chunk_rows < 1:
             raise DeclarationError("chunk_rows must be at least 1")
+        split_name(self.table)  # a malformed target name fails here, before any hold
         self.key = tuple(self.key)
-        self.source = self.source or f"sstore:{self.stream}"
+        if not self.engine.started and not self.engine.foreign:
+            self.engine.consumer(self.stream, self.consumer)  # kept from the first batch on
 
     @property
     def consumer(self) -> str:
         return f"migrator:{self.table}"
 
-    # ------------------------------------------------------------------ setup
-    def start(self) -> int:
-        """Hold the stream, prepare the target, reconcile with the watermark; return it."""
-        self.engine.hold(self.stream, self.consumer)
-        schema = self.engine.schema(self.stream)
-        watermark = self.session.run(lambda con: self._prepare(con, schema),
-                                     f"prepare {self.table}")
-        if watermark > self.engine.acknowledged(self.consumer):
-            self.engine.acknowledge(self.consumer, watermark)  # crashed between steps 5 and 6
-        self._ready = schema is not None
-        return watermark
+    @property
+    def sink_key(self) -> SinkKey:
+        return SinkKey(self.engine.engine_id, self.stream, self.table)
 
     @property
     def session(self) -> Session:
         if self._session is None:
-            self._session = Session(self.url, self.retry)
+            self._session = Session(self.url, self.retry, stop=self._stopping)
         return self._session
+
+    # ------------------------------------------------------------------ setup
+    def start(self) -> int:
+        """Step 2 of the module docstring; returns the batch the sink continues after."""
+        engine = self.engine
+        if not engine.graph.is_stream(self.stream):
+            raise MigrationError(f"no stream {self.stream!r} in this engine; streams: "
+                                 f"{sorted(engine.graph.streams)}")
+        schema = engine.schema(self.stream)
+        missing = [k for k in self.key if schema is not None and k not in schema.names]
+        if missing:
+            raise DeclarationError(f"key column(s) {missing} are not columns of stream "
+                                   f"{self.stream!r} ({schema.names if schema else []})")
+        watermark = self.session.run(lambda con: self._claim(con, schema),
+                                     f"prepare {self.table}").batch_id
+        new_hold = engine.hold(self.stream, self.consumer)
+        try:
+            after = engine.continue_from(self.stream, self.consumer, watermark,
+                                         accept_gap=self.accept_gap)
+            if after > watermark:  # an accepted gap: the target's watermark moves past it
+                self.session.run(lambda con: self._skip_gap(con, watermark, after),
+                                 f"record the accepted gap in {self.table}")
+            acked = engine.acknowledged(self.consumer)
+            if after > acked:
+                engine.acknowledge(self.consumer, after)  # crashed between COMMIT and ack
+            elif after < acked:
+                log.warning("%s: the target has batches up to %d only, the engine had been "
+                            "told %d; delivering them again", self.sink_key, after, acked)
+                engine.rewind(self.consumer, after)
+        except BaseException:
+            if new_hold:
+                engine.drop_consumer(self.stream, self.consumer)
+            raise
+        self._after, self._unacked = after, 0
+        return after
+
+    def _claim(self, con: psycopg.Connection, schema: pa.Schema | None) -> delivery.Watermark:
+        """The target created or checked, and the checked watermark (one transaction)."""
+        delivery.ensure_watermarks(con)
+        if schema is None:  # no rows yet: nothing to create or compare
+            if not _exists(con, self.table):
+                return delivery.Watermark(0)
+            return delivery.claim(con, self.sink_key, None, self.shared_target)
+        with con.cursor() as cur:
+            self._prepare_target(cur)
+        return delivery.claim(con, self.sink_key, self._prepare_target, self.shared_target)
+
+    def _prepare_target(self, cur: psycopg.Cursor) -> None:
+        """Create the target if it is missing, or check that it can take the rows; remember
+        its column types (rows are converted to them before COPY)."""
+        schema = self.engine.schema(self.stream)
+        assert schema is not None
+        if self.batch_column:
+            schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
+        self._target_types = ensure_table(cur.connection, self.table, schema, self.key)
+
+    def _skip_gap(self, con: psycopg.Connection, watermark: int, after: int) -> None:
+        with con.cursor() as cur:
+            delivery.lock(cur, self.sink_key, self._prepare_target, self.shared_target)
+            cur.execute(f"UPDATE {delivery.WATERMARKS} SET batch_id = %s, updated_at = now() "
+                        f"WHERE source = %s AND stream = %s AND target = %s AND batch_id = %s",
+                        (after, self.sink_key.source, self.sink_key.stream, self.table,
+                         watermark))
+        con.commit()
 
     def close(self) -> None:
         """Acknowledge what is pending and close the PostgreSQL connection."""
         self._acknowledge(force=True)
         if self._session is not None:
             self._session.close()
-
-    def _prepare(self, con: psycopg.Connection, schema: pa.Schema | None) -> int:
-        for statement in WATERMARK_DDL.split(";"):
-            if statement.strip():
-                con.execute(statement)
-        if schema is not None:
-            ensure_table(con, self.table, self._target_schema(schema), self.key)
-        row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s",
-                          (self.source, self.table)).fetchone()
-        con.commit()
-        return int(row[0]) if row else 0
-
-    def _target_schema(self, schema: pa.Schema) -> pa.Schema:
-        if self.batch_column:
-            return schema.insert(0, pa.field(self.batch_column, pa.int64()))
-        return schema
 
     # ------------------------------------------------------------------ moving
     def run_once(self, progress: Callable[[int, int], None] | None = None) -> MigrationReport:
@@ -203,23 +259,52 @@ class StreamToPostgres:
         report = MigrationReport()
         began = time.perf_counter()
         retries_before = self.retry.retries_done
-        report.watermark = self.start()
-        chunks = self._chunks(report.watermark)
-        total = sum(c.rows for c in chunks)
-        for chunk, rows in self._read_ahead(chunks):
-            t0 = time.perf_counter()
-            moved = self._move_chunk(chunk.first, chunk.last, rows)
-            report.chunk_seconds.append(time.perf_counter() - t0)
-            report.chunks += 1
-            report.rows += moved
-            report.batches += chunk.batches
-            report.watermark = chunk.last
-            if progress is not None:
-                progress(report.rows, total)
-        self.close()
+        try:
+            with self._mutex:
+                report.watermark = self.start()
+                self._move_pending(report, progress)
+        finally:
+            self.close()
         report.seconds = time.perf_counter() - began
         report.retries = self.retry.retries_done - retries_before
         return report
+
+    def run_pending(self) -> int:
+        """Move what has committed since the last delivery (one caller at a time)."""
+        with self._mutex:
+            if self._after is None:
+                self.start()
+            report = MigrationReport()
+            self._move_pending(report, None)
+            self._acknowledge(force=True)
+            return report.rows
+
+    def _move_pending(self, report: MigrationReport,
+                      progress: Callable[[int, int], None] | None) -> None:
+        """Step 3 until nothing is pending; a target found behind the plan re-plans once
+        (twice in a row means something keeps removing the target's rows: a terminal error)."""
+        for attempt in (1, 2):
+            assert self._after is not None
+            chunks = self._chunks(self._after)
+            total = sum(c.rows for c in chunks)
+            try:
+                for chunk, rows in self._read_ahead(chunks):
+                    t0 = time.perf_counter()
+                    moved = self._move_chunk(chunk, rows)
+                    report.chunk_seconds.append(time.perf_counter() - t0)
+                    report.chunks += 1
+                    report.rows += moved
+                    report.batches += chunk.batches
+                    report.watermark = chunk.last
+                    if progress is not None:
+                        progress(report.rows, total)
+                return
+            except TargetBehind as behind:
+                if attempt == 2:
+                    raise
+                log.warning("%s; planning again from batch %d", behind,
+                            behind.watermark.batch_id)
+                report.watermark = self.start()
 
     def _chunks(self, after: int) -> list[Chunk]:
         """Consecutive batches grouped up to ``chunk_rows`` rows (a bigger batch goes alone)."""
@@ -238,8 +323,8 @@ class StreamToPostgres:
         return chunks
 
     def _read_ahead(self, chunks: list[Chunk]) -> Iterator[tuple[Chunk, pa.Table]]:
-        """Step 1 for several chunks at once: one DuckDB query per ``READ_AHEAD_ROWS`` rows
-        (a query costs milliseconds whatever its size), sliced into chunks in memory."""
+        """Read several chunks at once: one DuckDB query per ``READ_AHEAD_ROWS`` rows (a query
+        costs milliseconds whatever its size), sliced into chunks in memory."""
         i = 0
         while i < len(chunks):
             group = [chunks[i]]
@@ -254,50 +339,47 @@ class StreamToPostgres:
                 yield chunk, rows.slice(lo, hi - lo)
             i += len(group)
 
-    def _move_chunk(self, first: int, last: int, rows: pa.Table | None = None) -> int:
-        if rows is None:
-            rows = self.engine.read_batches(self.stream, first, last)  # step 1
-        if not self._ready:
-            self.start()
-        moved = self.session.run(lambda con: self._load(con, rows, first, last),
-                                 f"migrate {self.stream} batches {first}-{last}")
-        self._unacked = last
-        self._acknowledge(force=False)  # step 6
-        return moved
+    def _move_chunk(self, chunk: Chunk, rows: pa.Table) -> int:
+        """Deliver one chunk (steps 1-6 of ``migrators.delivery``), then acknowledge it."""
+        assert self._after is not None
+        after = self._after
+        done = self.session.run(
+            lambda con: delivery.deliver(
+                con, self.sink_key, chunk.first, chunk.last,
+                lambda cur, watermark: self._write(cur, rows, watermark), after=after,
+                prepare_target=self._prepare_target, shared_target=self.shared_target,
+                before_commit=self.before_commit),
+            f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
+        committed_at = time.perf_counter()
+        self._after = chunk.last
+        self._unacked = chunk.last
+        self._acknowledge(force=False)  # step 7
+        if self.on_delivered is not None and not done.skipped:
+            ids = pc.unique(rows["_batch_id"]).to_pylist() if rows.num_rows else []
+            self.on_delivered(Delivered(chunk.first, chunk.last, ids, done.rows, committed_at))
+        return done.rows
+
+    def _write(self, cur: psycopg.Cursor, rows: pa.Table, watermark: int) -> int:
+        """Step 4: the rows of batches above ``watermark``, converted for the target."""
+        if watermark and rows.num_rows and rows["_batch_id"][0].as_py() <= watermark:
+            rows = rows.filter(pc.greater(rows["_batch_id"], watermark))
+        data = rows if self.batch_column else rows.drop_columns(["_batch_id"])
+        if self.batch_column:
+            data = data.rename_columns([self.batch_column, *data.column_names[1:]])
+        if self.mode == "merge":
+            data = last_per_key(data, self.key)
+        data = for_target(for_copy(data), self._target_types)
+        if self.mode == "append":
+            copy_arrow(cur, self.table, data)
+        else:
+            merge_rows(cur, self.table, data, self.key)
+        return data.num_rows
 
     def _acknowledge(self, force: bool) -> None:
         now = time.monotonic()
         if self._unacked and (force or now - self._acked_at >= self.ack_every):
             self.engine.acknowledge(self.consumer, self._unacked)
             self._unacked, self._acked_at = 0, now
-
-    def _load(self, con: psycopg.Connection, rows: pa.Table, first: int, last: int) -> int:
-        row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s "
-                          f"FOR UPDATE", (self.source, self.table)).fetchone()  # step 2
-        watermark = int(row[0]) if row else 0
-        if watermark >= last:  # step 3
-            con.rollback()
-            return 0
-        if watermark >= first:
-            rows = rows.filter(pc.greater(rows["_batch_id"], watermark))
-        data = rows if self.batch_column else rows.drop_columns(["_batch_id"])
-        if self.batch_column:
-            data = data.rename_columns([self.batch_column, *data.column_names[1:]])
-        data = for_copy(data if self.mode == "append" else last_per_key(data, self.key))
-        with con.cursor() as cur:  # step 4
-            if self.mode == "append":
-                copy_arrow(cur, self.table, data)
-            else:
-                merge_rows(cur, self.table, data, self.key)
-            cur.execute(f"INSERT INTO {WATERMARKS} (source, target, batch_id, rows_total) "
-                        f"VALUES (%s, %s, %s, %s) ON CONFLICT (source, target) DO UPDATE SET "
-                        f"batch_id = excluded.batch_id, updated_at = now(), rows_total = "
-                        f"{WATERMARKS}.rows_total + excluded.rows_total",
-                        (self.source, self.table, last, data.num_rows))  # step 5
-        if self.before_commit is not None:
-            self.before_commit(con)
-        con.commit()
-        return data.num_rows
 
     # ------------------------------------------------------------------ continuous
     def attach(self, background: bool = True) -> None:
@@ -306,38 +388,61 @@ class StreamToPostgres:
         Each committed batch of the stream wakes a sink thread that moves what is pending (its
         own PostgreSQL transactions, never under the engine's lock), so stream processing does
         not wait for PostgreSQL; if PostgreSQL is away the sink keeps retrying and the engine
-        keeps the batches. ``background=False`` moves them in the committing thread instead.
+        keeps the batches. A terminal error halts the sink (see the module docstring).
+        ``background=False`` moves them in the committing thread instead.
         """
-        self.start()
+        self.halted = None
+        self._stopping.clear()
+        with self._mutex:
+            self.start()
         if not background:
             self._subscription = self.engine.subscribe(self.stream,
                                                        lambda _b, _t: self.run_pending())
             return
         self._wake.set()  # move whatever is already committed
-        self._stopping.clear()
         self._thread = threading.Thread(target=self._sink_loop, daemon=True,
                                         name=f"sstore-sink-{self.table}")
         self._thread.start()
         self._subscription = self.engine.subscribe(self.stream, lambda _b, _t: self._wake.set())
 
     def _sink_loop(self) -> None:
+        def remember(exc: BaseException, _attempt: int) -> None:
+            self.last_error = f"{type(exc).__name__}: {first_line(exc)}"
+
+        forever = RetryPolicy(attempts=None, first_delay=self.retry.first_delay,
+                              max_delay=self.retry.max_delay)  # for as long as the sink runs
         while not self._stopping.is_set():
             self._wake.wait(timeout=1.0)
             self._wake.clear()
+            if self._stopping.is_set():
+                break
             try:
-                self.run_pending()
+                call(self.run_pending, forever, f"sink {self.stream} -> {self.table}",
+                     on_retry=remember, stop=self._stopping)
                 self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - a sink must outlive a bad minute
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.error("sink %s -> %s: %s; will try again", self.stream, self.table,
-                          self.last_error)
-                self._stopping.wait(self.retry.max_delay)
-                self._wake.set()
+            except Exception as exc:  # noqa: BLE001 - classified: terminal halts, else stopping
+                if self._stopping.is_set() and kind_of(exc) is Kind.TRANSIENT:
+                    break
+                self._halt(exc)
+                return
+
+    def _halt(self, exc: BaseException) -> None:
+        """A terminal error: stop feeding, record it where ``status`` shows it."""
+        self.last_error = self.halted = f"{type(exc).__name__}: {first_line(exc)}"
+        log.error("sink %s -> %s halted: %s", self.stream, self.table, self.halted)
+        try:
+            self.engine.record_error(self.consumer, self._after or 0, "halt", self.halted)
+        except SStoreError as also:  # the engine is closing: the log line above remains
+            log.error("could not record the sink's halt: %s", also)
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every batch committed so far is in PostgreSQL; False on timeout."""
+        """Wait until every batch committed so far is in PostgreSQL; False on timeout. A
+        halted sink raises its error (waiting would never end)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.halted is not None:
+                raise MigrationError(f"sink {self.stream} -> {self.table} is halted: "
+                                     f"{self.halted}")
             pending = self.engine.batches(self.stream, self.engine.acknowledged(self.consumer))
             if not pending:
                 return True
@@ -357,19 +462,20 @@ class StreamToPostgres:
             self._thread = None
         with self._mutex:
             self.close()
+        self._after = None
 
-    def run_pending(self) -> int:
-        """Move what has committed since the last acknowledgement (one caller at a time)."""
-        with self._mutex:
-            after = max(self.engine.acknowledged(self.consumer), self._unacked)
-            moved = sum(self._move_chunk(c.first, c.last) for c in self._chunks(after))
-            self._acknowledge(force=True)
-            return moved
+
+def _exists(con: psycopg.Connection, table: str) -> bool:
+    row = con.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)).fetchone()
+    con.rollback()
+    return bool(row and row[0])
 
 
 def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",
-                   key: Sequence[str] = (), chunk_rows: int = 10_000) -> MigrationReport:
+                   key: Sequence[str] = (), chunk_rows: int = 10_000, *,
+                   accept_gap: bool = False) -> MigrationReport:
     """Move everything committed on ``stream`` and not yet in ``table``; then return."""
     if stream not in engine.graph.streams and not engine.graph.is_stream(stream):
         raise MigrationError(f"no stream {stream!r} in this engine")
-    return StreamToPostgres(engine, stream, url, table, mode, tuple(key), chunk_rows).run_once()
+    return StreamToPostgres(engine, stream, url, table, mode, tuple(key), chunk_rows,
+                            accept_gap=accept_gap).run_once()

@@ -11,6 +11,7 @@ so an operator sees what happened.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -19,7 +20,11 @@ import pyarrow as pa
 from pgpq import ArrowToPostgresBinaryEncoder
 
 from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
-from migrators.errors import IncompatibleSchemaError, MigrationError, PostgresUnavailable
+from migrators.errors import (
+    IncompatibleSchemaError,
+    MigrationError,
+    PostgresUnavailable,
+)
 from migrators.typemap import check_compatible, postgres_columns
 from migrators.urls import parse
 from sstore import retry
@@ -66,9 +71,12 @@ class Session:
     errors) or the error as it is (sstore's own).
     """
 
-    def __init__(self, url: str, policy: RetryPolicy | None = None) -> None:
+    def __init__(self, url: str, policy: RetryPolicy | None = None,
+                 stop: threading.Event | None = None) -> None:
+        """``stop``: when set, a wait between retries ends at once (a stopping service)."""
         self.url = url
         self.policy = policy or RetryPolicy()
+        self.stop = stop
         self._con: psycopg.Connection | None = None
 
     def run(self, work: Callable[[psycopg.Connection], T], what: str) -> T:
@@ -85,7 +93,7 @@ class Session:
                 raise
 
         try:
-            return retry.call(attempt, self.policy, what)
+            return retry.call(attempt, self.policy, what, stop=self.stop)
         except GaveUp as exc:
             raise PostgresUnavailable(str(exc)) from exc.__cause__
         except psycopg.Error as exc:
@@ -136,26 +144,34 @@ def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table) -> int:
     return rows.num_rows
 
 
+TargetColumns = dict[str, tuple[str, int | None, int | None]]
+
+
 def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
-                 key: Sequence[str] = ()) -> None:
+                 key: Sequence[str] = ()) -> TargetColumns:
     """Create ``table`` from an Arrow schema (with ``key`` as primary key) if it is missing;
-    if it exists, check that every column can take the rows (``IncompatibleSchemaError``)."""
+    if it exists, check that every column can take the rows (``IncompatibleSchemaError``).
+    Returns the target's columns: name -> (data type, numeric precision, numeric scale), so
+    rows can be converted to a column that was widened (``typemap.for_target``)."""
     wanted = postgres_columns(schema)
     missing = [k for k in key if k not in schema.names]
     if missing:
         raise DeclarationError(f"key column(s) {missing} are not among {schema.names}")
     pg_schema, name = split_name(table)
-    existing = dict(con.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = %s AND table_name = %s", (pg_schema, name)).fetchall())
+    existing: TargetColumns = {
+        column: (data_type, precision, scale) for column, data_type, precision, scale in
+        con.execute("SELECT column_name, data_type, numeric_precision, numeric_scale "
+                    "FROM information_schema.columns WHERE table_schema = %s AND "
+                    "table_name = %s", (pg_schema, name)).fetchall()}
     if existing:
-        check_compatible(table, wanted, existing)
-        return
+        check_compatible(table, wanted, {c: t[0] for c, t in existing.items()})
+        return existing
     cols = ", ".join(f"{ident(c)} {t}" for c, t in wanted)
     if key:
         cols += f", PRIMARY KEY ({', '.join(ident(k) for k in key)})"
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(pg_schema)}")
     con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")
+    return {}
 
 
 def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[str]) -> None:
@@ -180,6 +196,9 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
 
 
 def split_name(table: str) -> tuple[str, str]:
-    """``schema.table`` -> (schema, table); a bare name is in ``public``."""
-    schema, _, name = table.rpartition(".")
-    return (schema or "public"), name
+    """``schema.table`` -> (schema, table); a bare name is in ``public``. Anything else
+    (``a.b.c``, empty parts) is a ``DeclarationError``."""
+    parts = table.split(".") if isinstance(table, str) else []
+    if not 1 <= len(parts) <= 2 or not all(part.strip() for part in parts):
+        raise DeclarationError(f"target table must be TABLE or SCHEMA.TABLE, not {table!r}")
+    return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])

@@ -47,8 +47,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructField, StructType
 
-from migrators.errors import (IncompatibleSchemaError, MigrationError, PostgresUnavailable,
-                              UnsupportedTypeError)
+from migrators.errors import (
+    IncompatibleSchemaError,
+    MigrationError,
+    PostgresUnavailable,
+    UnsupportedTypeError,
+)
 from migrators.spark_session import get_spark
 from migrators.urls import PgUrl, parse
 from sstore.engine import Engine

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 import psycopg
 
 from migrators.errors import MigrationError
-from migrators.postgres import RetryPolicy, Session, copy_arrow, ensure_table, merge_rows
+from migrators.postgres import (
+    RetryPolicy,
+    Session,
+    copy_arrow,
+    ensure_table,
+    merge_rows,
+)
 from migrators.typemap import for_copy
 from sstore.engine import Engine
 from sstore.errors import DeclarationError

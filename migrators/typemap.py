@@ -126,3 +126,44 @@ def check_compatible(table: str, wanted: list[tuple[str, str]],
         if existing[name] not in COMPATIBLE[base]:
             raise IncompatibleSchemaError(f"target {table} column {name!r} is "
                                           f"{existing[name]}, which cannot take {pg_type}")
+
+
+#: Arrow types for an existing target column of a wider type than the one the rows map to:
+#: binary COPY must send exactly the column's type (an int4 into a bigint column is a protocol
+#: error, not a conversion).
+WIDENED: dict[str, Callable[[int | None, int | None], pa.DataType]] = {
+    "smallint": lambda _p, _s: pa.int16(),
+    "integer": lambda _p, _s: pa.int32(),
+    "bigint": lambda _p, _s: pa.int64(),
+    "numeric": lambda p, s: pa.decimal128(p or 38, s if s is not None else 0),
+    "real": lambda _p, _s: pa.float32(),
+    "double precision": lambda _p, _s: pa.float64(),
+    "timestamp without time zone": lambda _p, _s: pa.timestamp("us"),
+    "timestamp with time zone": lambda _p, _s: pa.timestamp("us", tz="UTC"),
+}
+
+
+def for_target(rows: pa.Table, columns: dict[str, tuple[str, int | None, int | None]]
+               ) -> pa.Table:
+    """Convert columns to the types of an existing target whose columns were widened (the
+    check in ``check_compatible`` allows only lossless widenings; a value that would still not
+    fit, such as a numeric whose declared scale is smaller, is an ``IncompatibleSchemaError``).
+    ``columns``: name -> (information_schema data type, precision, scale); empty: no change."""
+    if not columns:
+        return rows
+    arrays, fields = [], []
+    for f, column in zip(rows.schema, rows.columns):
+        data_type, precision, scale = columns.get(f.name, ("", None, None))
+        make = WIDENED.get(data_type)
+        target = make(precision, scale) if make is not None else f.type
+        if data_type == "numeric" and precision is None and at.is_decimal(f.type):
+            target = f.type  # unconstrained numeric takes the rows' own precision and scale
+        if target != f.type:
+            try:
+                column = column.cast(target, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise IncompatibleSchemaError(f"column {f.name!r}: values do not fit the "
+                                              f"target's {data_type}: {exc}") from None
+        arrays.append(column)
+        fields.append(pa.field(f.name, target))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

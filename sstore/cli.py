@@ -28,6 +28,7 @@ from rich.progress import (
 from sstore import __version__
 from sstore.cli_format import (
     arrow_table,
+    consumers_view,
     leaderboard_view,
     run_summary,
     status_view,
@@ -198,22 +199,42 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name:
 @click.option("--key", default="", help="Key columns for merge, comma-separated.")
 @click.option("--chunk-rows", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Rows per PostgreSQL transaction (whole batches; never split).")
+@click.option("--accept-gap", is_flag=True,
+              help="Start even if the engine already removed batches the target lacks; the "
+                   "gap is recorded and shown by `sstore status`.")
+@click.option("--reset", is_flag=True,
+              help="Forget what this target was given (its watermarks and this consumer's "
+                   "acknowledgements) and deliver every batch the engine still has again. "
+                   "The target's rows are left as they are: empty it first if it should "
+                   "hold this state file's rows only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
-            chunk_rows: int) -> None:
+            chunk_rows: int, accept_gap: bool, reset: bool, as_json: bool) -> None:
     """Move a stream's committed batches into PostgreSQL, exactly once, then exit.
 
-    Each chunk is loaded with binary COPY together with a watermark row in one PostgreSQL
-    transaction; the engine keeps the batches until PostgreSQL has committed them. Run it
-    again at any time (or after a crash): it continues from the watermark. The state file
-    must not be open in another process.
+    Each chunk is loaded with binary COPY together with a watermark row (keyed by this state
+    file's identity, the stream and the table) in one PostgreSQL transaction; the engine keeps
+    the batches until PostgreSQL has committed them. Run it again at any time (or after a
+    crash): it continues from the watermark. It refuses, and moves nothing, when the engine
+    already removed batches the target lacks (see --accept-gap) or when the table already
+    holds this stream from another state file (see --reset). The state file must not be open
+    in another process.
     """
     from migrators import StreamToPostgres  # PostgreSQL clients load only when needed
+    from migrators.postgres import with_retries
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=as_json)
     keys = tuple(k.strip() for k in key.split(",") if k.strip())
     try:
         with Engine.open_existing(state) as engine:
-            migrator = StreamToPostgres(engine, stream, url, table, mode, keys, chunk_rows)
+            migrator = StreamToPostgres(engine, stream, url, table, mode, keys, chunk_rows,
+                                        accept_gap=accept_gap)
+            if reset:
+                forgotten = with_retries(url, lambda con: _reset(con, stream, table),
+                                         migrator.retry, f"reset {table}")
+                engine.rewind(migrator.consumer, 0)
+                console.print(f"Reset {table}: forgot {forgotten} watermark(s); every batch "
+                              f"the engine still has is delivered again.")
             with _progress(console) as bar:
                 task = bar.add_task("rows", total=None)
                 report = migrator.run_once(
@@ -222,9 +243,72 @@ def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
         raise click.ClickException(str(explain(state, exc))) from None
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(to_json({"state": state, "stream": stream, "table": table,
+                            "rows": report.rows, "batches": report.batches,
+                            "chunks": report.chunks, "retries": report.retries,
+                            "watermark": report.watermark,
+                            "seconds": round(report.seconds, 3)}))
+        return
     console.print(f"Moved {report.rows:,} rows in {report.batches:,} batches "
                   f"({report.chunks} chunks, {report.retries} retries) to {table} in "
                   f"{report.seconds:.2f} s; watermark at batch {report.watermark}.")
+
+
+def _reset(con: object, stream: str, table: str) -> int:
+    from migrators import delivery
+    delivery.ensure_watermarks(con)  # type: ignore[arg-type]
+    return delivery.reset(con, stream, table)  # type: ignore[arg-type]
+
+
+@main.group(context_settings=CONTEXT)
+def consumers() -> None:
+    """External consumers of a state file's streams (sinks, migrations) and their holds.
+
+    A consumer holds its stream: the engine keeps every batch until the consumer has
+    acknowledged it. A consumer nobody runs any more keeps holding; drop it to let the
+    engine collect its batches.
+    """
+
+
+@consumers.command(name="list", context_settings=CONTEXT)
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the consumers as JSON.")
+def consumers_list(state: str, as_json: bool) -> None:
+    """List every consumer: its stream, last acknowledged batch, batches waiting, gaps."""
+    try:
+        status = file_status(state)
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(to_json([vars(c) for c in status.consumers]))
+    else:
+        Console(highlight=False).print(consumers_view(status.consumers))
+
+
+@consumers.command(name="drop", context_settings=CONTEXT)
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.argument("consumer")
+@click.option("--stream", default=None,
+              help="Only its hold on this stream (default: every stream it holds).")
+def consumers_drop(state: str, consumer: str, stream: str | None) -> None:
+    """Drop CONSUMER's holds: the engine no longer keeps batches for it."""
+    try:
+        with Engine.open_existing(state) as engine:
+            held = [c.stream for c in engine.consumers() if c.consumer == consumer
+                    and (stream is None or c.stream == stream)]
+            if not held:
+                known = sorted({c.consumer for c in engine.consumers()})
+                raise click.ClickException(f"no consumer {consumer!r}"
+                                           f"{f' on stream {stream!r}' if stream else ''}; "
+                                           f"consumers: {', '.join(known) or 'none'}")
+            for name in held:
+                engine.drop_consumer(name, consumer)
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        raise click.ClickException(str(explain(state, exc))) from None
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Dropped {consumer} from {', '.join(held)}.")
 
 
 def _attach_workloads() -> None:

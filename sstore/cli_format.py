@@ -11,7 +11,7 @@ import datetime
 import decimal
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -20,8 +20,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from sstore.consumers import ConsumerStatus
 from sstore.status import EngineStatus
-
 
 TABLE_STYLE = {"title_justify": "left", "title_style": "bold", "header_style": "bold",
                "box": box.SIMPLE_HEAD, "pad_edge": False}
@@ -104,6 +104,8 @@ def status_view(status: EngineStatus) -> RenderableType:
         streams.add_row(s.name, s.kind, str(s.last_batch),
                         "" if s.retained_rows is None else str(s.retained_rows))
     parts: list[RenderableType] = [header, flow, progress, streams]
+    if status.consumers:
+        parts.append(consumers_view(status.consumers))
     if status.errors:
         errors = Table(title="Recent errors", **TABLE_STYLE)  # type: ignore[arg-type]
         for name in ("at", "procedure", "batch", "action", "error"):
@@ -115,6 +117,24 @@ def status_view(status: EngineStatus) -> RenderableType:
     else:
         parts.append(Text("No errors recorded.", style="green"))
     return Group(*parts)
+
+
+def consumers_view(consumers: Sequence[ConsumerStatus]) -> RenderableType:
+    """External consumers: what each holds, how far it is, and the gaps it accepted."""
+    if not consumers:
+        return Text("No consumers hold any stream.")
+    table = Table(title="Consumers (the engine keeps their batches until acknowledged)",
+                  **TABLE_STYLE)  # type: ignore[arg-type]
+    for name, justify in (("consumer", "left"), ("stream", "left"), ("acknowledged", "right"),
+                          ("waiting", "right"), ("accepted gaps", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in consumers:
+        gaps = ", ".join(f"{g['first_batch']}..{g['last_batch']}" for g in c.gaps)
+        table.add_row(c.consumer, c.stream, str(c.acknowledged),
+                      f"{c.pending_batches:,} batches" + (f" from {c.pending_from}"
+                                                          if c.pending_from else ""),
+                      Text(gaps, style="yellow") if gaps else "")
+    return table
 
 
 def leaderboard_view(table: pa.Table, window_rows: int) -> Table:

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +26,8 @@ import duckdb
 from sstore.duck import connect, registered
 import pyarrow as pa
 
-from sstore import gc, recovery, systables
+from sstore import consumers, gc, recovery, systables
+from sstore.consumers import ConsumerStatus
 from sstore.errors import DeclarationError, OutOfOrderBatchError, SStoreError, \
     UnknownStreamError
 from sstore.executor import run_te
@@ -79,6 +81,7 @@ class Engine:
         if self._input_log is not None:
             recovery.load_snapshot(self._con, self._input_log.path)
         systables.create(self._con)
+        self.engine_id = self._identity()
         self._graph = Graph()
         self._lock = threading.RLock()
         self._rt: Runtime | None = None
@@ -86,6 +89,25 @@ class Engine:
         self._closed = False
         self._foreign = False
         self._observers: list[Callable[[CommitEvent], None]] = []
+        self._declared_consumers: list[tuple[str, str]] = []
+
+    def _identity(self) -> str:
+        """This state's UUID (``sstore_sys.identity``), made when the state is first created.
+
+        Full durability keeps it in the state file. Weak durability keeps it in the snapshot and
+        in the input log (an identity record), so a replayed state keeps its identity and a
+        fresh log gets a new one. Without durability every process is a new engine."""
+        found = systables.engine_id(self._con)
+        if found is None and self._input_log is not None:
+            found = self._input_log.identity()
+            if found is not None:
+                systables.set_engine_id(self._con, found)
+        if found is None:
+            found = str(uuid.uuid4())
+            systables.set_engine_id(self._con, found)
+            if self._input_log is not None:
+                self._input_log.append_identity(found)
+        return found
 
     @classmethod
     def open_existing(cls, path: str) -> "Engine":
@@ -98,7 +120,8 @@ class Engine:
         engine._foreign = True
         for name, kind, spec in systables.load_graph(engine._con):
             if kind == "stream":
-                engine._graph.add_stream(StreamDecl(name, spec["columns"]))
+                engine._graph.add_stream(StreamDecl(name, spec["columns"],
+                                                    spec.get("retain", "latest")))
             elif kind == "window":
                 engine._graph.add_window(WindowDecl(name, spec["source"], spec["size"],
                                                     spec["slide"], spec["unit"]))
@@ -116,12 +139,45 @@ class Engine:
             raise DeclarationError("the engine has started; declare streams, windows, triggers "
                                    "and procedures before the first ingest, run or query")
 
-    def stream(self, name: str, columns: Mapping[str, str] | None = None) -> str:
+    def stream(self, name: str, columns: Mapping[str, str] | None = None, *,
+               retain: str = "latest") -> str:
         """Declare a stream. ``columns`` maps column name to DuckDB type; a stream that only a
-        procedure writes and none reads may leave it out (its first batch decides)."""
+        procedure writes and none reads may leave it out (its first batch decides).
+
+        ``retain`` decides what garbage collection does with batches that no procedure and no
+        declared consumer reads: "latest" keeps only the newest batch; "all" keeps every
+        batch until a consumer declared later has acknowledged it (use it for an output that
+        a job you do not declare here, such as a periodic ``sstore migrate``, moves later)."""
         self._declaring()
-        self._graph.add_stream(StreamDecl(name, dict(columns) if columns is not None else None))
+        self._graph.add_stream(StreamDecl(name, dict(columns) if columns is not None else None,
+                                          retain))
         return name
+
+    def consumer(self, stream: str, name: str) -> None:
+        """Declare an external consumer of ``stream`` (a sink, a migration job) with the
+        dataflow: from the first batch on, garbage collection keeps every batch of ``stream``
+        until ``name`` has acknowledged it (``acknowledge``). The declaration is recorded in
+        the state file and holds across restarts until ``drop_consumer``. Sinks such as
+        ``migrators.StreamToPostgres`` declare themselves when created before the engine
+        starts. After the engine has started this is ``hold``."""
+        if self._rt is not None:
+            self.hold(stream, name)
+            return
+        if not self._graph.is_stream(stream) and stream not in self._graph.streams:
+            raise UnknownStreamError(f"no stream {stream!r}; declare it before its consumers")
+        if (stream, name) not in self._declared_consumers:
+            self._declared_consumers.append((stream, name))
+
+    @property
+    def foreign(self) -> bool:
+        """Opened from a state file by another program than its own (``open_existing``): the
+        dataflow is not declared here, so neither are its consumers."""
+        return self._foreign
+
+    @property
+    def started(self) -> bool:
+        """Whether the engine has started (its graph is then fixed)."""
+        return self._rt is not None
 
     def window(self, name: str, source: str, *, rows: int | None = None,
                batches: int | None = None, slide: int = 1) -> str:
@@ -181,9 +237,12 @@ class Engine:
         store.create_all()
         ledger = Ledger(graph)
         ledger.load(systables.load_commits(con))
+        ledger.collected = systables.load_collected(con)
         for stream, consumer in systables.load_holders(con):
             if stream in graph.streams:
                 ledger.holders.setdefault(stream, set()).add(consumer)
+        for stream, consumer in self._declared_consumers:
+            consumers.hold(con, ledger, stream, consumer)
         if not self._foreign:
             systables.save_graph(con, graph)
         rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
@@ -385,30 +444,69 @@ class Engine:
         with rt.lock:
             return rt.latest.get(stream)
 
-    def hold(self, stream: str, consumer: str) -> None:
-        """Keep ``stream``'s batches until ``consumer`` acknowledges them (for migrators).
+    def hold(self, stream: str, consumer: str) -> bool:
+        """Keep ``stream``'s batches until ``consumer`` acknowledges them (for sinks and
+        migrations that were not declared with ``consumer`` before the engine started).
 
-        The hold is recorded in the state file and lasts until ``release``: a consumer that is
-        not running still holds its batches."""
-        rt = self._runtime()
-        if stream not in rt.graph.streams:
-            raise UnknownStreamError(f"no stream {stream!r}")
-        with rt.lock:
-            systables.add_holder(rt.con, stream, consumer)
-            rt.ledger.holders.setdefault(stream, set()).add(consumer)
-
-    def release(self, stream: str, consumer: str) -> None:
-        """Stop holding ``stream`` for ``consumer``."""
+        The hold is recorded in the state file and lasts until ``drop_consumer``: a consumer
+        that is not running still holds its batches. Returns True if the hold is new."""
         rt = self._runtime()
         with rt.lock:
-            systables.remove_holder(rt.con, stream, consumer)
-            rt.ledger.holders.get(stream, set()).discard(consumer)
+            return consumers.hold(rt.con, rt.ledger, stream, consumer)
+
+    def release(self, stream: str, consumer: str) -> bool:
+        """Stop holding ``stream`` for ``consumer`` (same as ``drop_consumer``)."""
+        return self.drop_consumer(stream, consumer)
+
+    def drop_consumer(self, stream: str, consumer: str) -> bool:
+        """End ``consumer``'s hold on ``stream``: its batches are collected as if it had never
+        existed. True if there was such a consumer."""
+        rt = self._runtime()
+        with rt.lock:
+            return consumers.drop(rt.con, rt.ledger, stream, consumer)
+
+    def consumers(self) -> list[ConsumerStatus]:
+        """Every consumer hold: its stream, acknowledged batch, pending batches, accepted gaps."""
+        rt = self._runtime()
+        with rt.lock:
+            return consumers.list_consumers(rt.con, rt.ledger)
 
     def acknowledged(self, consumer: str) -> int:
         """The last batch-id ``consumer`` acknowledged (0 if none)."""
         rt = self._runtime()
         with rt.lock:
             return rt.ledger.progress.get(consumer, 0)
+
+    def continue_from(self, stream: str, consumer: str, after: int, *,
+                      accept_gap: bool = False) -> int:
+        """The batch-id after which ``consumer`` continues reading ``stream`` when its target
+        has everything up to ``after``: ``after`` itself, unless garbage collection already
+        removed batches above it. Then ``GapError`` names them, or, with ``accept_gap``, the
+        gap is recorded (``status`` shows it) and the answer is the last collected batch."""
+        rt = self._runtime()
+        with rt.lock:
+            return consumers.continue_from(rt.con, rt.ledger, stream, consumer, after,
+                                           accept_gap)
+
+    def rewind(self, consumer: str, batch_id: int) -> None:
+        """Move ``consumer``'s acknowledgement back to ``batch_id``: its target lost batches it
+        had taken (the engine delivers them again if it still has them)."""
+        rt = self._runtime()
+        with rt.lock:
+            consumers.rewind(rt.con, rt.ledger, consumer, batch_id)
+
+    def record_error(self, node: str, batch_id: int, action: str, message: str) -> None:
+        """Record a failure of something that works on this engine's streams from outside
+        (a sink that halted): ``status`` lists it with the procedures' errors."""
+        rt = self._runtime()
+        with rt.lock:
+            systables.record_error(rt.con, node, batch_id, action, message)
+
+    def collected_through(self, stream: str) -> int:
+        """The highest batch-id of ``stream`` that garbage collection has removed (0: none)."""
+        rt = self._runtime()
+        with rt.lock:
+            return rt.ledger.collected.get(stream, 0)
 
     def batches(self, stream: str, after: int = 0) -> list[tuple[int, int]]:
         """Committed batches of ``stream`` after ``after`` that are still stored:
@@ -468,10 +566,7 @@ class Engine:
         """Record that ``consumer`` has safely taken every held batch up to ``batch_id``."""
         rt = self._runtime()
         with rt.lock:
-            if batch_id <= rt.ledger.progress.get(consumer, 0):
-                return
-            systables.insert_commits(rt.con, [(consumer, batch_id, 0)])
-            rt.ledger.record(consumer, batch_id, 0)
+            consumers.acknowledge(rt.con, rt.ledger, consumer, batch_id)
 
     def status(self) -> EngineStatus:
         rt = self._runtime()

@@ -57,3 +57,25 @@ class TransactionStateError(TerminalError):
 
 class InputLogError(TerminalError):
     """The input log of a weak-durability engine is unreadable beyond a torn tail."""
+
+
+class GapError(TerminalError):
+    """A consumer would start after batches that garbage collection already removed.
+
+    ``first``..``last`` is the range of batch-ids it would never see. Declare consumers with the
+    dataflow (``Engine.consumer``) so their batches are kept from the first one, or accept the
+    gap on purpose (``accept_gap=True``, ``sstore migrate --accept-gap``): it is then recorded.
+    """
+
+    def __init__(self, stream: str, consumer: str, first: int, last: int) -> None:
+        super().__init__(
+            f"{consumer} would start after a gap: batches {first}..{last} of stream {stream!r} "
+            f"were already removed by garbage collection (they were collected before this "
+            f"consumer existed, or after it acknowledged them to a target that has since lost "
+            f"them). Declare the consumer with the dataflow (Engine.consumer) so the engine "
+            f"keeps its batches, or accept the gap on purpose (accept_gap=True, sstore migrate "
+            f"--accept-gap); an accepted gap is recorded and shown by sstore status")
+        self.stream = stream
+        self.consumer = consumer
+        self.first = first
+        self.last = last

@@ -7,11 +7,16 @@ oldest unprocessed slide still shows. Procedures keep only their newest commit r
 streams keep their commit records forever (that is what makes re-sent batch-ids no-ops).
 
 GC runs as its own transaction between transaction executions, never inside one, so it adds no
-statements to the hot path.
+statements to the hot path. The same transaction records, per stream, the highest batch-id it
+removed (``sstore_sys.collected``): a consumer that would need one of those batches later
+learns that it starts after a gap instead of silently missing them (``sstore.consumers``).
 """
 
 from __future__ import annotations
 
+import bisect
+
+from sstore import systables
 from sstore.faults import crash_point
 from sstore.runtime import Runtime
 from sstore.sql import ident
@@ -23,6 +28,7 @@ def collect(rt: Runtime) -> int:
     plan: list[tuple[str, list[object]]] = []
     trims: list[tuple[str, int]] = []
     window_lows: list[tuple[WindowState, int]] = []
+    collected: list[tuple[str, int]] = []
     graph, ledger = rt.graph, rt.ledger
     for name in graph.streams:
         if rt.store.schema(name) is None:
@@ -34,6 +40,9 @@ def collect(rt: Runtime) -> int:
         if not batches.ids or batches.ids[0] >= keep_from:
             continue
         plan.append((f"DELETE FROM {ident(name)} WHERE _batch_id < ?", [keep_from]))
+        removed = batches.ids[bisect.bisect_left(batches.ids, keep_from) - 1]
+        plan.append(systables.collected_statement(name, removed))
+        collected.append((name, removed))
         if not graph.is_border(name):
             plan.append(("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id < ?",
                          [name, keep_from]))
@@ -74,6 +83,8 @@ def collect(rt: Runtime) -> int:
         raise
     for name, keep_from in trims:
         ledger.node_batches(name).drop_through(keep_from - 1)
+    for name, removed in collected:
+        ledger.collected[name] = max(ledger.collected.get(name, 0), removed)
     for state, low in window_lows:
         state.collected_through = low
     rt.since_gc = 0

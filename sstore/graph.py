@@ -29,10 +29,23 @@ class ErrorPolicy(str, enum.Enum):
     DEAD_LETTER = "dead_letter"
 
 
+RETAIN = ("latest", "all")
+
+
 @dataclass(frozen=True)
 class StreamDecl:
+    """A stream. ``retain`` says what happens to batches no reader has declared an interest in:
+    "latest" keeps only the newest (for pull readers), "all" keeps every batch until a consumer
+    (a sink declared later) has acknowledged it."""
+
     name: str
     columns: dict[str, str] | None  # None: inferred from the first non-empty output batch
+    retain: str = "latest"
+
+    def __post_init__(self) -> None:
+        if self.retain not in RETAIN:
+            raise DeclarationError(f"stream {self.name!r}: retain must be one of {RETAIN}, "
+                                   f"not {self.retain!r}")
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,13 @@ HEADER = struct.Struct("<4sQI")
 @dataclass
 class LogRecord:
     lsn: int
-    kind: str  # "ingest" or "oltp"
+    kind: str  # "ingest", "oltp" or "identity" (the engine's UUID, see Engine._identity)
     te_seq: int  # transaction executions committed before this record was applied
     stream: str | None = None
     batch_id: int | None = None
     table: pa.Table | None = None
     statements: list[tuple[str, Any]] | None = None
+    engine_id: str | None = None
 
 
 class InputLog:
@@ -95,6 +96,18 @@ class InputLog:
         table = pa.table({"statements": pa.array([pickle.dumps(statements)], pa.binary())})
         self._append(_encode(table, meta))
 
+    def append_identity(self, engine_id: str) -> None:
+        """Record the engine's identity, so that a replayed state keeps it."""
+        meta = {"kind": "identity", "lsn": self.next_lsn, "te_seq": 0, "engine_id": engine_id}
+        self._append(_encode(pa.table({"engine_id": [engine_id]}), meta))
+
+    def identity(self) -> str | None:
+        """The engine identity recorded in the log, if any (reads the log once)."""
+        for record in self.records():
+            if record.kind == "identity":
+                return record.engine_id
+        return None
+
     def _append(self, payload: bytes) -> None:
         f = self._open()
         f.write(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
@@ -134,5 +147,7 @@ def _decode(payload: bytes) -> LogRecord:
     if meta["kind"] == "ingest":
         return LogRecord(meta["lsn"], "ingest", meta["te_seq"], meta["stream"], meta["batch_id"],
                          table)
+    if meta["kind"] == "identity":
+        return LogRecord(meta["lsn"], "identity", 0, engine_id=meta["engine_id"])
     statements = pickle.loads(table.column("statements")[0].as_py())
     return LogRecord(meta["lsn"], "oltp", meta["te_seq"], statements=statements)

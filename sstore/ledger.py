@@ -59,6 +59,7 @@ class Ledger:
         self.ingested: dict[str, set[int]] = {}
         self.last_ingested: dict[str, int] = {}
         self.holders: dict[str, set[str]] = {}
+        self.collected: dict[str, int] = {}  # stream -> highest batch-id GC removed
 
     def load(self, rows: Iterable[tuple[str, int, int]]) -> None:
         """Rebuild from ``sstore_sys.commits`` rows (any order)."""
@@ -75,6 +76,11 @@ class Ledger:
         if graph.is_border(node):
             self.ingested.setdefault(node, set()).add(batch_id)
             self.last_ingested[node] = max(self.last_ingested.get(node, 0), batch_id)
+
+    def rewind(self, consumer: str, batch_id: int) -> None:
+        """An external consumer's progress goes back to ``batch_id`` (its target lost what it
+        had acknowledged after that; see ``sstore.consumers``)."""
+        self.progress[consumer] = batch_id
 
     def node_batches(self, node: str) -> NodeBatches:
         return self.batches.setdefault(node, NodeBatches())
@@ -101,12 +107,18 @@ class Ledger:
         return None
 
     def retain_from(self, stream: str) -> int | None:
-        """Oldest batch-id of ``stream`` still needed by a consumer or holder (None: all needed)."""
+        """Oldest batch-id of ``stream`` still needed by a consumer or holder (None: none is).
+
+        A stream nobody reads keeps its latest batch for pull readers, or every batch when it
+        is declared with ``retain="all"`` (a consumer declared later then finds them all)."""
         readers = self.graph.consumers_of(stream) + sorted(self.holders.get(stream, ()))
         batches = self.node_batches(stream)
         if not batches.ids:
             return None
         if not readers:
+            decl = self.graph.streams.get(stream)
+            if decl is not None and decl.retain == "all":
+                return batches.ids[0]
             return batches.ids[-1]  # nobody reads it: keep the latest batch for pull readers
         done = min(self.progress.get(r, 0) for r in readers)
         return batches.first_after(done)

@@ -146,6 +146,7 @@ def status_report(state_path: str, url: str, targets: Sequence[StreamTarget] = (
     report: dict[str, Any] = {"state": state_path, "status": "ok", "detail": "",
                               "engine": None, "targets": []}
     last_batch: dict[str, int] = {}
+    engine_id: str | None = None
     if not os.path.exists(state_path):
         report.update(status="missing", detail=f"no state file at {state_path} yet")
     else:
@@ -158,9 +159,10 @@ def status_report(state_path: str, url: str, targets: Sequence[StreamTarget] = (
         else:
             report["engine"] = status.to_dict()
             last_batch = {s.name: s.last_batch for s in status.streams}
-    marks = _watermarks(url, targets)
+            engine_id = status.engine_id
+    marks = _watermarks(url, targets, engine_id)
     for target in targets:
-        watermark, rows = marks.get((f"sstore:{target.stream}", target.table), (0, None))
+        watermark, rows = marks.get((target.stream, target.table), (0, None))
         last = last_batch.get(target.stream)
         report["targets"].append({
             **target.to_dict(), "last_batch": last, "watermark": watermark,
@@ -189,9 +191,11 @@ def format_report(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _watermarks(url: str, targets: Sequence[StreamTarget]
+def _watermarks(url: str, targets: Sequence[StreamTarget], engine_id: str | None
                 ) -> dict[tuple[str, str], tuple[int, int | None]]:
-    """(source, target) -> (watermark, rows in the target table) from PostgreSQL."""
+    """(stream, target) -> (watermark, rows in the target table) from PostgreSQL. The
+    watermark is this engine's (``engine_id``); when the state file could not be read (busy),
+    the most recently advanced one of that stream and target."""
     if not targets:
         return {}
     from migrators.postgres import connect
@@ -202,18 +206,19 @@ def _watermarks(url: str, targets: Sequence[StreamTarget]
         has_marks = con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL"
                                 ).fetchone()[0]
         for target in targets:
-            key = (f"sstore:{target.stream}", target.table)
             mark = 0
             if has_marks:
-                row = con.execute("SELECT batch_id FROM sstore.watermarks WHERE source = %s "
-                                  "AND target = %s", key).fetchone()
+                row = con.execute(
+                    "SELECT batch_id FROM sstore.watermarks WHERE stream = %s AND target = %s "
+                    "AND (source = %s OR %s::text IS NULL) ORDER BY updated_at DESC LIMIT 1",
+                    (target.stream, target.table, engine_id, engine_id)).fetchone()
                 mark = int(row[0]) if row else 0
             rows = None
             if con.execute("SELECT to_regclass(%s) IS NOT NULL",
                            (qualified(target.table),)).fetchone()[0]:
                 rows = int(con.execute(f"SELECT count(*) FROM {qualified(target.table)}"
                                        ).fetchone()[0])
-            out[key] = (mark, rows)
+            out[(target.stream, target.table)] = (mark, rows)
     return out
 
 

@@ -59,7 +59,7 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[], bool],
     rt.replaying = True
     try:
         for record in log.records():
-            if record.lsn <= skip_through:
+            if record.lsn <= skip_through or record.kind == "identity":
                 continue
             while rt.te_seq < record.te_seq:
                 if not run_one():

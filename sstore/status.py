@@ -7,8 +7,9 @@ from typing import Any
 
 import duckdb
 
+from sstore import systables
+from sstore.consumers import ConsumerStatus, describe
 from sstore.duck import connect
-
 from sstore.sql import ident
 from sstore.systables import load_graph
 
@@ -39,11 +40,14 @@ class EngineStatus:
     procedures: list[ProcedureStatus] = field(default_factory=list)
     streams: list[StreamStatus] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    engine_id: str | None = None
+    consumers: list[ConsumerStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "durability": self.durability,
+        return {"path": self.path, "durability": self.durability, "engine_id": self.engine_id,
                 "procedures": [vars(p) for p in self.procedures],
-                "streams": [vars(s) for s in self.streams], "errors": self.errors}
+                "streams": [vars(s) for s in self.streams],
+                "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
 
 
 def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None = None,
@@ -85,11 +89,28 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
                 rows = con.execute(f"SELECT count(*) FROM {ident(table)}").fetchall()[0][0]
             sub = kind if kind == "window" else ("border" if spec.get("border") else "derived")
             status.streams.append(StreamStatus(name, sub, complete_through(name), rows))
+    _consumers(con, status, commits, last)
     errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "
                          "FROM sstore_sys.errors ORDER BY logged_at DESC LIMIT 20").fetchall()
     status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act, "error": e}
                      for a, p, b, act, e in errors]
     return status
+
+
+def _consumers(con: duckdb.DuckDBPyConnection, status: EngineStatus,
+               commits: dict[str, list[int]], last: dict[str, int]) -> None:
+    """Identity and consumer holds, from the tables (a state file made by an older sstore may
+    lack some of them: it is read as it is, never changed here)."""
+    present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                         "WHERE table_schema = 'sstore_sys'").fetchall()}
+    if "identity" in present:
+        status.engine_id = systables.engine_id(con)
+    holders: dict[str, set[str]] = {}
+    for stream, consumer in systables.load_holders(con):
+        holders.setdefault(stream, set()).add(consumer)
+    gaps = systables.load_gaps(con) if "gaps" in present else []
+    status.consumers = describe(holders, lambda c: last.get(c, 0),
+                                lambda s: commits.get(s, []), gaps)
 
 
 def status_of_file(path: str) -> EngineStatus:

@@ -10,6 +10,17 @@
 - ``meta(key, value)``: counters (the weak-mode log position of a snapshot).
 - ``holders(stream, consumer)``: external consumers (migrators) that a stream's batches wait for
   before garbage collection; kept so that a holder declared once keeps holding across restarts.
+
+Consumers and identity (see ``sstore.consumers``):
+
+- ``identity(engine_id, created_at)``: one row, a UUID made when the state is first created.
+  Sinks key their watermarks by it, so a rebuilt or second state file is never taken for this
+  one.
+- ``collected(stream, through)``: the highest batch-id of each stream that garbage collection
+  has removed, written in the GC transaction. A consumer that would need a batch at or below it
+  would start after a gap: that is refused unless the gap is accepted.
+- ``gaps(consumer, stream, first_batch, last_batch, accepted_at)``: gaps a consumer accepted on
+  purpose, kept so that ``status`` can show them for good.
 """
 
 from __future__ import annotations
@@ -37,6 +48,13 @@ CREATE TABLE IF NOT EXISTS sstore_sys.graph (
 CREATE TABLE IF NOT EXISTS sstore_sys.meta (key VARCHAR PRIMARY KEY, value BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS sstore_sys.holders (
     stream VARCHAR NOT NULL, consumer VARCHAR NOT NULL, PRIMARY KEY (stream, consumer));
+CREATE TABLE IF NOT EXISTS sstore_sys.identity (
+    engine_id VARCHAR NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp);
+CREATE TABLE IF NOT EXISTS sstore_sys.collected (
+    stream VARCHAR PRIMARY KEY, through BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS sstore_sys.gaps (
+    consumer VARCHAR NOT NULL, stream VARCHAR NOT NULL, first_batch BIGINT NOT NULL,
+    last_batch BIGINT NOT NULL, accepted_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp);
 """
 
 
@@ -69,7 +87,7 @@ def record_error(con: duckdb.DuckDBPyConnection, procedure: str, batch_id: int, 
 def save_graph(con: duckdb.DuckDBPyConnection, graph: Graph) -> None:
     rows: list[tuple[str, str, str]] = []
     for s in graph.streams.values():
-        rows.append((s.name, "stream", json.dumps({"columns": s.columns,
+        rows.append((s.name, "stream", json.dumps({"columns": s.columns, "retain": s.retain,
                                                     "border": graph.is_border(s.name)})))
     for w in graph.windows.values():
         rows.append((w.name, "window", json.dumps({"source": w.source, "size": w.size,
@@ -98,6 +116,41 @@ def add_holder(con: duckdb.DuckDBPyConnection, stream: str, consumer: str) -> No
 def remove_holder(con: duckdb.DuckDBPyConnection, stream: str, consumer: str) -> None:
     con.execute("DELETE FROM sstore_sys.holders WHERE stream = ? AND consumer = ?",
                 [stream, consumer])
+
+
+def engine_id(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The state's identity, or None if it has none yet."""
+    rows = con.execute("SELECT engine_id FROM sstore_sys.identity LIMIT 1").fetchall()
+    return str(rows[0][0]) if rows else None
+
+
+def set_engine_id(con: duckdb.DuckDBPyConnection, engine_id: str) -> None:
+    con.execute("INSERT INTO sstore_sys.identity (engine_id) VALUES (?)", [engine_id])
+
+
+def load_collected(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    return {str(s): int(t) for s, t in con.execute(
+        "SELECT stream, through FROM sstore_sys.collected").fetchall()}
+
+
+def collected_statement(stream: str, through: int) -> tuple[str, list[object]]:
+    """The statement (for the GC transaction) that records ``through`` as collected."""
+    return ("INSERT INTO sstore_sys.collected VALUES (?, ?) ON CONFLICT (stream) DO UPDATE "
+            "SET through = greatest(sstore_sys.collected.through, excluded.through)",
+            [stream, through])
+
+
+def insert_gap(con: duckdb.DuckDBPyConnection, consumer: str, stream: str, first: int,
+               last: int) -> None:
+    con.execute("INSERT INTO sstore_sys.gaps (consumer, stream, first_batch, last_batch) "
+                "VALUES (?, ?, ?, ?)", [consumer, stream, first, last])
+
+
+def load_gaps(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, int, int, str]]:
+    """(consumer, stream, first_batch, last_batch, accepted_at) of every accepted gap."""
+    return [(str(c), str(s), int(f), int(la), str(a)) for c, s, f, la, a in con.execute(
+        "SELECT consumer, stream, first_batch, last_batch, accepted_at::VARCHAR "
+        "FROM sstore_sys.gaps ORDER BY accepted_at").fetchall()]
 
 
 def load_graph(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, dict[str, Any]]]:

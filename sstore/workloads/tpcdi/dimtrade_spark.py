@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from migrators.engine_to_postgres import WATERMARK_DDL, WATERMARKS, lock_watermark
+from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.errors import TerminalError
@@ -52,6 +52,8 @@ from sstore.workloads.tpcdi.dimtrade_spark_rules import (
 )
 
 WATERMARK_SOURCE = "tpcdi DimTrade (spark)"
+#: The watermark's stream: TPC-DI batch numbers, applied one after another.
+WATERMARK_STREAM = "dimtrade batches"
 
 
 class DimTradeLoadError(TerminalError):
@@ -136,11 +138,15 @@ class _Output:
     other_rejects: int
 
 
+def _key(target: str) -> delivery.SinkKey:
+    return delivery.SinkKey(WATERMARK_SOURCE, WATERMARK_STREAM, target)
+
+
 def _prepare(con: psycopg.Connection, schema: str, target: str) -> int:
-    """The last batch applied (0: none); refuses to start without dimension rows."""
-    con.execute(WATERMARK_DDL)
-    row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND target = %s",
-                      (WATERMARK_SOURCE, target)).fetchone()
+    """The last batch applied (0: none, also when DimTrade was recreated since); refuses to
+    start without dimension rows."""
+    delivery.ensure_watermarks(con)
+    watermark = delivery.claim(con, _key(target))
     s = ident(schema)
     empty = [f"{schema}.{t}" for t in ("dimsecurity", "dimaccount") if not con.execute(
         f"SELECT EXISTS (SELECT 1 FROM {s}.{ident(t)})").fetchone()[0]]
@@ -148,7 +154,7 @@ def _prepare(con: psycopg.Connection, schema: str, target: str) -> int:
     if empty:
         raise DimTradeLoadError(f"no rows in {' and '.join(empty)}: build the dimensions "
                                 f"before DimTrade")
-    return int(row[0]) if row else 0
+    return watermark.batch_id
 
 
 def _names(table: pa.Table, code: str, name: str) -> dict[str, str]:
@@ -229,27 +235,24 @@ def _rejects(events: BatchEvents, path: str, lines: list[int], reasons: list[str
 
 def _write(con: psycopg.Connection, schema: str, target: str, batch_id: int, out: _Output
            ) -> bool:
-    """One transaction: lock the watermark, write rows, alerts, rejects, advance it. False
-    (and nothing written) if another run applied the batch meanwhile."""
-    key = (WATERMARK_SOURCE, target)
-    with con.cursor() as cur:
-        done = lock_watermark(cur, *key)
-        if done >= batch_id:
-            con.rollback()
-            return False
-        if done != batch_id - 1:
-            con.rollback()
-            raise DimTradeLoadError(f"{target}: batch {done} was applied meanwhile; batch "
-                                    f"{batch_id} does not follow it")
-        rows = out.rows.select(DIMTRADE.names).cast(DIMTRADE)
+    """One delivery (``migrators.delivery``): lock the watermark, write rows, alerts,
+    rejects, advance it, commit. False (and nothing written) if another run applied the batch
+    meanwhile."""
+    rows = out.rows.select(DIMTRADE.names).cast(DIMTRADE)
+
+    def write(cur: psycopg.Cursor, _watermark: int) -> int:
         if batch_id == 1:
             copy_arrow(cur, target, rows)
         else:
             merge_rows(cur, target, rows, ["tradeid"])
         copy_arrow(cur, f"{schema}.dimessages", out.alerts)
         copy_arrow(cur, f"{schema}.rejects", out.rejects)
-        cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
-                    f"updated_at = now() WHERE source = %s AND target = %s",
-                    (batch_id, rows.num_rows, *key))
-    con.commit()
-    return True
+        return rows.num_rows
+
+    try:
+        done = delivery.deliver(con, _key(target), batch_id, batch_id, write, after=batch_id - 1)
+    except delivery.TargetBehind as behind:
+        raise DimTradeLoadError(f"{target}: batch {batch_id} cannot be applied before batch "
+                                f"{behind.watermark.batch_id + 1} (last applied: "
+                                f"{behind.watermark.batch_id})") from behind
+    return not done.skipped

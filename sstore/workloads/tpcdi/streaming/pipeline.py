@@ -29,14 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
 import pyarrow.compute as pc
 
-from migrators.engine_to_postgres import (
-    WATERMARK_DDL,
-    WATERMARKS,
-    StreamToPostgres,
-    lock_watermark,
-)
+from migrators import delivery
+from migrators.engine_to_postgres import StreamToPostgres
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from sstore.engine import Engine
@@ -59,8 +56,9 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 ID_STRIDE = 1_000_000_000
 #: The border stream the trade event lines enter by.
 INPUT_STREAM = "trade_lines"
-#: Watermark source of the file readers' rejects (target ``<schema>.rejects``).
-FILE_REJECTS_SOURCE = "tpcdi file rejects (streaming)"
+#: Watermark stream of the file readers' rejects (source: the engine, target
+#: ``<schema>.rejects``); its batches are TPC-DI batch numbers.
+FILE_REJECTS_STREAM = "tpcdi file rejects"
 
 
 def engine_batch_id(tpcdi_batch: int, line_no: int) -> int:
@@ -209,31 +207,24 @@ class StreamingDimTrade:
                 raise TimeoutError(f"sink to {sink.table} did not catch up: {sink.last_error}")
 
     def _keep_file_rejects(self, events: BatchEvents) -> None:
-        """Rows the file readers rejected (before the stream) go to the reject table too, once:
-        a watermark row (source ``FILE_REJECTS_SOURCE``, target ``<schema>.rejects``) is locked
-        and advanced in the same PostgreSQL transaction."""
+        """Rows the file readers rejected (before the stream) go to the reject table too, once,
+        through the one delivery protocol (``migrators.delivery``): source this engine, stream
+        ``FILE_REJECTS_STREAM``, batch = the TPC-DI batch."""
         if events.rejects.num_rows == 0:
             return
         rows = events.rejects.select(["source_file", "batch_id", "line_number", "raw_line",
                                       "reason"])
-        target = f"{self.schema}.rejects"
-        key = (FILE_REJECTS_SOURCE, target)
+        key = delivery.SinkKey(self.engine.engine_id, FILE_REJECTS_STREAM,
+                               f"{self.schema}.rejects")
+        batch = events.tpcdi_batch
+
+        def load(con: psycopg.Connection) -> int:
+            delivery.ensure_watermarks(con)
+            return delivery.deliver(con, key, batch, batch,
+                                    lambda cur, _watermark: copy_arrow(cur, key.target, rows),
+                                    after=None).rows
+
         session = Session(self.url)
-
-        def load(con: object) -> int:
-            with con.cursor() as cur:  # type: ignore[attr-defined]
-                cur.execute(WATERMARK_DDL)
-                done = lock_watermark(cur, *key)
-                if done >= events.tpcdi_batch:
-                    con.rollback()  # type: ignore[attr-defined]
-                    return 0
-                copy_arrow(cur, target, rows)
-                cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total "
-                            f"+ %s, updated_at = now() WHERE source = %s AND target = %s",
-                            (events.tpcdi_batch, rows.num_rows, *key))
-            con.commit()  # type: ignore[attr-defined]
-            return rows.num_rows
-
         try:
             self.report.file_rejects += session.run(load, "store file rejects")
         finally:

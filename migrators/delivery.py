@@ -1,0 +1,256 @@
+"""The one exactly-once delivery into PostgreSQL.
+
+Every writer whose rows must land in PostgreSQL exactly once goes through ``deliver``: the
+continuous sink and ``sstore migrate`` (``engine_to_postgres``), the streaming pipeline's file
+rejects, the Spark DimTrade loader and the Structured Streaming baseline. Progress is one
+watermark row per (source, stream, target) in ``sstore.watermarks``:
+
+- ``source`` is who produces the batches: an engine's UUID (made with its state file, so a
+  rebuilt or second state file is never taken for the first) or a named loader;
+- ``stream`` is the series of batches (an engine stream, a loader's batch numbers);
+- ``target`` is the table (``schema.table``), and ``target_oid`` the table the watermark was
+  written for, so a table dropped or recreated by hand is noticed.
+
+Commit protocol of one delivery (batches ``first``..``last``), in ONE PostgreSQL transaction:
+
+1. Lock the watermark row (``SELECT ... FOR UPDATE``; made at 0 if missing): concurrent writers
+   of the same (source, stream, target) queue here.
+2. Read it and check the target: it must exist (``prepare_target`` may create it) and be the
+   table the watermark was written for. A different table (dropped and recreated by hand)
+   invalidates the watermark: it starts over at 0. A new watermark row must not meet a live
+   watermark of another source for the same stream and target (two state files feeding one
+   table by mistake): that is ``TargetClaimedError``, unless ``shared_target``.
+3. Compare with what the caller planned (``after``, the batch its plan continues after): at
+   ``after``, go on; at or past ``last``, the batches are there: write nothing; in between,
+   ``write`` skips the batches at or below the watermark; below ``after``, the target lacks
+   batches the caller thinks it has: write nothing and raise ``TargetBehind`` so the caller
+   plans again from the watermark.
+4. Write the rows (``write(cursor, watermark)``: binary COPY, merge).
+5. Advance the watermark to ``last`` and count the rows.
+6. COMMIT: rows and watermark become visible together, or neither does.
+7. The caller acknowledges ``last`` to its source (an engine may then collect the batches).
+   A crash between 6 and 7 is harmless: the watermark decides on restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from migrators.errors import MigrationError
+from sstore.errors import TerminalError
+from sstore.sql import qualified
+
+log = logging.getLogger("sstore.migrators")
+
+WATERMARKS = "sstore.watermarks"
+WATERMARK_DDL = (
+    "CREATE SCHEMA IF NOT EXISTS sstore",
+    """CREATE TABLE IF NOT EXISTS sstore.watermarks (
+        source TEXT NOT NULL, stream TEXT NOT NULL, target TEXT NOT NULL,
+        batch_id BIGINT NOT NULL DEFAULT 0, target_oid OID,
+        rows_total BIGINT NOT NULL DEFAULT 0,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (source, stream, target))""",
+)
+
+Write = Callable[[psycopg.Cursor, int], int]
+PrepareTarget = Callable[[psycopg.Cursor], None]
+
+
+@dataclass(frozen=True)
+class SinkKey:
+    """Whose batches (``source``), which series (``stream``), into which table (``target``)."""
+
+    source: str
+    stream: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.stream} -> {self.target} (source {self.source})"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Step 2's answer: the target has every batch up to ``batch_id``. ``reset``: the target
+    was recreated, so an earlier watermark (``previous``) no longer counts."""
+
+    batch_id: int
+    reset: bool = False
+    previous: int = 0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What one ``deliver`` did: ``rows`` written (0 when the batches were already there)."""
+
+    rows: int
+    watermark_before: int
+    skipped: bool
+
+
+class TargetBehind(TerminalError):
+    """The target's watermark is below what the writer planned from: it lacks batches the
+    writer thought it had (a target dropped or emptied by hand). Nothing was written; plan
+    again from ``watermark``."""
+
+    def __init__(self, key: SinkKey, watermark: Watermark, expected: int) -> None:
+        why = (f"{key.target} was dropped or recreated since batch {watermark.previous} was "
+               f"delivered" if watermark.reset else f"its watermark is at {watermark.batch_id}")
+        super().__init__(f"{key}: the target lacks batches after {watermark.batch_id} that the "
+                         f"writer expected it to have up to {expected} ({why})")
+        self.key = key
+        self.watermark = watermark
+        self.expected = expected
+
+
+class TargetClaimedError(TerminalError):
+    """Another source's live watermark already claims this stream's batches in this target."""
+
+
+class TargetMissingError(TerminalError):
+    """The target table does not exist and this writer does not create it."""
+
+
+def ensure_watermarks(con: psycopg.Connection) -> None:
+    """Create ``sstore.watermarks`` if it is missing (own transaction, committed).
+
+    A table left by an older sstore (without the source identity) is refused: its rows cannot
+    be matched to a state file safely, and guessing is how rows get skipped."""
+    try:
+        for statement in WATERMARK_DDL:
+            con.execute(statement)
+        con.commit()
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+        con.rollback()  # a concurrent writer created it first
+    columns = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'sstore' "
+        "AND table_name = 'watermarks'").fetchall()}
+    con.rollback()
+    if "stream" not in columns or "target_oid" not in columns:
+        raise MigrationError(
+            "sstore.watermarks was made by an older sstore (no source identity or target "
+            "check); its rows cannot be matched to a state file safely. Rename it (ALTER TABLE "
+            "sstore.watermarks RENAME TO watermarks_old) and load the targets again, into "
+            "emptied tables")
+
+
+def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None = None,
+         shared_target: bool = False) -> Watermark:
+    """Steps 1 and 2 in the caller's open transaction: the locked, checked watermark."""
+    row = _select_for_update(cur, key)
+    new = row is None
+    if new:
+        cur.execute(f"INSERT INTO {WATERMARKS} (source, stream, target) VALUES (%s, %s, %s) "
+                    f"ON CONFLICT DO NOTHING", (key.source, key.stream, key.target))
+        row = _select_for_update(cur, key)
+        assert row is not None
+    batch_id, stored_oid, current_oid = int(row[0]), row[1], row[2]
+    if current_oid is None:
+        if prepare_target is None:
+            raise TargetMissingError(f"{key}: table {key.target} does not exist")
+        prepare_target(cur)
+        current_oid = cur.execute("SELECT to_regclass(%s)::oid",
+                                  (qualified(key.target),)).fetchone()[0]  # type: ignore[index]
+    watermark = Watermark(batch_id)
+    if stored_oid != current_oid:
+        if stored_oid is not None:
+            log.warning("%s: the target was dropped or recreated since batch %d was delivered; "
+                        "its watermark starts over", key, batch_id)
+            watermark = Watermark(0, reset=True, previous=batch_id)
+        _claim(cur, key, current_oid, shared_target, fresh=new or watermark.reset)
+    return watermark
+
+
+def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write: Write, *,
+            after: int | None, prepare_target: PrepareTarget | None = None,
+            shared_target: bool = False,
+            before_commit: Callable[[psycopg.Connection], None] | None = None) -> Delivery:
+    """Steps 1-6 for batches ``first``..``last`` (see the module docstring).
+
+    ``after``: the batch the caller's plan continues after (``TargetBehind`` if the target is
+    below it); ``None`` for a series whose batches need not follow one another. ``write``
+    gets the cursor and the watermark (write only batches above it) and returns the rows
+    written. ``before_commit`` is a test hook (the open connection, after step 5)."""
+    if last < first:
+        raise ValueError(f"empty batch range {first}..{last}")
+    with con.cursor() as cur:
+        watermark = lock(cur, key, prepare_target, shared_target)  # steps 1-2
+        if after is not None and watermark.batch_id < after:  # step 3
+            con.commit()  # keep what step 2 learnt (a recreated target's new OID)
+            raise TargetBehind(key, watermark, after)
+        if watermark.batch_id >= last:
+            con.commit()
+            return Delivery(0, watermark.batch_id, skipped=True)
+        rows = write(cur, watermark.batch_id)  # step 4
+        cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
+                    f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s",
+                    (last, rows, key.source, key.stream, key.target))  # step 5
+    if before_commit is not None:
+        before_commit(con)
+    con.commit()  # step 6
+    return Delivery(rows, watermark.batch_id, skipped=False)
+
+
+def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,
+          shared_target: bool = False) -> Watermark:
+    """Steps 1-2 on their own, committed: where a writer stands before it plans (a sink's
+    start). Creates the target through ``prepare_target`` if it is missing."""
+    with con.cursor() as cur:
+        watermark = lock(cur, key, prepare_target, shared_target)
+    con.commit()
+    return watermark
+
+
+def read(con: psycopg.Connection, key: SinkKey) -> int | None:
+    """The watermark without locking (reports): None if there is none."""
+    row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND stream = %s AND "
+                      f"target = %s", (key.source, key.stream, key.target)).fetchone()
+    return int(row[0]) if row else None
+
+
+def reset(con: psycopg.Connection, stream: str, target: str) -> int:
+    """Forget every source's watermark of ``stream`` in ``target`` (committed); the rows in
+    the target are left as they are. Returns the number of watermarks removed."""
+    cur = con.execute(f"DELETE FROM {WATERMARKS} WHERE stream = %s AND target = %s",
+                      (stream, target))
+    con.commit()
+    return cur.rowcount
+
+
+def _select_for_update(cur: psycopg.Cursor, key: SinkKey) -> tuple[int, int | None, int | None] | None:
+    return cur.execute(  # type: ignore[return-value]
+        f"SELECT batch_id, target_oid, to_regclass(%s)::oid FROM {WATERMARKS} "
+        f"WHERE source = %s AND stream = %s AND target = %s FOR UPDATE",
+        (qualified(key.target), key.source, key.stream, key.target)).fetchone()
+
+
+def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fresh: bool
+           ) -> None:
+    """Record that the watermark belongs to table ``oid``; forget watermarks of tables that no
+    longer exist under the target's name; refuse a live watermark of another source for the
+    same stream (unless ``shared_target``)."""
+    cur.execute(f"DELETE FROM {WATERMARKS} WHERE target = %s AND target_oid IS NOT NULL AND "
+                f"target_oid <> %s AND NOT (source = %s AND stream = %s)",
+                (key.target, oid, key.source, key.stream))
+    if fresh and not shared_target:
+        other = cur.execute(
+            f"SELECT source, batch_id, updated_at FROM {WATERMARKS} WHERE stream = %s AND "
+            f"target = %s AND source <> %s AND batch_id > 0 ORDER BY updated_at DESC LIMIT 1",
+            (key.stream, key.target, key.source)).fetchone()
+        if other is not None:
+            when = f"{other[2]:%Y-%m-%d %H:%M:%S}"
+            raise TargetClaimedError(
+                f"{key.target} already holds batches up to {other[1]} of stream "
+                f"{key.stream!r} from another source ({other[0]}, last delivered {when}); "
+                f"this source ({key.source}) is a different one (a rebuilt or "
+                f"second state file?). Nothing was written. To let this source replace it, "
+                f"empty or drop the target first, or reset the sink (sstore migrate --reset); "
+                f"to feed one table from several sources on purpose, use shared_target=True")
+    cur.execute(f"UPDATE {WATERMARKS} SET target_oid = %s, batch_id = CASE WHEN target_oid IS "
+                f"NULL THEN batch_id ELSE 0 END, updated_at = now() WHERE source = %s AND "
+                f"stream = %s AND target = %s", (oid, key.source, key.stream, key.target))
