@@ -1,5 +1,6 @@
 """Which PostgreSQL failures are worth retrying: a declarative table, registered with the one
-retry helper (``sstore.retry``) when the migrators load.
+retry helper (``sstore.retry``) when the migrators load, and used for every client we have
+(psycopg, ADBC, and Spark's JDBC driver through ``classify_sqlstate``).
 
 A server's errors carry a SQLSTATE; its class (the first two characters) mostly decides. A
 failure to connect carries none, so the server's message decides there. Everything not listed
@@ -10,6 +11,7 @@ every try.
 
 from __future__ import annotations
 
+import adbc_driver_manager as adbc
 import psycopg
 
 from sstore.retry import Kind, register_rule
@@ -45,25 +47,40 @@ TERMINAL_CONNECT_MESSAGES: tuple[str, ...] = (
 )
 
 
-def classify(exc: BaseException) -> Kind | None:
-    """``sstore.retry`` rule for psycopg errors (None: not a psycopg error)."""
-    if not isinstance(exc, psycopg.Error):
-        return None
-    state = exc.sqlstate
-    if state:
-        if state in TERMINAL_SQLSTATES:
-            return Kind.TERMINAL
-        if state in TRANSIENT_SQLSTATES or state[:2] in TRANSIENT_SQLSTATES:
-            return Kind.TRANSIENT
+def classify_sqlstate(state: str) -> Kind:
+    """The kind of a PostgreSQL error by its SQLSTATE (any client: psycopg, ADBC, JDBC)."""
+    if state in TERMINAL_SQLSTATES:
         return Kind.TERMINAL
-    if isinstance(exc, psycopg.OperationalError):
-        text = str(exc)
-        if any(words in text for words in TERMINAL_CONNECT_MESSAGES):
-            return Kind.TERMINAL
-        return Kind.TRANSIENT  # refused, reset, timed out, server closed the connection
-    if isinstance(exc, psycopg.InterfaceError):
-        return Kind.TRANSIENT  # the connection object is closed or broken
+    if state in TRANSIENT_SQLSTATES or state[:2] in TRANSIENT_SQLSTATES:
+        return Kind.TRANSIENT
     return Kind.TERMINAL
+
+
+def classify_connect_failure(message: str) -> Kind:
+    """The kind of a failure to connect, which carries no SQLSTATE, by libpq's message."""
+    if any(words in message for words in TERMINAL_CONNECT_MESSAGES):
+        return Kind.TERMINAL
+    return Kind.TRANSIENT  # refused, reset, timed out, server closed the connection
+
+
+def classify(exc: BaseException) -> Kind | None:
+    """``sstore.retry`` rule for psycopg's and ADBC's errors (None: neither)."""
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate:
+            return classify_sqlstate(exc.sqlstate)
+        if isinstance(exc, psycopg.OperationalError):
+            return classify_connect_failure(str(exc))
+        if isinstance(exc, psycopg.InterfaceError):
+            return Kind.TRANSIENT  # the connection object is closed or broken
+        return Kind.TERMINAL
+    if isinstance(exc, adbc.Error):
+        state = getattr(exc, "sqlstate", None)
+        if state:
+            return classify_sqlstate(str(state))
+        if isinstance(exc, adbc.OperationalError):
+            return classify_connect_failure(str(exc))
+        return Kind.TERMINAL
+    return None
 
 
 register_rule(classify)

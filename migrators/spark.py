@@ -36,7 +36,7 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -53,22 +53,22 @@ from migrators.errors import (
     PostgresUnavailable,
     UnsupportedTypeError,
 )
+from migrators.pg_errors import classify_sqlstate
 from migrators.spark_session import get_spark
 from migrators.urls import PgUrl, parse
+from sstore import retry
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
+from sstore.retry import Kind, RetryPolicy
 from sstore.sql import ident, qualified
 
 Bound = int | float | decimal.Decimal | datetime.date | datetime.datetime | str
 
 JDBC_BATCH_SIZE = 10_000   # rows per INSERT batch (rewritten into multi-row INSERTs)
 JDBC_FETCH_SIZE = 10_000   # rows per round trip on reads (PostgreSQL otherwise fetches all)
-
-# SQLSTATE classes after which trying again may succeed: connection (08), operator
-# intervention such as a restart (57), insufficient resources (53), and serialization
-# failure / deadlock.
-_TRANSIENT_CLASSES = ("08", "53", "57")
-_TRANSIENT_STATES = ("40001", "40P01")
+#: Reads whose connection fails transiently are tried this often (a Spark JDBC connect is
+#: slow, so a few attempts cover a restarting server without hiding one that is down).
+JDBC_READ_ATTEMPTS = 4
 
 # Arrow types DuckDB produces that Spark has no type for, and the lossless type to send instead.
 _FOR_SPARK = {
@@ -150,16 +150,31 @@ def postgres_to_dataframe(url: str, table: str | None = None, query: str | None 
         if parts < 1:
             raise ValueError(f"num_partitions must be positive, got {parts}")
         if lower_bound is None:
-            with _jdbc_errors(f"read the range of {partition_column!r}", pg):
-                lower_bound, upper_bound = _min_max(spark, pg, source, partition_column,
-                                                    fetch_size)
+            lower_bound, upper_bound = _read(
+                f"read the range of {partition_column!r}", pg,
+                lambda: _min_max(spark, pg, source, partition_column, fetch_size))
         if lower_bound is not None and upper_bound is not None and parts > 1:
             reader = (reader.option("partitionColumn", partition_column)
                       .option("lowerBound", _bound_text(lower_bound, math.floor))
                       .option("upperBound", _bound_text(upper_bound, math.ceil))
                       .option("numPartitions", parts))
-    with _jdbc_errors(what, pg):
-        return reader.load()
+    return _read(what, pg, reader.load)
+
+
+T = TypeVar("T")
+
+
+def _read(action: str, pg: PgUrl, fn: Callable[[], T]) -> T:
+    """A JDBC read (idempotent), its transient failures retried through the one retry helper.
+    Writes are not retried here: a JDBC write commits per partition, so trying it again could
+    write rows twice."""
+    def attempt() -> T:
+        with _jdbc_errors(action, pg):
+            return fn()
+    try:
+        return retry.call(attempt, RetryPolicy(JDBC_READ_ATTEMPTS, 0.5, 4.0), f"Spark: {action}")
+    except retry.GaveUp as exc:
+        raise PostgresUnavailable(str(exc)) from exc.__cause__
 
 
 def _reader(spark: SparkSession, pg: PgUrl, source: str, fetch_size: int) -> DataFrameReader:
@@ -218,7 +233,7 @@ def _jdbc_errors(action: str, pg: PgUrl) -> Iterator[None]:
         message = f"Spark could not {action} at {pg.redacted()}: {root}"
         condition = exc.getCondition() if isinstance(exc, PySparkException) else None
         if condition == "FAILED_JDBC.CONNECTION" or any(
-                s[:2] in _TRANSIENT_CLASSES or s in _TRANSIENT_STATES for s in states):
+                classify_sqlstate(s) is Kind.TRANSIENT for s in states):
             raise PostgresUnavailable(message) from exc
         raise MigrationError(message) from exc
 
