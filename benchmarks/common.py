@@ -15,7 +15,19 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore.extras import MissingExtraError, require
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def require_extras(*extras: str) -> None:
+    """Exit at once with the one-line hint (``Error: this needs ...``, status 1) when an extra
+    the benchmark needs is not installed: before the run, not when it plots at the end."""
+    try:
+        for extra in extras:
+            require(extra)
+    except MissingExtraError as exc:
+        raise SystemExit(f"Error: {exc}") from None
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -50,7 +50,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn)
 
-from benchmarks.common import RESULTS, machine_info, write_results
+from benchmarks.common import RESULTS, machine_info, require_extras, write_results
 from benchmarks.engine_driver import (FULL_BUDGET, QUICK_BUDGET, Budget, Config, run_baseline,
                                       run_engine, to_record)
 from benchmarks.engine_profile import profile_phases
@@ -190,6 +190,7 @@ def write_report(report: dict[str, Any], out: str, name: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    require_extras("bench", *(() if args.no_spark else ("spark",)))
     budget = QUICK_BUDGET if args.quick else FULL_BUDGET
     console = make_console()
     started = time.perf_counter()

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from sstore.extras import needs
+
 MODES = ("full", "weak")
 LABELS = {"chain": "sstore chain", "voter": "sstore voter", "baseline": "chain by hand (DuckDB)",
           "spark": "chain on Spark Structured Streaming"}
@@ -101,9 +103,10 @@ def spark_table(records: list[dict[str, Any]]) -> Table | None:
 
 def plot(records: list[dict[str, Any]], path: str) -> None:
     """Rows/s and p50 latency against batch size, one column per durability mode, log-log."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with needs("bench"):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, len(MODES), figsize=(11, 8), sharex=True, sharey="row")
     for col, mode in enumerate(MODES):

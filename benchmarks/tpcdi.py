@@ -43,7 +43,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from benchmarks.common import RESULTS, machine_info
+from benchmarks.common import RESULTS, machine_info, require_extras
 from benchmarks.engine import write_report
 from benchmarks.tpcdi_report import (
     DEFINITIONS,
@@ -222,6 +222,7 @@ def make_console() -> Console:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    require_extras("bench", "spark")
     plan = make_plan(args)
     console = make_console()
     if os.getloadavg()[0] > 0.5:

@@ -16,6 +16,7 @@ from rich.table import Table
 from benchmarks.common import percentile
 from benchmarks.tpcdi_runs import Run
 from benchmarks.tpcdi_setup import DataSet
+from sstore.extras import needs
 
 LABELS = {"sstore": "sstore streaming", "spark-sss": "Spark Structured Streaming",
           "spark-bulk": "Spark bulk"}
@@ -198,9 +199,10 @@ def breakdown_table(records: list[dict[str, Any]]) -> Table:
 
 def plot(records: list[dict[str, Any]], path: str) -> None:
     """Per SF: trades/s and p50/p99 latency against batch size; Spark bulk as a line."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with needs("bench"):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     sfs = sorted({r["scale_factor"] for r in records})
     fig, axes = plt.subplots(2, len(sfs), figsize=(6 * len(sfs), 8), squeeze=False)

@@ -46,9 +46,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from benchmarks.common import RESULTS, fresh_database, machine_info, write_results
+from benchmarks.common import (
+    RESULTS,
+    fresh_database,
+    machine_info,
+    require_extras,
+    write_results,
+)
 from migrators.urls import default_url
 from sstore import Engine
+from sstore.extras import needs
 from sstore.polystore import Polystore
 from sstore.polystore.calibrate import calibrate
 from sstore.polystore.plan import Move, Plan
@@ -142,9 +149,10 @@ def crossover(records: list[dict[str, Any]]) -> float | None:
 
 
 def plot(records: list[dict[str, Any]], path: str, rows: int) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with needs("bench"):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     shares = [100 * r["share"] for r in records]
     names = list(dict.fromkeys(n for r in records for n in r["seconds"]))
@@ -204,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=None, help="rows of ORDERS")
     parser.add_argument("--postgres", default=default_url(), help="PostgreSQL server URL")
     args = parser.parse_args(argv)
+    require_extras("bench", *(() if args.no_spark else ("spark",)))
     rows_n = args.rows or (50_000 if args.quick else 200_000)
     shares = [0.0, 0.3, 0.6, 1.0] if args.quick else [i / 10 for i in range(11)]
     runs, spark_runs = (3, 1) if args.quick else (7, 3)

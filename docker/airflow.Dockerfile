@@ -18,7 +18,7 @@ ENV JAVA_HOME=/usr/lib/jvm/default-java \
 
 USER airflow
 # Editable install: the warehouse DDL is read from schemas/ beside the package sources.
-COPY --chown=airflow:0 pyproject.toml README.md /opt/sstore/src/
+COPY --chown=airflow:0 pyproject.toml README.md LICENSE /opt/sstore/src/
 COPY --chown=airflow:0 sstore /opt/sstore/src/sstore
 COPY --chown=airflow:0 migrators /opt/sstore/src/migrators
 COPY --chown=airflow:0 schemas /opt/sstore/src/schemas

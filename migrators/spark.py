@@ -40,12 +40,16 @@ from typing import Any, Literal, TypeVar
 
 import duckdb
 import pyarrow as pa
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.types import StructField, StructType
+
+from sstore.extras import needs
+
+with needs("spark"):
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+    from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
 
 from migrators.errors import (
     IncompatibleSchemaError,

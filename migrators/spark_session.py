@@ -28,11 +28,10 @@ import threading
 from collections.abc import Mapping
 
 from sstore.errors import TerminalError
+from sstore.extras import needs
 
-try:
+with needs("spark"):
     from pyspark.sql import SparkSession
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError("Spark support needs pyspark>=4.0: pip install 'sstore[spark]'") from exc
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"  # Debian package libpostgresql-jdbc-java

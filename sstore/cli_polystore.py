@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sstore.errors import SStoreError
+from sstore.extras import require
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CATALOG = click.option("--catalog", envvar="SSTORE_CATALOG", default="sstore-catalog.json",
@@ -147,6 +148,8 @@ def calibrate(url: str, rows: int, spark: bool, output: str | None, catalog: str
     console = Console(highlight=False)
 
     def work() -> None:
+        if spark:
+            require("spark")  # before the minute of measuring the other engines
         with console.status("calibrating") as status:
             model = measure(url, rows=rows, spark=spark,
                             progress=lambda step: status.update(f"calibrating: {step}"))

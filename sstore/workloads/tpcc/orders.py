@@ -8,7 +8,6 @@ paper measured its two UNION plans on.
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,9 +16,9 @@ from sqlglot import exp
 from migrators.postgres import connect, copy_arrow
 from sstore.engine import Engine
 from sstore.polystore.sqltext import parse, physical_table, to_sql
+from sstore.resources import read_schema
 from sstore.sql import qualified
 
-DDL_PATH = Path(__file__).resolve().parents[3] / "schemas" / "tpcc_orders.sql"
 DISTRICTS = 10              # per warehouse (clause 1.2.1)
 ORDERS_PER_DISTRICT = 3000  # initial population (clause 4.3.3.1)
 UNDELIVERED_FROM = 2101     # orders 2101..3000 of a district have no carrier yet
@@ -49,7 +48,7 @@ def orders_rows(count: int, seed: int = 7) -> pa.Table:
 
 def ddl(dialect: str, table: str = "orders") -> str:
     """The ORDERS DDL in ``dialect`` ("postgres" or "duckdb"), for ``table``."""
-    text = DDL_PATH.read_text(encoding="utf-8")
+    text = read_schema("tpcc_orders")
     statement = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
     tree = parse(statement, "postgres")
     named = tree.find(exp.Table)

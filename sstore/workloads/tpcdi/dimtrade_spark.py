@@ -27,8 +27,12 @@ from pathlib import Path
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+
+from sstore.extras import needs
+
+with needs("spark"):
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import functions as F
 
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows

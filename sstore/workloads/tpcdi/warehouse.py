@@ -8,12 +8,10 @@ warehouses can live side by side in one database (one per test, one per run).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from migrators.postgres import connect
+from sstore.resources import read_schema
 from sstore.sql import ident
 
-DDL_PATH = Path(__file__).resolve().parents[3] / "schemas" / "tpcdi.sql"
 PLACEHOLDER = ':"schema"'
 TABLES = ("dimdate", "dimtime", "statustype", "tradetype", "industry", "taxrate", "dimbroker",
           "dimcompany", "dimsecurity", "dimcustomer", "dimaccount", "dimtrade", "dimessages",
@@ -23,7 +21,7 @@ _SYSTEM_SCHEMAS = frozenset({"public", "pg_catalog", "information_schema", "pg_t
 
 def ddl(schema: str = "tpcdi") -> str:
     """The DDL text for ``schema``, ready to run (no parameters, several statements)."""
-    return DDL_PATH.read_text(encoding="utf-8").replace(PLACEHOLDER, ident(schema))
+    return read_schema("tpcdi").replace(PLACEHOLDER, ident(schema))
 
 
 def create_warehouse(url: str, schema: str = "tpcdi") -> tuple[str, ...]:

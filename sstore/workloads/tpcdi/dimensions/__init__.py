@@ -17,8 +17,11 @@ data set gives the same rows and surrogate keys on every run. Modules, one job e
 
 from __future__ import annotations
 
-from .historical import build_historical
-from .incremental import apply_batch
+from sstore.extras import needs
+
+with needs("spark"):
+    from .historical import build_historical
+    from .incremental import apply_batch
 from .report import DimensionReport, SourceCount
 from .store import DimensionLoadError
 
