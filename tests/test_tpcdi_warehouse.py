@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from migrators.engine_to_postgres import WATERMARK_DDL
+from migrators.delivery import ensure_watermarks
 from sstore.workloads.tpcdi.warehouse import create_warehouse, drop_warehouse
 
 
@@ -12,10 +12,10 @@ def test_drop_warehouse_forgets_its_watermarks(pg_url: str) -> None:
     create_warehouse(pg_url, "wh_a")
     create_warehouse(pg_url, "wh_b")
     with psycopg.connect(pg_url) as con:
-        con.execute(WATERMARK_DDL)
+        ensure_watermarks(con)
         for target in ("wh_a.dimtrade", "wh_a.dimessages", "wh_b.dimtrade"):
-            con.execute("INSERT INTO sstore.watermarks (source, target, batch_id) "
-                        "VALUES ('engine', %s, 42)", (target,))
+            con.execute("INSERT INTO sstore.watermarks (source, stream, target, batch_id) "
+                        "VALUES ('engine', 's', %s, 42)", (target,))
     drop_warehouse(pg_url, "wh_a")
     with psycopg.connect(pg_url) as con:
         left = con.execute("SELECT target FROM sstore.watermarks ORDER BY target").fetchall()
