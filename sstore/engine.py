@@ -215,14 +215,14 @@ class Engine:
             raise DeclarationError(f"stream {stream!r} is written by procedure "
                                    f"{rt.graph.producer_of(stream)!r}; only border streams "
                                    f"take ingest")
-        if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)
-                                     or batch_id < 1):
-            raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
+        if batch_id is not None:
+            _check_batch_id(batch_id)
         table = rt.store.conform(stream, rows, f"stream {stream!r}")
         with rt.lock:
             last = rt.ledger.last_ingested.get(stream, 0)
             if batch_id is None:
                 batch_id = last + 1
+                _check_batch_id(batch_id)
             elif batch_id in rt.ledger.ingested.get(stream, ()):
                 log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
                 return Ingested(batch_id, True, 0)
@@ -515,6 +515,19 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+MAX_BATCH_ID = 2 ** 63 - 1  # batch-ids are stored as BIGINT
+
+
+def _check_batch_id(batch_id: object) -> None:
+    """Refuse a batch-id DuckDB cannot store, before any transaction (a raw ConversionException
+    from inside the ingest's transaction would say nothing about the cause)."""
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
+        raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
+    if batch_id > MAX_BATCH_ID:
+        raise OutOfOrderBatchError(f"batch-id {batch_id} does not fit in a BIGINT (at most "
+                                   f"{MAX_BATCH_ID})")
 
 
 FOREIGN = "declared by the program that owns this state file; only that program runs it"
