@@ -40,6 +40,7 @@ from sstore.sql import bind, ident, qualified
 from sstore.status import EngineStatus, read_status
 from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Callback, Subscribers, Subscription
+from sstore.table_declarations import is_same_redeclaration, split_statements
 from sstore.transaction import Transaction
 
 log = logging.getLogger("sstore")
@@ -321,18 +322,28 @@ class Engine:
     # ------------------------------------------------------------------ state access
     def execute(self, statement: str, *args: Any,
                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
-        """Run a statement outside any stream transaction (DDL, seed data).
+        """Run a statement (or several, separated by semicolons) outside any stream transaction
+        (DDL, seed data), each statement on its own.
 
-        Declaring a table again on an existing state file is fine: a CREATE whose object already
-        exists is taken as that declaration and skipped.
+        Declaring a table again on an existing state file is fine when the declaration is the
+        same: a ``CREATE TABLE [IF NOT EXISTS]`` of a table that exists with the same columns
+        is skipped; with other columns (names, types, order) it raises ``DeclarationError``
+        naming the table and both column lists. Any other CREATE whose object already exists
+        (view, sequence, index, schema...) is taken as that declaration and skipped.
         """
+        bound = bind(args, params)
         with self._lock:
-            try:
-                self._con.execute(statement, bind(args, params))
-            except duckdb.CatalogException as exc:
-                if not (statement.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
-                    raise
-                log.debug("declaration already in the state file: %s", exc)
+            parts = [statement] if bound is not None else split_statements(self._con, statement)
+            for part in parts:
+                if is_same_redeclaration(self._con, part):
+                    log.debug("table declaration already in the state file: %s", part)
+                    continue
+                try:
+                    self._con.execute(part, bound)
+                except duckdb.CatalogException as exc:
+                    if not (part.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
+                        raise
+                    log.debug("declaration already in the state file: %s", exc)
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
