@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from sstore import gc, recovery, systables
 from sstore.errors import DeclarationError, OutOfOrderBatchError, SStoreError, \
-    UnknownStreamError
+    TransactionStateError, UnknownStreamError
 from sstore.executor import run_te
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
@@ -231,25 +231,42 @@ class Engine:
                 raise OutOfOrderBatchError(
                     f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
                     f"({last}) and was never ingested; batches must arrive in increasing order")
-            if rt.input_log is not None:
-                rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
-            self._apply_ingest(rt, stream, batch_id, table)
+            self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None)
         rt.subscribers.publish(rt.take_outbox())
         return Ingested(batch_id, False, table.num_rows)
 
-    def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table) -> None:
-        """Commit protocol of an ingest: BEGIN; append rows (triggers, windows); insert commit
-        records; COMMIT; apply to memory."""
+    def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table,
+                      log_it: bool) -> None:
+        """Commit protocol of an ingest:
+
+        1. BEGIN.
+        2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here.
+        3. Insert the commit records.
+        4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
+           when the engine has accepted every row, so the log never holds a batch that
+           cannot be replayed.
+        5. COMMIT (on failure: ROLLBACK and cut the log record off again).
+        6. Apply to memory.
+
+        A crash before step 4 leaves nothing (the client re-sends); between 4 and 5 the batch
+        is in the log, valid, and replayed at restart; after 5 it is committed and logged.
+        """
         pending = PendingCommit()
+        logged: int | None = None
         rt.con.begin()
         try:
             rt.store.append(stream, batch_id, table, pending)
             systables.insert_commits(rt.con, pending.records)
+            if log_it and rt.input_log is not None:
+                crash_point("ingest.before_log")
+                logged = rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
             crash_point("ingest.before_commit")
             rt.con.commit()
         except BaseException:
-            rt.con.rollback()
+            _rollback(rt.con)
             rt.store.forget(pending)
+            if logged is not None and rt.input_log is not None:
+                rt.input_log.undo(logged)
             raise
         crash_point("ingest.after_commit")
         rt.finish(pending)
@@ -259,7 +276,7 @@ class Engine:
 
     def _replay_ingest(self, record: LogRecord) -> None:
         assert self._rt is not None and record.stream and record.batch_id and record.table is not None
-        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table)
+        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table, log_it=False)
 
     def _replay_oltp(self, record: LogRecord) -> None:
         assert self._rt is not None
@@ -361,19 +378,31 @@ class Engine:
 
     @contextlib.contextmanager
     def _transaction(self, rt: Runtime, log_it: bool) -> Iterator[Transaction]:
+        """Commit protocol of an ad hoc transaction: BEGIN; the block's statements; refuse to
+        commit if any of them failed (even if the block caught the error: DuckDB has aborted
+        the transaction and its COMMIT would silently roll back); weak durability: log the
+        statements (fsync); COMMIT (on failure: ROLLBACK and cut the log record off)."""
         statements: list[tuple[str, Any]] = []
         recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
         with rt.lock:
             tx = Transaction(rt.con, recorder=recorder)
+            logged: int | None = None
             rt.con.begin()
             try:
                 yield tx
+                if tx.failure is not None:
+                    raise TransactionStateError(
+                        f"a statement of this transaction failed ({tx.failure}) and the error "
+                        f"was caught inside the block; DuckDB aborted the transaction, so "
+                        f"nothing was committed") from tx.failure
                 if log_it and statements and rt.input_log is not None:
-                    rt.input_log.append_oltp(statements, rt.te_seq)
+                    logged = rt.input_log.append_oltp(statements, rt.te_seq)
                 rt.con.commit()
                 tx._mark_committed()
             except BaseException:
-                rt.con.rollback()
+                _rollback(rt.con)
+                if logged is not None and rt.input_log is not None:
+                    rt.input_log.undo(logged)
                 tx._mark_rolled_back()
                 raise
 
@@ -526,6 +555,15 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """ROLLBACK after a failure; a failed COMMIT has already ended the transaction, and that
+    second error must not hide the first."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass
 
 
 MAX_BATCH_ID = 2 ** 63 - 1  # batch-ids are stored as BIGINT
