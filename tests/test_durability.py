@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -33,9 +34,9 @@ def totals(engine: Engine) -> dict[int, int]:
     return {r["k"]: r["v"] for r in engine.query("SELECT k, v FROM totals").to_pylist()}
 
 
-def weak(log: Path) -> Engine:
+def weak(log: Path, declaring: Callable[[Engine], None] = declare) -> Engine:
     engine = Engine(":memory:", input_log=str(log))
-    declare(engine)
+    declaring(engine)
     return engine
 
 
@@ -121,9 +122,7 @@ def test_weak_and_full_modes_give_the_same_state(tmp_path: Path) -> None:
 
 
 def rejecting(log: Path) -> Engine:
-    engine = Engine(":memory:", input_log=str(log))
-    declare_rejecting(engine)
-    return engine
+    return weak(log, declare_rejecting)
 
 
 def test_a_refused_ingest_does_not_brick_the_restart(tmp_path: Path) -> None:
