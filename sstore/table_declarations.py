@@ -8,8 +8,8 @@ know. That is a ``DeclarationError`` naming the table and both column lists, as 
 
 The columns are compared as DuckDB's catalog spells them (names, types, order), so ``INT`` and
 ``INTEGER`` are the same declaration. To learn what a declaration means without parsing column
-definitions ourselves, the table is created for real in a scratch schema inside a transaction
-that is rolled back; a ``CREATE TABLE ... AS query`` is described instead (the query never runs).
+definitions ourselves, the table is created for real under a scratch name beside it, inside a
+transaction that is rolled back; a ``CREATE TABLE ... AS query`` is described instead (the query never runs).
 Constraints, defaults and the like are not compared.
 """
 
@@ -21,13 +21,14 @@ from dataclasses import dataclass
 import duckdb
 
 from sstore.errors import DeclarationError
+from sstore.sql import ident
 
 _NAME = r'(?:"(?:[^"]|"")*"|[A-Za-z_][A-Za-z0-9_$]*)'
 _CREATE_TABLE = re.compile(
     rf"""\s*CREATE\s+(?P<temp>(?:TEMP|TEMPORARY)\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?
     (?P<name>{_NAME}(?:\s*\.\s*{_NAME}){{0,2}})\s*(?P<definition>.*)""",
     re.IGNORECASE | re.DOTALL | re.VERBOSE)
-_SCRATCH = "sstore_declaration_check"
+_SCRATCH = "sstore_declaration_check"  # a table that lives only in a rolled-back transaction
 
 Columns = list[tuple[str, str]]
 
@@ -47,6 +48,12 @@ class TableDeclaration:
     @property
     def display(self) -> str:
         return ".".join(self.parts)
+
+    @property
+    def qualifier(self) -> str:
+        """The name as written without its last part: ``wh.`` for ``wh."Odd Name"``."""
+        match = re.fullmatch(rf"(?P<q>(?:{_NAME}\s*\.\s*)*){_NAME}", self.name)
+        return match["q"] if match else ""
 
     @property
     def relation(self) -> str:
@@ -134,10 +141,13 @@ def _declared_columns(con: duckdb.DuckDBPyConnection, decl: TableDeclaration) ->
         raise DeclarationError(f"CREATE TABLE {decl.display} runs inside an open transaction; "
                                f"declare tables with Engine.execute outside transactions"
                                ) from None
+    # beside the declared table (same schema), so that the names its definition uses
+    # (REFERENCES parent, sequences, types) resolve as they would for the real one
+    scratch = decl.qualifier + ident(_SCRATCH)
     try:
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {_SCRATCH}")
-        con.execute(f"CREATE TABLE {_SCRATCH}.declared {decl.definition}")
-        return _columns(con, f"{_SCRATCH}.declared")
+        con.execute(f"CREATE {'TEMP ' if decl.temporary else ''}TABLE {scratch} "
+                    f"{decl.definition}")
+        return _columns(con, scratch)
     finally:
         con.rollback()
 

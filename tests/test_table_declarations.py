@@ -96,3 +96,34 @@ def test_schemas_quoted_names_and_other_objects(engine: Engine) -> None:
     assert columns(engine, "other") == [("y", "VARCHAR")]
     assert columns(engine, "other", "wh") == [("x", "INTEGER")]
     assert engine.query("SELECT * FROM v").column_names == ["one"]
+
+
+def test_declarations_that_refer_to_other_objects(state_path: str) -> None:
+    """Foreign keys, sequences and user types resolve as for the real table (the comparison
+    creates the declared table beside it, in the same schema, and rolls that back)."""
+    def declare(eng: Engine) -> None:
+        eng.execute("CREATE SCHEMA IF NOT EXISTS wh; "
+                    "CREATE TABLE IF NOT EXISTS wh.parent (k INTEGER PRIMARY KEY); "
+                    "CREATE TABLE IF NOT EXISTS wh.child (k INTEGER REFERENCES parent (k)); "
+                    "CREATE SEQUENCE IF NOT EXISTS ids; "
+                    "CREATE TABLE IF NOT EXISTS parent (k INTEGER PRIMARY KEY); "
+                    "CREATE TABLE IF NOT EXISTS child (id BIGINT DEFAULT nextval('ids'), "
+                    "  k INTEGER REFERENCES parent (k), CHECK (k > 0))")
+
+    eng = Engine(state_path)
+    eng.execute("CREATE TYPE mood AS ENUM ('ok', 'sad')")
+    declare(eng)
+    eng.execute("CREATE TABLE IF NOT EXISTS moods (m mood, tags VARCHAR[])")
+    eng.execute("INSERT INTO parent VALUES (1); INSERT INTO child (k) VALUES (1)")
+    eng.close()
+    eng = Engine(state_path)
+    declare(eng)
+    eng.execute("CREATE TABLE IF NOT EXISTS moods (m mood, tags VARCHAR[])")
+    with pytest.raises(DeclarationError, match=r"'wh.child' is declared with columns "
+                                               r"\[parent_k INTEGER\]"):
+        eng.execute("CREATE TABLE IF NOT EXISTS wh.child (parent_k INTEGER REFERENCES parent (k))")
+    eng.execute("INSERT INTO child (k) VALUES (1)")
+    assert eng.query("SELECT id FROM child ORDER BY id").column(0).to_pylist() == [1, 2]
+    assert not eng.query("SELECT * FROM duckdb_tables() WHERE table_name LIKE 'sstore_decl%'"
+                         ).num_rows
+    eng.close()
