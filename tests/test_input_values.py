@@ -205,7 +205,7 @@ def test_polystore_call_refuses_a_float_for_an_integer_column(state_path: str) -
 def test_mixed_python_types_in_one_column_keep_their_rows(eng: Engine) -> None:
     """Values of several Python types are converted type by type, then put back in row order;
     a refused one is named by its row in the whole batch."""
-    values = [1, "2", None, 3.0, np.int16(4), Decimal("5"), "-6"]
+    values = [1, "2", None, 3.0, np.int16(4), Decimal(5), "-6"]
     eng.ingest("v", [row(i=v) for v in values])
     assert stored(eng, "i") == [1, 2, None, 3, 4, 5, -6]
     refused(eng, [row(i=v) for v in [1, "2", None, 3.0, 4.5, "7"]],
