@@ -378,10 +378,16 @@ class Engine:
 
     @contextlib.contextmanager
     def _transaction(self, rt: Runtime, log_it: bool) -> Iterator[Transaction]:
-        """Commit protocol of an ad hoc transaction: BEGIN; the block's statements; refuse to
-        commit if any of them failed (even if the block caught the error: DuckDB has aborted
-        the transaction and its COMMIT would silently roll back); weak durability: log the
-        statements (fsync); COMMIT (on failure: ROLLBACK and cut the log record off)."""
+        """Commit protocol of an ad hoc transaction:
+
+        1. BEGIN.
+        2. The block's statements (recorded, in weak durability).
+        3. If any statement failed, even one whose error the block caught, ROLLBACK and raise
+           ``TransactionStateError``: DuckDB aborted the transaction at that statement and its
+           COMMIT would roll back without a word.
+        4. Weak durability: append the statements to the input log, fsync.
+        5. COMMIT (on failure: ROLLBACK and cut the log record off again).
+        """
         statements: list[tuple[str, Any]] = []
         recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
         with rt.lock:

@@ -182,7 +182,7 @@ def _arrow_of(values: Sequence[Any], rows: Sequence[int] | None, exact: frozense
             try:
                 convert([value])
             except _CONVERT_ERRORS as exc:
-                raise _bad(what, field, rows[j] if rows else j, value, str(exc)) from None
+                raise _bad(what, field, _row(rows, j), value, str(exc)) from None
         raise
 
 
@@ -289,8 +289,11 @@ def _lossless_cast(array: pa.Array, field: pa.Field, what: str,
                  field, what, rows, "only true and false (in any case) are read as a boolean")
     try:
         result = pc.cast(array, target, safe=True)
-    except _CONVERT_ERRORS:
+    except _CONVERT_ERRORS as whole:
         first, exc = _first_failing_cast(array, target)
+        if first is None:  # casts fail element by element; should one ever fail only whole
+            raise SchemaError(f"{what}: column {field.name!r}: cannot convert {source} to "
+                              f"{target}: {whole}") from None
         raise _bad(what, field, _row(rows, first), array[first].as_py(), str(exc)) from None
     if (pt.is_floating(source) and pt.is_decimal(target)) or \
             (pt.is_timestamp(source) and pt.is_date(target)):
@@ -316,8 +319,9 @@ def _require(array: pa.Array, ok: pa.Array, field: pa.Field, what: str,
     raise _bad(what, field, _row(rows, first), array[first].as_py(), reason)
 
 
-def _first_failing_cast(array: pa.Array, target: pa.DataType) -> tuple[int, Exception]:
-    """The first element whose cast fails, by bisection (casts fail element by element)."""
+def _first_failing_cast(array: pa.Array, target: pa.DataType
+                        ) -> tuple[int | None, Exception | None]:
+    """The first element whose cast fails and its error, by bisection."""
     lo, hi = 0, len(array)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -330,7 +334,7 @@ def _first_failing_cast(array: pa.Array, target: pa.DataType) -> tuple[int, Exce
         pc.cast(array.slice(lo, 1), target, safe=True)
     except _CONVERT_ERRORS as exc:
         return lo, exc
-    raise SchemaError(f"cannot convert {array.type} to {target}")  # casts failed only together
+    return None, None
 
 
 def _row(rows: Sequence[int] | None, position: int) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sstore import Engine, InputLogError
+from sstore import Engine, InputLogError, TransactionStateError
 from sstore.inputlog import HEADER, InputLog
 from tests.crash_worker import ACCEPTED_TOTALS, declare_rejecting, rejected_inputs
 
@@ -200,3 +200,21 @@ def test_a_record_that_fails_to_replay_is_named(tmp_path: Path) -> None:
     with pytest.raises(InputLogError, match=r"record 2 \(ad hoc transaction of 1 statement"
                                             r"\(s\)\) was accepted .* fails to replay"):
         rejecting(log).run_until_idle()
+
+
+@pytest.mark.parametrize("mode", ["full", "weak", "none"])
+def test_a_caught_statement_error_never_reports_a_commit(tmp_path: Path, mode: str) -> None:
+    """DuckDB aborts a transaction at its first failed statement; COMMIT then rolls back
+    silently. A block that catches the error must not believe its other writes committed."""
+    engine = (Engine(str(tmp_path / "s.duckdb")) if mode == "full" else
+              Engine(":memory:", input_log=str(tmp_path / "in.log")) if mode == "weak" else
+              Engine(":memory:"))
+    declare_rejecting(engine)
+    with pytest.raises(TransactionStateError, match="Constraint Error.*nothing was committed"):
+        with engine.transaction() as tx:
+            tx.execute("INSERT INTO totals VALUES (1, 1)")
+            with pytest.raises(duckdb.ConstraintException):
+                tx.execute("INSERT INTO totals VALUES (1, 2)")
+    assert tx.state.value == "rolled_back"
+    assert totals(engine) == {}
+    engine.close()
