@@ -29,7 +29,7 @@ import pyarrow as pa
 from sstore import consumers, gc, recovery, systables
 from sstore.consumers import ConsumerStatus
 from sstore.errors import DeclarationError, OutOfOrderBatchError, SStoreError, \
-    UnknownStreamError
+    TransactionStateError, UnknownStreamError
 from sstore.executor import run_te
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
@@ -42,6 +42,7 @@ from sstore.sql import bind, ident, qualified
 from sstore.status import EngineStatus, read_status
 from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Callback, Subscribers, Subscription
+from sstore.table_declarations import is_same_redeclaration, split_statements
 from sstore.transaction import Transaction
 
 log = logging.getLogger("sstore")
@@ -274,14 +275,14 @@ class Engine:
             raise DeclarationError(f"stream {stream!r} is written by procedure "
                                    f"{rt.graph.producer_of(stream)!r}; only border streams "
                                    f"take ingest")
-        if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)
-                                     or batch_id < 1):
-            raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
+        if batch_id is not None:
+            _check_batch_id(batch_id)
         table = rt.store.conform(stream, rows, f"stream {stream!r}")
         with rt.lock:
             last = rt.ledger.last_ingested.get(stream, 0)
             if batch_id is None:
                 batch_id = last + 1
+                _check_batch_id(batch_id)
             elif batch_id in rt.ledger.ingested.get(stream, ()):
                 log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
                 return Ingested(batch_id, True, 0)
@@ -289,25 +290,42 @@ class Engine:
                 raise OutOfOrderBatchError(
                     f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
                     f"({last}) and was never ingested; batches must arrive in increasing order")
-            if rt.input_log is not None:
-                rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
-            self._apply_ingest(rt, stream, batch_id, table)
+            self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None)
         rt.subscribers.publish(rt.take_outbox())
         return Ingested(batch_id, False, table.num_rows)
 
-    def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table) -> None:
-        """Commit protocol of an ingest: BEGIN; append rows (triggers, windows); insert commit
-        records; COMMIT; apply to memory."""
+    def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table,
+                      log_it: bool) -> None:
+        """Commit protocol of an ingest:
+
+        1. BEGIN.
+        2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here.
+        3. Insert the commit records.
+        4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
+           when the engine has accepted every row, so the log never holds a batch that
+           cannot be replayed.
+        5. COMMIT (on failure: ROLLBACK and cut the log record off again).
+        6. Apply to memory.
+
+        A crash before step 4 leaves nothing (the client re-sends); between 4 and 5 the batch
+        is in the log, valid, and replayed at restart; after 5 it is committed and logged.
+        """
         pending = PendingCommit()
+        logged: int | None = None
         rt.con.begin()
         try:
             rt.store.append(stream, batch_id, table, pending)
             systables.insert_commits(rt.con, pending.records)
+            if log_it and rt.input_log is not None:
+                crash_point("ingest.before_log")
+                logged = rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
             crash_point("ingest.before_commit")
             rt.con.commit()
         except BaseException:
-            rt.con.rollback()
+            _rollback(rt.con)
             rt.store.forget(pending)
+            if logged is not None and rt.input_log is not None:
+                rt.input_log.undo(logged)
             raise
         crash_point("ingest.after_commit")
         rt.finish(pending)
@@ -317,7 +335,7 @@ class Engine:
 
     def _replay_ingest(self, record: LogRecord) -> None:
         assert self._rt is not None and record.stream and record.batch_id and record.table is not None
-        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table)
+        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table, log_it=False)
 
     def _replay_oltp(self, record: LogRecord) -> None:
         assert self._rt is not None
@@ -380,18 +398,28 @@ class Engine:
     # ------------------------------------------------------------------ state access
     def execute(self, statement: str, *args: Any,
                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
-        """Run a statement outside any stream transaction (DDL, seed data).
+        """Run a statement (or several, separated by semicolons) outside any stream transaction
+        (DDL, seed data), each statement on its own.
 
-        Declaring a table again on an existing state file is fine: a CREATE whose object already
-        exists is taken as that declaration and skipped.
+        Declaring a table again on an existing state file is fine when the declaration is the
+        same: a ``CREATE TABLE [IF NOT EXISTS]`` of a table that exists with the same columns
+        is skipped; with other columns (names, types, order) it raises ``DeclarationError``
+        naming the table and both column lists. Any other CREATE whose object already exists
+        (view, sequence, index, schema...) is taken as that declaration and skipped.
         """
+        bound = bind(args, params)
         with self._lock:
-            try:
-                self._con.execute(statement, bind(args, params))
-            except duckdb.CatalogException as exc:
-                if not (statement.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
-                    raise
-                log.debug("declaration already in the state file: %s", exc)
+            parts = [statement] if bound is not None else split_statements(self._con, statement)
+            for part in parts:
+                if is_same_redeclaration(self._con, part):
+                    log.debug("table declaration already in the state file: %s", part)
+                    continue
+                try:
+                    self._con.execute(part, bound)
+                except duckdb.CatalogException as exc:
+                    if not (part.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
+                        raise
+                    log.debug("declaration already in the state file: %s", exc)
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
@@ -409,19 +437,37 @@ class Engine:
 
     @contextlib.contextmanager
     def _transaction(self, rt: Runtime, log_it: bool) -> Iterator[Transaction]:
+        """Commit protocol of an ad hoc transaction:
+
+        1. BEGIN.
+        2. The block's statements (recorded, in weak durability).
+        3. If any statement failed, even one whose error the block caught, ROLLBACK and raise
+           ``TransactionStateError``: DuckDB aborted the transaction at that statement and its
+           COMMIT would roll back without a word.
+        4. Weak durability: append the statements to the input log, fsync.
+        5. COMMIT (on failure: ROLLBACK and cut the log record off again).
+        """
         statements: list[tuple[str, Any]] = []
         recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
         with rt.lock:
             tx = Transaction(rt.con, recorder=recorder)
+            logged: int | None = None
             rt.con.begin()
             try:
                 yield tx
+                if tx.failure is not None:
+                    raise TransactionStateError(
+                        f"a statement of this transaction failed ({tx.failure}) and the error "
+                        f"was caught inside the block; DuckDB aborted the transaction, so "
+                        f"nothing was committed") from tx.failure
                 if log_it and statements and rt.input_log is not None:
-                    rt.input_log.append_oltp(statements, rt.te_seq)
+                    logged = rt.input_log.append_oltp(statements, rt.te_seq)
                 rt.con.commit()
                 tx._mark_committed()
             except BaseException:
-                rt.con.rollback()
+                _rollback(rt.con)
+                if logged is not None and rt.input_log is not None:
+                    rt.input_log.undo(logged)
                 tx._mark_rolled_back()
                 raise
 
@@ -610,6 +656,28 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """ROLLBACK after a failure; a failed COMMIT has already ended the transaction, and that
+    second error must not hide the first."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass
+
+
+MAX_BATCH_ID = 2 ** 63 - 1  # batch-ids are stored as BIGINT
+
+
+def _check_batch_id(batch_id: object) -> None:
+    """Refuse a batch-id DuckDB cannot store, before any transaction (a raw ConversionException
+    from inside the ingest's transaction would say nothing about the cause)."""
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
+        raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
+    if batch_id > MAX_BATCH_ID:
+        raise OutOfOrderBatchError(f"batch-id {batch_id} does not fit in a BIGINT (at most "
+                                   f"{MAX_BATCH_ID})")
 
 
 FOREIGN = "declared by the program that owns this state file; only that program runs it"

@@ -37,8 +37,7 @@ from sstore.errors import ProcedureError, SStoreError, TransientError
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, ProcedureDecl
 from sstore.runtime import CommitEvent, Runtime
-from sstore.sql import ident
-from sstore.streams import PendingCommit
+from sstore.streams import PendingCommit, append_or_create
 from sstore.transaction import Transaction
 
 log = logging.getLogger("sstore")
@@ -156,15 +155,15 @@ def _dead_letter(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[s
     con.begin()
     try:
         for node, table in inputs.items():
-            dead = ident(node + "__dead_letter")
             if not table.num_columns:
                 continue
             with registered(con, "sstore_dead", table):
-                con.execute(f"CREATE TABLE IF NOT EXISTS {dead} AS SELECT 0::BIGINT AS _batch_id,"
-                            f" ''::VARCHAR AS _procedure, ''::VARCHAR AS _error, * "
-                            f"FROM sstore_dead LIMIT 0")
-                con.execute(f"INSERT INTO {dead} SELECT ?, ?, ?, * FROM sstore_dead",
-                            [batch_id, decl.name, message])
+                # created from the batch's rows the first time (DuckDB 2.0.0 loses the rows of
+                # a table created empty and filled in one transaction: see append_or_create)
+                append_or_create(con, node + "__dead_letter",
+                                 "SELECT ?::BIGINT AS _batch_id, ?::VARCHAR AS _procedure, "
+                                 "?::VARCHAR AS _error, * FROM sstore_dead",
+                                 [batch_id, decl.name, message])
         for stream in decl.outputs:
             schema = rt.store.schema(stream)
             empty = schema.empty_table() if schema is not None else pa.table({})

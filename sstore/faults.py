@@ -13,7 +13,7 @@ import os
 import signal
 
 POINTS = (
-    "ingest.before_commit", "ingest.after_commit",
+    "ingest.before_log", "ingest.before_commit", "ingest.after_commit",
     "te.before_commit", "te.after_commit",
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
 )

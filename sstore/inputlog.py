@@ -6,6 +6,11 @@ how many transaction executions had committed before it. Replaying the log throu
 (deterministic) procedures rebuilds the state exactly. A checkpoint writes the state to a
 snapshot and lets the log start over.
 
+Only what the engine accepted is logged: the record is appended (and fsynced) inside the
+engine's transaction, after every statement of it succeeded and right before its COMMIT; if the
+COMMIT (or the append itself) fails, ``undo`` cuts the record off again. So a record in the log
+is either committed or was valid up to its COMMIT when the process died, and replays.
+
 Record layout: ``b"SSL1"`` | payload length (8 bytes, little-endian) | CRC32 of payload (4 bytes)
 | payload. The payload is an Arrow IPC stream whose schema metadata says what the record is. A
 torn last record (a crash during the append) was never acknowledged, so it is cut off; damage
@@ -86,20 +91,22 @@ class InputLog:
             self._file = open(self.path, "ab")
         return self._file
 
-    def append_ingest(self, stream: str, batch_id: int, table: pa.Table, te_seq: int) -> None:
+    def append_ingest(self, stream: str, batch_id: int, table: pa.Table, te_seq: int) -> int:
+        """Log a border batch; returns where its record starts (for ``undo``)."""
         meta = {"kind": "ingest", "lsn": self.next_lsn, "te_seq": te_seq, "stream": stream,
                 "batch_id": batch_id}
-        self._append(_encode(table, meta))
+        return self._append(_encode(table, meta))
 
-    def append_oltp(self, statements: list[tuple[str, Any]], te_seq: int) -> None:
+    def append_oltp(self, statements: list[tuple[str, Any]], te_seq: int) -> int:
+        """Log an ad hoc transaction's statements; returns where its record starts."""
         meta = {"kind": "oltp", "lsn": self.next_lsn, "te_seq": te_seq}
         table = pa.table({"statements": pa.array([pickle.dumps(statements)], pa.binary())})
-        self._append(_encode(table, meta))
+        return self._append(_encode(table, meta))
 
-    def append_identity(self, engine_id: str) -> None:
+    def append_identity(self, engine_id: str) -> int:
         """Record the engine's identity, so that a replayed state keeps it."""
         meta = {"kind": "identity", "lsn": self.next_lsn, "te_seq": 0, "engine_id": engine_id}
-        self._append(_encode(pa.table({"engine_id": [engine_id]}), meta))
+        return self._append(_encode(pa.table({"engine_id": [engine_id]}), meta), input=False)
 
     def identity(self) -> str | None:
         """The engine identity recorded in the log, if any (reads the log once)."""
@@ -108,14 +115,39 @@ class InputLog:
                 return record.engine_id
         return None
 
-    def _append(self, payload: bytes) -> None:
+    def _append(self, payload: bytes, input: bool = True) -> int:
+        """Write one record durably; returns where it starts. ``input``: a border input
+        (the crash point ``log.after_append`` counts those only)."""
         f = self._open()
-        f.write(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
-        f.flush()
-        if self.fsync:
-            os.fsync(f.fileno())
+        start = f.tell()
+        try:
+            f.write(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        except BaseException:
+            self._cut(start)  # a torn record must not stay in front of the next one
+            raise
         self.next_lsn += 1
-        crash_point("log.after_append")
+        if input:
+            crash_point("log.after_append")
+        return start
+
+    def undo(self, start: int) -> None:
+        """Remove the last record (appended at ``start``): its transaction did not commit."""
+        self._cut(start)
+        self.next_lsn -= 1
+
+    def _cut(self, start: int) -> None:
+        try:
+            f = self._open()
+            f.truncate(start)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as exc:
+            raise InputLogError(f"{self.path}: cannot remove a record the engine did not accept "
+                                f"(byte {start} on): {exc}; a restart would replay it, so stop "
+                                f"and truncate the file there by hand") from exc
 
     def restart(self) -> None:
         """Empty the log after a checkpoint (LSNs keep counting up)."""

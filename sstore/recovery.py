@@ -24,6 +24,7 @@ from collections.abc import Callable
 import duckdb
 
 from sstore import systables
+from sstore.errors import InputLogError
 from sstore.faults import crash_point
 from sstore.inputlog import InputLog, LogRecord
 from sstore.runtime import Runtime
@@ -64,14 +65,26 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[], bool],
             while rt.te_seq < record.te_seq:
                 if not run_one():
                     break
-            if record.kind == "ingest":
-                apply_ingest(record)
-            else:
-                apply_oltp(record)
+            try:
+                if record.kind == "ingest":
+                    apply_ingest(record)
+                else:
+                    apply_oltp(record)
+            except Exception as exc:
+                raise InputLogError(
+                    f"{log.path}: record {record.lsn} ({_describe(record)}) was accepted when it "
+                    f"was logged but fails to replay: {exc}; procedures and ad hoc transactions "
+                    f"must be deterministic (see docs/engine.md, durability)") from exc
             applied += 1
     finally:
         rt.replaying = False
     return applied
+
+
+def _describe(record: LogRecord) -> str:
+    if record.kind == "ingest":
+        return f"batch {record.batch_id} of stream {record.stream!r}"
+    return f"ad hoc transaction of {len(record.statements or [])} statement(s)"
 
 
 def checkpoint(rt: Runtime, log: InputLog) -> str:

@@ -96,14 +96,18 @@ class StreamStore:
     def append(self, stream: str, batch_id: int, table: pa.Table, pending: PendingCommit) -> None:
         """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows."""
         con = self.con
-        if stream not in self.schemas and table.num_columns:
-            self._create_inferred(stream, table, pending)
+        create = stream not in self.schemas and table.num_columns > 0
         triggers = self.graph.triggers_on(stream)
-        if table.num_rows:
+        if table.num_rows or create:
             with registered(con, NEW_ROWS, table, keep=True):
-                con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}", [batch_id])
-                for trig in triggers:
-                    _run_trigger(con, trig.sql, batch_id)
+                if create:
+                    self._create_inferred(stream, batch_id, pending)
+                else:
+                    con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
+                                [batch_id])
+                if table.num_rows:
+                    for trig in triggers:
+                        _run_trigger(con, trig.sql, batch_id)
         pending.records.append((stream, batch_id, table.num_rows))
         pending.published.append((stream, batch_id, table))
         for win in self.graph.windows_on(stream):
@@ -119,10 +123,17 @@ class StreamStore:
                         for trig in wtriggers:
                             _run_trigger(con, trig.sql, batch_id)
 
-    def _create_inferred(self, stream: str, table: pa.Table, pending: PendingCommit) -> None:
-        with registered(self.con, NEW_ROWS, table.slice(0, 0)):
-            self.con.execute(f"CREATE TABLE IF NOT EXISTS {ident(stream)} AS "
-                             f"SELECT 0::BIGINT AS _batch_id, * FROM {NEW_ROWS} LIMIT 0")
+    def _create_inferred(self, stream: str, batch_id: int, pending: PendingCommit) -> None:
+        """Create an undeclared stream's table from its first batch (the relation
+        ``new_rows``), with the rows in it.
+
+        Made FROM the rows, never empty-then-filled: DuckDB 2.0.0 reads a table created empty
+        and filled in one transaction as empty in this process once it holds more than one
+        row group (~122,880 rows), for that batch and every later one (see
+        tests/test_large_batches.py). No ``IF NOT EXISTS``: a table the engine did not know
+        about must fail loudly rather than silently keep its rows instead of these."""
+        self.con.execute(f"CREATE TABLE {ident(stream)} AS "
+                         f"SELECT ?::BIGINT AS _batch_id, * FROM {NEW_ROWS}", [batch_id])
         self.schemas[stream] = self._read_schema(stream)
         pending.created.append(stream)
 
@@ -161,6 +172,18 @@ def _any_arrow(rows: RowsLike, what: str) -> pa.Table:
         return pa.table({})
     raise DeclarationError(f"{what}: the stream has no declared columns, so its first rows must "
                            f"be an Arrow table, a DataFrame or dicts (tuples carry no names)")
+
+
+def append_or_create(con: duckdb.DuckDBPyConnection, table: str, select: str,
+                     params: list[object]) -> None:
+    """Append the rows of ``select`` to the main-schema table ``table``; create the table FROM
+    those rows when it does not exist yet (never empty-then-filled: see ``_create_inferred``)."""
+    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND "
+                         "table_name = ?", [table]).fetchall()[0][0]
+    if exists:
+        con.execute(f"INSERT INTO {ident(table)} {select}", params)
+    else:
+        con.execute(f"CREATE TABLE {ident(table)} AS {select}", params)
 
 
 def _run_trigger(con: duckdb.DuckDBPyConnection, sql: str, batch_id: int) -> None:

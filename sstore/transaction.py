@@ -6,8 +6,9 @@ first, so a handle kept past its commit cannot silently write outside a transact
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -47,6 +48,10 @@ class Transaction:
         self._state = TxState.OPEN
         self._recorder = recorder
         self._registered: list[str] = []
+        #: the first statement error of this transaction, even if the caller caught it: DuckDB
+        #: aborts the transaction on any failed statement, and its COMMIT then rolls back
+        #: without a word, so the engine must refuse to report such a transaction committed
+        self.failure: BaseException | None = None
 
     @property
     def state(self) -> TxState:
@@ -69,7 +74,8 @@ class Transaction:
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
-        return self._con.sql(query, params=bound).to_arrow_table()
+        with self._watch():
+            return self._con.sql(query, params=bound).to_arrow_table()
 
     query = sql
 
@@ -80,7 +86,8 @@ class Transaction:
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(statement, bound)
-        self._con.execute(statement, bound).fetchall()  # DuckDB wants every result consumed
+        with self._watch():
+            self._con.execute(statement, bound).fetchall()  # DuckDB wants every result consumed
 
     def fetchall(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -89,7 +96,8 @@ class Transaction:
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
-        return self._con.execute(query, bound).fetchall()
+        with self._watch():
+            return self._con.execute(query, bound).fetchall()
 
     def fetchone(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -104,6 +112,15 @@ class Transaction:
                                         "weak-durability engine: the table would not be logged")
         self._con.register(name, table)
         self._registered.append(name)
+
+    @contextlib.contextmanager
+    def _watch(self) -> Iterator[None]:
+        try:
+            yield
+        except duckdb.Error as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise
 
     # -- what the engine calls -----------------------------------------------------------------
     def _mark_committed(self) -> None:

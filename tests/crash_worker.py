@@ -5,6 +5,10 @@ from the first one, as a client that does not know what reached the engine befor
 would, runs everything, and writes the final state to ``<path>.result.json``.
 
     python -m tests.crash_worker full|weak PATH BATCHES
+
+``python -m tests.crash_worker rejected LOG`` is a weak-durability program whose inputs the
+engine partly refuses (constraint violations in ingests and in ad hoc transactions, one of them
+swallowed by the program); it prints READY once everything is done and waits to be killed.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
+from collections.abc import Callable
 
-from sstore import Engine
+import duckdb
+
+from sstore import Engine, TransactionStateError
 from tests.graphs import ordered_graph
 
 
@@ -63,5 +71,67 @@ def main(mode: str, path: str, batches: int) -> None:
     print("DONE", flush=True)
 
 
+def declare_rejecting(engine: Engine) -> None:
+    """A stream and a table with constraints that DuckDB checks (not ``to_arrow``)."""
+    engine.stream("s", {"k": "INTEGER NOT NULL", "v": "BIGINT CHECK (v >= 0)"})
+    engine.execute("CREATE TABLE IF NOT EXISTS totals (k INTEGER PRIMARY KEY, "
+                   "v BIGINT NOT NULL CHECK (v >= 0))")
+
+    @engine.procedure(input="s")
+    def add(tx, batch):
+        tx.execute("INSERT INTO totals SELECT k, sum(v) FROM batch GROUP BY k "
+                   "ON CONFLICT (k) DO UPDATE SET v = totals.v + excluded.v")
+
+
+#: totals once ``rejected_inputs`` has run: only what the engine accepted
+ACCEPTED_TOTALS = {1: 111, 2: 20}
+
+
+def refused(action: Callable[[], object], *errors: type[BaseException]) -> None:
+    try:
+        action()
+    except errors:
+        return
+    raise AssertionError(f"{action} was accepted")
+
+
+def rejected_inputs(engine: Engine) -> None:
+    """Accepted and refused inputs, interleaved; each refused one must leave no trace."""
+    engine.ingest("s", [(1, 10), (2, 20)])
+    refused(lambda: engine.ingest("s", [(None, 1)]), duckdb.ConstraintException)  # NOT NULL
+    refused(lambda: engine.ingest("s", [(3, -5)]), duckdb.ConstraintException)  # CHECK
+    engine.run_until_idle()
+    with engine.transaction() as tx:
+        tx.execute("UPDATE totals SET v = v + 100 WHERE k = 1")
+
+    def failing_statement() -> None:
+        with engine.transaction() as tx:
+            tx.execute("UPDATE totals SET v = -1 WHERE k = 2")
+
+    def swallowed_failure() -> None:
+        with engine.transaction() as tx:
+            tx.execute("INSERT INTO totals VALUES (9, 9)")
+            try:
+                tx.execute("INSERT INTO totals VALUES (9, 10)")  # duplicate key
+            except duckdb.ConstraintException:
+                pass  # the program carries on; DuckDB has aborted the transaction
+
+    refused(failing_statement, duckdb.ConstraintException)
+    refused(swallowed_failure, TransactionStateError)
+    engine.ingest("s", [(1, 1)])
+    engine.run_until_idle()
+
+
+def serve_rejected(log: str) -> None:
+    engine = Engine(":memory:", input_log=log)
+    declare_rejecting(engine)
+    rejected_inputs(engine)
+    print("READY", flush=True)
+    time.sleep(600)  # killed here
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1] == "rejected":
+        serve_rejected(sys.argv[2])
+    else:
+        main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

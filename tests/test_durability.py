@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import pytest
 
-from sstore import Engine, InputLogError
-from sstore.inputlog import HEADER
+from sstore import Engine, InputLogError, TransactionStateError
+from sstore.inputlog import HEADER, InputLog
+from tests.crash_worker import ACCEPTED_TOTALS, declare_rejecting, rejected_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def declare(engine: Engine) -> None:
@@ -25,9 +34,9 @@ def totals(engine: Engine) -> dict[int, int]:
     return {r["k"]: r["v"] for r in engine.query("SELECT k, v FROM totals").to_pylist()}
 
 
-def weak(log: Path) -> Engine:
+def weak(log: Path, declaring: Callable[[Engine], None] = declare) -> Engine:
     engine = Engine(":memory:", input_log=str(log))
-    declare(engine)
+    declaring(engine)
     return engine
 
 
@@ -110,3 +119,110 @@ def test_weak_and_full_modes_give_the_same_state(tmp_path: Path) -> None:
             engine.ingest("s", [(i % 3, i), (i % 5, -i)])
         engine.run_until_idle()
     assert totals(full) == totals(weak_engine)
+
+
+def rejecting(log: Path) -> Engine:
+    return weak(log, declare_rejecting)
+
+
+def test_a_refused_ingest_does_not_brick_the_restart(tmp_path: Path) -> None:
+    log = tmp_path / "in.log"
+    engine = rejecting(log)
+    engine.ingest("s", [(1, 10)])
+    with pytest.raises(duckdb.ConstraintException, match="NOT NULL"):
+        engine.ingest("s", [(None, 1)])
+    del engine
+    engine = rejecting(log)  # replayed the refused batch and failed here, on every restart
+    engine.run_until_idle()
+    assert totals(engine) == {1: 10}
+    engine.close()
+
+
+def test_refused_inputs_leave_no_log_record(tmp_path: Path) -> None:
+    """Weak mode logs only what the engine accepted: ingests refused by a NOT NULL or CHECK
+    constraint and ad hoc transactions whose statement failed (raised, or swallowed by the
+    program: that transaction is refused at commit) are not replayed after a restart."""
+    log = tmp_path / "in.log"
+    engine = rejecting(log)
+    rejected_inputs(engine)
+    assert totals(engine) == ACCEPTED_TOTALS
+    assert engine.query("SELECT count(*) AS n FROM totals WHERE k = 9").column(0)[0].as_py() == 0
+    del engine  # no close: as if the process died
+    engine = rejecting(log)
+    engine.run_until_idle()
+    assert totals(engine) == ACCEPTED_TOTALS
+    assert engine.ingest("s", [(5, 5)]) == 3  # refused ingests used no batch-id
+    engine.close()
+
+
+@pytest.mark.parametrize("crash_at, expected, next_batch", [
+    (None, ACCEPTED_TOTALS, 3),  # killed with SIGKILL once everything is done
+    ("ingest.before_log:2", {1: 110, 2: 20}, 2),  # last ingest, before its log record: gone
+    ("log.after_append:3", ACCEPTED_TOTALS, 3),  # logged, not committed: replayed
+])
+def test_restart_after_sigkill_replays_exactly_what_was_accepted(
+        tmp_path: Path, crash_at: str | None, expected: dict[int, int], next_batch: int) -> None:
+    log = tmp_path / "in.log"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("SSTORE_CRASH_AT", None)
+    if crash_at:
+        env["SSTORE_CRASH_AT"] = crash_at
+    proc = subprocess.Popen([sys.executable, "-m", "tests.crash_worker", "rejected", str(log)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        ready = proc.stdout.readline() if proc.stdout else b""
+        if crash_at is None:
+            assert ready == b"READY\n", proc.communicate(timeout=60)[1].decode()[-3000:]
+            proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-3000:]
+    engine = rejecting(log)
+    engine.run_until_idle()
+    assert totals(engine) == expected
+    assert engine.ingest("s", [(5, 5)]) == next_batch
+    engine.close()
+
+
+def test_a_record_that_fails_to_replay_is_named(tmp_path: Path) -> None:
+    """Should a logged record ever fail to replay (a procedure that is not deterministic), the
+    restart says which record and why instead of a bare DuckDB error."""
+    log = tmp_path / "in.log"
+    engine = rejecting(log)
+    engine.ingest("s", [(1, 1)])
+    engine.close()
+    forged = InputLog(str(log))
+    list(forged.records())  # positions next_lsn after the identity and the batch
+    forged.append_oltp([("INSERT INTO totals VALUES (?, ?)", [1, -1])], te_seq=1)
+    forged.close()
+    with pytest.raises(InputLogError, match=r"record 3 \(ad hoc transaction of 1 statement"
+                                            r"\(s\)\) was accepted .* fails to replay"):
+        rejecting(log).run_until_idle()
+
+
+@pytest.mark.parametrize("mode", ["full", "weak", "none"])
+def test_a_caught_statement_error_never_reports_a_commit(tmp_path: Path, mode: str) -> None:
+    """DuckDB aborts a transaction at its first failed statement; COMMIT then rolls back
+    silently. A block that catches the error must not believe its other writes committed."""
+    engine = (Engine(str(tmp_path / "s.duckdb")) if mode == "full" else
+              Engine(":memory:", input_log=str(tmp_path / "in.log")) if mode == "weak" else
+              Engine(":memory:"))
+    declare_rejecting(engine)
+    caught = []
+
+    def swallowing() -> None:
+        with engine.transaction() as tx:
+            tx.execute("INSERT INTO totals VALUES (1, 1)")
+            try:
+                tx.execute("INSERT INTO totals VALUES (1, 2)")
+            except duckdb.ConstraintException as exc:
+                caught.append(exc)
+        raise AssertionError("the transaction reported a commit")
+
+    with pytest.raises(TransactionStateError, match="Constraint Error.*nothing was committed"):
+        swallowing()
+    assert len(caught) == 1
+    assert totals(engine) == {}
+    engine.close()

@@ -24,7 +24,7 @@ def stored(eng: Engine) -> list[tuple[int, int, int]]:
 def test_ids_increase_and_resend_is_a_noop(state_path: str) -> None:
     eng = votes_engine(state_path)
     first = eng.ingest("votes", [(1, 1, "a"), (2, 2, None)])
-    second = eng.ingest("votes", [{"phone": 3, "contestant": 1}])
+    second = eng.ingest("votes", [{"phone": 3, "contestant": 1, "note": None}])
     assert (first, second) == (1, 2) and not first.duplicate
     again = eng.ingest("votes", [(1, 1, "a"), (2, 2, None)], batch_id=1)
     assert again == 1 and again.duplicate and again.rows == 0
