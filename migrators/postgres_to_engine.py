@@ -21,23 +21,39 @@ from sstore.errors import DeclarationError
 from sstore.sql import ident, qualified
 
 
-def read_postgres(url: str, sql: str, params: Sequence[Any] = ()) -> pa.Table:
-    """Run a query in PostgreSQL and return its rows as Arrow. Parameters are ``$1, $2, ...``."""
+def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,
+                  read_only: bool = True) -> pa.Table:
+    """Run a query in PostgreSQL and return its rows as Arrow. Parameters are ``$1, $2, ...``.
+
+    ``read_only`` (the default: every caller reads) runs it in a READ ONLY transaction, so SQL
+    handed in from outside (``cross_system_query``, ``query=``) cannot write the warehouse;
+    the connection is closed without a commit either way."""
     try:
         con = adbc.connect(url)
     except Exception as exc:  # ADBC raises its own OperationalError family
         raise PostgresUnavailable(f"PostgreSQL at {parse(url).redacted()} is unreachable: "
                                   f"{exc}") from exc
     try:
-        with con.cursor() as cur:
-            cur.execute(sql, parameters=tuple(params) if params else None)
-            return _plain(cur.fetch_arrow_table())
+        return fetch_arrow(con, sql, params, read_only=read_only)
     except adbc.OperationalError as exc:
         raise PostgresUnavailable(str(exc)) from exc
     except adbc.Error as exc:
         raise MigrationError(f"query failed in PostgreSQL: {exc}") from exc
     finally:
         con.close()
+
+
+def fetch_arrow(con: Any, sql: str, params: Sequence[Any] = (), *,
+                read_only: bool = True) -> pa.Table:
+    """Rows of ``sql`` on an open ADBC connection (in explicit-transaction mode) as Arrow.
+
+    ``read_only``: ``SET TRANSACTION READ ONLY`` first, so the transaction the query runs in
+    cannot write; the caller ends it (commit or rollback, both leave nothing behind)."""
+    with con.cursor() as cur:
+        if read_only:
+            cur.execute("SET TRANSACTION READ ONLY")
+        cur.execute(sql, parameters=tuple(params) if params else None)
+        return _plain(cur.fetch_arrow_table())
 
 
 def _plain(table: pa.Table) -> pa.Table:

@@ -37,6 +37,7 @@ from sstore.cli_format import (
 )
 from sstore.engine import Engine
 from sstore.errors import SStoreError
+from sstore.readonly import ReadOnlyQueryError
 from sstore.statefile import explain, file_status, query_file
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -146,25 +147,34 @@ def status_command(state: str, as_json: bool) -> None:
               help="Run this plan (a name --explain lists) instead of the cheapest.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="How often this query will run (a cached migration may pay off).")
+@click.option("--replace", is_flag=True,
+              help="Let bdcast(...) replace the table an earlier cast of the same name made.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="Output format.")
 def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name: str | None,
-                  repeats: int, fmt: str) -> None:
+                  repeats: int, replace: bool, fmt: str) -> None:
     """Run SQL across the polystore's engines, or over one state file, and print the rows.
+
+    Only queries run (SELECT, WITH, UNION/INTERSECT/EXCEPT, VALUES): anything else, and any
+    function that reads files, is refused before it reaches an engine.
 
     \b
     With one argument, SQL over the names of the polystore catalog: plain SQL, or BigDAWG's
     island syntax bdrel(...), bdstream(...), bdcast(query, name, engine). A query that touches
     one engine runs there whole; otherwise the planner picks a plan by its calibrated costs
-    (see `sstore polystore --help`).
+    (see `sstore polystore --help`). bdcast creates a NEW table in the engine's sstore_scratch
+    schema; --replace lets it replace an earlier cast of that name.
       sstore query "SELECT count(*) FROM orders"
       sstore query --explain "SELECT * FROM orders WHERE o_carrier_id = 3"
     With two arguments, read-only SQL over one engine state file: stream tables, window
-    views, your tables and the engine's own (sstore_sys.commits, ...); writes are refused.
+    views, your tables and the engine's own (sstore_sys.commits, ...).
       sstore query voter.duckdb "SELECT * FROM vote_totals"
     """
     if len(args) > 2:
         raise click.UsageError("give SQL, or a STATE file and SQL (quote the SQL)")
+    if replace and len(args) == 2:
+        raise click.UsageError("--replace is for bdcast in catalog queries; a state file is "
+                               "only read")
     try:
         if len(args) == 2:
             table = query_file(args[0], args[1])
@@ -174,7 +184,10 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name:
                 if explain:
                     click.echo(polystore.explain(args[0], repeats=repeats))
                     return
-                table = polystore.query(args[0], plan=plan_name, repeats=repeats)
+                table = polystore.query(args[0], plan=plan_name, repeats=repeats,
+                                        replace=replace)
+    except ReadOnlyQueryError as exc:
+        raise click.ClickException(f"query failed: {exc}") from None
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
     except duckdb.Error as exc:

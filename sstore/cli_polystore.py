@@ -61,13 +61,14 @@ def add_postgres(name: str, url: str, schema: str, catalog: str) -> None:
 @click.argument("state", type=click.Path(dir_okay=False, exists=True))
 @CATALOG
 def add_engine(name: str, state: str, catalog: str) -> None:
-    """Add a streaming engine by its state file and register its tables and streams."""
-    from sstore.engine import Engine
+    """Add a streaming engine by its state file and register its tables and streams.
+
+    The file is only read (read-only, external access off), here and by later queries."""
     from sstore.polystore import Polystore
 
     def work() -> None:
-        with Engine.open_existing(state) as engine, Polystore(catalog) as ps:
-            names = ps.attach_engine(name, engine)
+        with Polystore(catalog) as ps:
+            names = ps.add_state_file(name, state)
         click.echo(f"{name}: {len(names)} tables and streams registered")
     _run(work)
 

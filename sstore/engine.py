@@ -35,6 +35,7 @@ from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
 from sstore.inputlog import InputLog, LogRecord
 from sstore.ledger import Ledger
+from sstore.readonly import check_query
 from sstore.rows import RowsLike
 from sstore.runtime import CommitEvent, Runtime
 from sstore.scheduler import Scheduler
@@ -423,10 +424,32 @@ class Engine:
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
-        """Run a read query over the current committed state; return an Arrow table."""
+        """Run a read query over the current committed state; return an Arrow table.
+
+        Read-only by construction, in two layers (statements that change state go through
+        ``execute`` or ``transaction``):
+
+        1. ``sstore.readonly.check_query``: one plain query (SELECT, WITH, set operations,
+           VALUES) that calls nothing reaching outside the database, else
+           ``ReadOnlyQueryError`` naming what was refused.
+        2. It runs on a cursor of its own in a READ ONLY transaction: even SQL the check let
+           through cannot change the state, and the query sees committed state only (not an
+           open transaction of the engine's connection, nor Arrow tables registered there).
+
+        The engine's connection keeps external access (weak durability ATTACHes snapshot
+        files; DuckDB cannot switch it off for one cursor), so step 1 is what keeps files out.
+        """
+        check_query(sql, "duckdb")
         rt = self._runtime()
         with rt.lock:
-            return rt.con.sql(sql, params=bind(args, params)).to_arrow_table()
+            cursor = rt.con.cursor()
+            try:
+                cursor.execute("BEGIN TRANSACTION READ ONLY")
+                table = cursor.sql(sql, params=bind(args, params)).to_arrow_table()
+                cursor.execute("COMMIT")
+                return table
+            finally:
+                cursor.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:

@@ -5,6 +5,11 @@ nothing runs on it, possibly while a crashed run left it behind. DuckDB's own er
 common problems (no such file, another process holds the lock, not a DuckDB file, a DuckDB file
 that sstore never used) are precise but cryptic; this module turns them into one
 ``StateFileError`` whose message says what is wrong and what to do.
+
+Reading cannot write, by construction: the connection is DuckDB read-only with external access
+off (no COPY TO, read_text, ATTACH or INSTALL, whatever the SQL), and every query is first
+checked to be a plain query (``sstore.readonly``), so a refused statement gets a message that
+names it instead of a DuckDB error.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
-
-from sstore.duck import connect
 import pyarrow as pa
 
+from sstore.duck import connect
 from sstore.errors import TerminalError
+from sstore.readonly import check_query
 from sstore.sql import bind
 from sstore.status import EngineStatus, status_of_file
 
@@ -59,22 +64,47 @@ def _check_exists(path: str) -> None:
         raise StateFileError(f"{path} is a directory, not a state file")
 
 
-@contextlib.contextmanager
-def read_only(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the state file at ``path`` (closed on exit)."""
+def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
+    """A read-only connection, external access off, to the sstore state file at ``path``;
+    the caller closes it."""
     _check_exists(path)
     try:
-        con = connect(path, read_only=True)
+        con = connect(path, read_only=True, external_access=False)
     except duckdb.Error as exc:
         raise explain(path, exc) from None
     try:
-        try:
-            con.execute("SELECT count(*) FROM sstore_sys.commits").fetchall()
-        except duckdb.CatalogException as exc:
-            raise explain(path, exc) from None
+        con.execute("SELECT count(*) FROM sstore_sys.commits").fetchall()
+    except duckdb.CatalogException as exc:
+        con.close()
+        raise explain(path, exc) from None
+    return con
+
+
+@contextlib.contextmanager
+def read_only(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the state file at ``path`` (closed on exit)."""
+    con = open_read_only(path)
+    try:
         yield con
     finally:
         con.close()
+
+
+class StateFileReader:
+    """Queries over a state file kept open read-only (the polystore's view of an engine that
+    runs elsewhere or not at all): ``query`` has ``Engine.query``'s signature, and nothing
+    here can write the file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._con = open_read_only(path)
+
+    def query(self, sql: str, *args: Any,
+              params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+        return run_query(self._con, sql, args, params)
+
+    def close(self) -> None:
+        self._con.close()
 
 
 def file_status(path: str) -> EngineStatus:
@@ -90,11 +120,16 @@ def query_file(path: str, sql: str, *args: Any,
                params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
     """Run one read-only query over a state file; return its rows as an Arrow table.
 
-    The connection is read-only, so a statement that would write fails with DuckDB's error
-    (a ``duckdb.Error``, left as it is: it is about the SQL, not the file).
+    Anything but a plain query is refused before the file is opened (``ReadOnlyQueryError``);
+    a query that fails in DuckDB raises DuckDB's error (a ``duckdb.Error``, left as it is: it
+    is about the SQL, not the file).
     """
     with read_only(path) as con:
-        relation = con.sql(sql, params=bind(args, params))
-        if relation is None:  # a statement that returns no rows
-            return pa.table({})
-        return relation.to_arrow_table()
+        return run_query(con, sql, args, params)
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str, args: tuple[Any, ...],
+              params: Sequence[Any] | Mapping[str, Any] | None) -> pa.Table:
+    """``sql``, checked to be a plain query, on a read-only connection, as Arrow."""
+    check_query(sql, "duckdb")
+    return con.sql(sql, params=bind(args, params)).to_arrow_table()

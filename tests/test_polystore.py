@@ -351,8 +351,8 @@ def test_copies_into_the_engine_survive_union_all(tmp_path) -> None:
     engine = Engine(str(tmp_path / "u.duckdb"))
     rows = orders_rows(130_000)
     create_in_engine(engine, "orders_recent", rows.slice(0, 0))
-    StreamingConnector("s", engine).store("copy", rows, note="a copy")
+    StreamingConnector("s", engine).store("sstore_cache.copy", rows, note="a copy")
     n = engine.query("SELECT count(*) AS n FROM (SELECT o_id FROM orders_recent UNION ALL "
-                     "SELECT o_id FROM copy)")
+                     "SELECT o_id FROM sstore_cache.copy)")
     assert n.to_pylist() == [{"n": 130_000}]
     engine.close()

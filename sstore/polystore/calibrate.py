@@ -1,8 +1,8 @@
 """Measure the cost model's constants on this machine (``sstore polystore calibrate``).
 
 Each constant is timed through the connector code the executor uses, on TPC-C ORDERS rows
-(8 columns): a scratch streaming engine in a temporary directory and a scratch table in
-PostgreSQL (dropped afterwards). Per-value constants are (time - fixed) / values, from the
+(8 columns): a scratch streaming engine in a temporary directory and scratch tables in
+PostgreSQL's ``sstore_scratch`` schema (dropped afterwards; the connectors write nowhere else). Per-value constants are (time - fixed) / values, from the
 median of a few repetitions; a negative difference (noise on a quiet step) counts as zero.
 Spark is measured only when asked (it takes a minute and starts a JVM).
 """
@@ -30,9 +30,13 @@ from sstore.polystore.connectors import (
 from sstore.polystore.cost import CostModel
 from sstore.polystore.executor import _run_in_island
 from sstore.polystore.plan import ISLAND
+from sstore.polystore.scratch import SCRATCH_SCHEMA, SPARK_SCRATCH_PREFIX
 
 Progress = Callable[[str], None]
-SCRATCH = "sstore_calibration.orders"
+SCRATCH = f"{SCRATCH_SCHEMA}.calibration_orders"
+SCRATCH_SQL = f'"{SCRATCH_SCHEMA}"."calibration_orders"'
+SPARK_ORDERS = SPARK_SCRATCH_PREFIX + "calibration_orders"
+SPARK_JDBC = SPARK_SCRATCH_PREFIX + "calibration_jdbc"
 
 
 def _median(work: Callable[[], object], times: int) -> float:
@@ -65,15 +69,16 @@ def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = Fal
         say("streaming engine")
         create_in_engine(engine, "orders", data)
         _measure_kind(model, "streaming", stream.fetch, stream.fingerprint,
-                      lambda: stream.store("orders_copy", data),
-                      lambda: stream.store("orders_tiny", data.slice(0, 1), note="calibration"),
+                      lambda: stream.store(f"{SCRATCH_SCHEMA}.orders_copy", data),
+                      lambda: stream.store(f"{SCRATCH_SCHEMA}.orders_tiny", data.slice(0, 1),
+                                           note="calibration"),
                       "orders", values, repeats)
         say("PostgreSQL")
         pg.store(SCRATCH, data)
         _measure_kind(model, "postgres", pg.fetch, pg.fingerprint,
                       lambda: pg.store(SCRATCH + "_copy", data),
                       lambda: pg.store(SCRATCH + "_tiny", data.slice(0, 1), note="calibration"),
-                      '"sstore_calibration"."orders"', values, repeats)
+                      SCRATCH_SQL, values, repeats)
         say("island")
         _measure_island(model, data, values, repeats)
         say("parallel fetches")
@@ -82,7 +87,8 @@ def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = Fal
             say("Spark (starts a JVM)")
             _measure_spark(model, url, data, values)
     finally:
-        pg._execute("DROP SCHEMA IF EXISTS sstore_calibration CASCADE")
+        for table in (SCRATCH, SCRATCH + "_copy", SCRATCH + "_tiny"):
+            pg.drop(table)
         pg.close()
         engine.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -136,7 +142,7 @@ def _overlap(stream: StreamingConnector, pg: PostgresConnector, repeats: int) ->
     """How much two fetches in parallel cost beyond the slower one, as a share of the faster
     one (0: perfect overlap; 1: none)."""
     a = lambda: stream.fetch("SELECT * FROM orders")
-    b = lambda: pg.fetch('SELECT * FROM "sstore_calibration"."orders"')
+    b = lambda: pg.fetch(f"SELECT * FROM {SCRATCH_SQL}")
     ta, tb = _median(a, repeats), _median(b, repeats)
 
     def both() -> None:
@@ -162,17 +168,16 @@ def _measure_spark(model: CostModel, url: str, data: pa.Table, values: int) -> N
     fixed = _median(lambda: connector.fetch("SELECT 1 AS one"), 5)
     model.fixed["spark"] = fixed
     model.load["spark"] = _per_value(
-        _median(lambda: (connector.store("orders", data), connector.fetch(
-            "SELECT count(*) FROM orders")), 3), 2 * fixed, values)
-    model.fetch["spark"] = _per_value(_median(lambda: connector.fetch("SELECT * FROM orders"),
-                                              3), fixed, values)
-    model.process["spark"] = _per_value(_median(lambda: connector.fetch(_scan_sql("orders")),
-                                                3), fixed, 2 * values)
+        _median(lambda: (connector.store(SPARK_ORDERS, data), connector.fetch(
+            f"SELECT count(*) FROM {SPARK_ORDERS}")), 3), 2 * fixed, values)
+    model.fetch["spark"] = _per_value(_median(
+        lambda: connector.fetch(f"SELECT * FROM {SPARK_ORDERS}"), 3), fixed, values)
+    model.process["spark"] = _per_value(_median(
+        lambda: connector.fetch(_scan_sql(SPARK_ORDERS)), 3), fixed, 2 * values)
     pg = PostgresConnector("postgres", url)
     pg.store(SCRATCH, data)
     model.spark_jdbc = _per_value(_median(lambda: (
-        connector.store_from_postgres("orders_jdbc", url,
-                                      'SELECT * FROM "sstore_calibration"."orders"'),
-        connector.fetch("SELECT count(*) FROM orders_jdbc")), 3), 2 * fixed, values)
-    connector.drop("orders")
-    connector.drop("orders_jdbc")
+        connector.store_from_postgres(SPARK_JDBC, url, f"SELECT * FROM {SCRATCH_SQL}"),
+        connector.fetch(f"SELECT count(*) FROM {SPARK_JDBC}")), 3), 2 * fixed, values)
+    connector.drop(SPARK_ORDERS)
+    connector.drop(SPARK_JDBC)

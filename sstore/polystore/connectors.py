@@ -5,6 +5,11 @@ Arrow rows as a table (``store``), and answers the planner's questions about a p
 (``row_count``, ``columns``, ``discover``) and about cached copies (``cache_state``). Data moves
 through the migrators' fast paths: DuckDB's Arrow export, ADBC binary COPY out of PostgreSQL,
 pgpq binary COPY into it, Arrow into Spark and JDBC from PostgreSQL to Spark.
+
+Reads cannot write: every ``fetch`` checks its SQL (``sstore.readonly.check_query``) and runs it
+read-only where the engine can (a READ ONLY transaction in the engine or PostgreSQL, a state
+file opened read-only with external access off); ``store`` and ``drop`` touch only the
+polystore's own schemas (``scratch.check_owned``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import pyarrow as pa
 
 from sstore.engine import Engine
 from sstore.polystore.catalog import EngineKind
+from sstore.polystore.scratch import CastExistsError, ProtectedObjectError, check_owned
+from sstore.readonly import check_query
 from sstore.sql import ident, literal, qualified
+from sstore.statefile import StateFileReader
 
 # A cached copy remembers what it was copied from in its table comment, written in the same
 # transaction as its rows (PostgreSQL), so a copy and its description cannot disagree.
@@ -39,6 +47,7 @@ class Connector(Protocol):
     def fetch(self, sql: str) -> pa.Table: ...
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int: ...
+    def exists(self, table: str) -> bool: ...
     def drop(self, table: str) -> None: ...
     def row_count(self, physical: str) -> int: ...
     def columns(self, physical: str) -> list[str]: ...
@@ -50,32 +59,48 @@ class Connector(Protocol):
 
 
 class StreamingConnector:
-    """An sstore engine: reads go through ``Engine.query`` (the committed state, under the
-    engine's lock), stores through ``Engine.load_table`` (one ACID transaction)."""
+    """An sstore engine. A live ``Engine`` of this process: reads go through ``Engine.query``
+    (checked, in a READ ONLY transaction over the committed state), stores through one engine
+    transaction. A ``StateFileReader`` (a state file the catalog names, opened here): a
+    read-only DuckDB connection with external access off; nothing is ever written to it
+    (``read_only``), and closing the connector closes it."""
 
     kind = EngineKind.STREAMING
 
-    def __init__(self, name: str, engine: Engine, owned: bool = False) -> None:
+    def __init__(self, name: str, source: Engine | StateFileReader) -> None:
         self.name = name
-        self.engine = engine
-        self.owned = owned
+        self.engine: Engine | None = source if isinstance(source, Engine) else None
+        self._reader = source
+
+    @property
+    def read_only(self) -> bool:
+        """Opened from its state file here: plans never write into it."""
+        return self.engine is None
 
     def fetch(self, sql: str) -> pa.Table:
-        return self.engine.query(sql)
+        return self._reader.query(sql)
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
         """Rows, deletions and note in one engine transaction: one commit, all or nothing.
 
-        A new table is made by ``CREATE TABLE ... AS SELECT`` from the rows: DuckDB 2.0.0 loses
-        the rows of a table created empty (``AS ... LIMIT 0``) and filled in the same
-        transaction from later UNION ALL scans (see tests/test_polystore.py)."""
+        ``mode``: "replace", "append", or "create" (a new table; an existing one is a
+        ``CastExistsError``). A new table is made by ``CREATE TABLE ... AS SELECT`` from the
+        rows: DuckDB 2.0.0 loses the rows of a table created empty (``AS ... LIMIT 0``) and
+        filled in the same transaction from later UNION ALL scans (see tests/test_polystore.py)."""
+        engine = self.check_writable(table)
         name = qualified(table)
-        fresh = mode == "replace" or not self._exists(table)
-        with self.engine.transaction() as tx:
+        schema = table.split(".")[0]
+        exists = self.exists(table)
+        if mode == "create" and exists:
+            raise CastExistsError(f"{table} already exists in engine {self.name!r}")
+        fresh = mode in ("replace", "create") or not exists
+        with engine.transaction() as tx:
             tx.register("sstore_store", rows)
+            tx.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(schema)}")
             if fresh:
-                tx.execute(f"DROP TABLE IF EXISTS {name}")
+                if mode != "create":  # a create fails if the table appeared meanwhile
+                    tx.execute(f"DROP TABLE IF EXISTS {name}")
                 tx.execute(f"CREATE TABLE {name} AS SELECT * FROM sstore_store")
             else:
                 if delete_below is not None:
@@ -87,17 +112,30 @@ class StreamingConnector:
         return rows.num_rows
 
     def drop(self, table: str) -> None:
-        self.engine.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+        self.check_writable(table).execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+
+    def check_writable(self, table: str) -> Engine:
+        """The engine to write ``table`` into; refused outside sstore's schemas, and always
+        for a state file opened read-only here."""
+        check_owned(self.kind, self.name, table)
+        if self.engine is None:
+            raise ProtectedObjectError(
+                f"engine {self.name!r} is its state file, opened read-only here: nothing is "
+                f"written into it; pass the running engine (Polystore(engines=...)) to cast "
+                f"into it")
+        return self.engine
 
     def row_count(self, physical: str) -> int:
-        return int(self.engine.query(f"SELECT count(*) AS n FROM {qualified(physical)}")
+        return int(self.fetch(f"SELECT count(*) AS n FROM {qualified(physical)}")
                    .column(0)[0].as_py())
 
     def columns(self, physical: str) -> list[str]:
-        return self.engine.query(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
+        return self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
 
     def discover(self) -> list[tuple[str, str, dict[str, str]]]:
-        rows = self.engine.query(
+        """The main schema's tables and streams (not sstore's schemas; nor the cache tables
+        older versions kept in main as ``sstore_cache__*``)."""
+        rows = self.fetch(
             "SELECT table_name, column_name, data_type FROM information_schema.columns "
             "WHERE table_schema = 'main' AND table_catalog = current_database() "
             "AND table_name NOT LIKE 'sstore_cache__%' ORDER BY table_name, ordinal_position")
@@ -105,47 +143,47 @@ class StreamingConnector:
 
     def fingerprint(self, sql: str) -> str:
         """Count and order-independent hash of a query's rows: equal means unchanged."""
-        row = self.engine.query(f"SELECT count(*) AS n, sum(hash(q)) AS h FROM ({sql}) AS q"
-                                ).to_pylist()[0]
+        row = self.fetch(f"SELECT count(*) AS n, sum(hash(q)) AS h FROM ({sql}) AS q"
+                         ).to_pylist()[0]
         return f"{row['n']}:{row['h']}"
 
     def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        row = self.engine.query(f"SELECT min({ident(column)}) AS lo, max({ident(column)}) AS hi, "
-                                f"count(*) AS n FROM ({sql}) AS q").to_pylist()[0]
+        row = self.fetch(f"SELECT min({ident(column)}) AS lo, max({ident(column)}) AS hi, "
+                         f"count(*) AS n FROM ({sql}) AS q").to_pylist()[0]
         return row["lo"], row["hi"], row["n"]
 
     def cache_state(self, table: str, growing: str | None) -> CacheState | None:
-        if not self._exists(table):
+        comment = self._reader.query(
+            "SELECT comment FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+            *_schema_and_name(table, "main")).to_pylist()
+        if not comment:
             return None
         top = f", max({ident(growing)}) AS hi" if growing else ", NULL AS hi"
-        row = self.engine.query(f"SELECT count(*) AS n{top} FROM {qualified(table)}"
-                                ).to_pylist()[0]
-        comment = self.engine.query(
-            "SELECT comment FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
-            table).to_pylist()
-        note = (comment[0]["comment"] or "") if comment else ""
-        return CacheState(row["n"], note, row["hi"])
+        row = self.fetch(f"SELECT count(*) AS n{top} FROM {qualified(table)}").to_pylist()[0]
+        return CacheState(row["n"], comment[0]["comment"] or "", row["hi"])
 
-    def _exists(self, table: str) -> bool:
-        return bool(self.engine.query(
-            "SELECT 1 FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
-            table).num_rows)
+    def exists(self, table: str) -> bool:
+        return bool(self._reader.query(
+            "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+            *_schema_and_name(table, "main")).num_rows)
 
     def close(self) -> None:
-        if self.owned:
-            self.engine.close()
+        if isinstance(self._reader, StateFileReader):
+            self._reader.close()
 
 
 class PostgresConnector:
-    """A PostgreSQL database: reads by ADBC (binary COPY into Arrow), stores by pgpq binary COPY
-    with the table's note in the same transaction."""
+    """A PostgreSQL database: reads by ADBC (binary COPY into Arrow) in READ ONLY
+    transactions, the planner's small questions on a psycopg connection whose transactions are
+    all READ ONLY, stores by pgpq binary COPY with the table's note in the same transaction
+    (on a connection of their own, only into sstore's schemas)."""
 
     kind = EngineKind.POSTGRES
 
     def __init__(self, name: str, url: str) -> None:
         self.name = name
         self.url = url
-        self._con: Any = None        # psycopg, autocommit: small questions, DDL
+        self._con: Any = None        # psycopg, autocommit, read-only: small questions
         self._lock = threading.Lock()
         self._adbc: Any = None       # ADBC: reads into Arrow
         self._adbc_lock = threading.Lock()
@@ -153,22 +191,22 @@ class PostgresConnector:
     def fetch(self, sql: str) -> pa.Table:
         """Rows of ``sql`` as Arrow over the connector's ADBC connection (kept open: opening
         one costs ~70 ms here, a query on an open one under 1 ms); reopened once if the server
-        dropped it."""
+        dropped it. The SQL is checked to be a plain query and runs in a READ ONLY
+        transaction, rolled back afterwards."""
         import adbc_driver_postgresql.dbapi as adbc
 
         from migrators.errors import MigrationError, PostgresUnavailable
-        from migrators.postgres_to_engine import _plain
+        from migrators.postgres_to_engine import fetch_arrow
         from migrators.urls import parse as parse_url
+        check_query(sql, "postgres")
         with self._adbc_lock:
             for attempt in (1, 2):
                 try:
                     if self._adbc is None:
                         self._adbc = adbc.connect(self.url)
-                    with self._adbc.cursor() as cur:
-                        cur.execute(sql)
-                        table = cur.fetch_arrow_table()
-                    self._adbc.commit()
-                    return _plain(table)
+                    table = fetch_arrow(self._adbc, sql, read_only=True)
+                    self._adbc.rollback()
+                    return table
                 except adbc.OperationalError as exc:
                     self._close_adbc()
                     if attempt == 2:
@@ -193,6 +231,8 @@ class PostgresConnector:
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+        """``mode``: "replace", "append", or "create" (a new table: an existing one is a
+        ``CastExistsError``, checked in the transaction that creates it)."""
         from migrators.postgres import (
             RetryPolicy,
             copy_arrow,
@@ -200,9 +240,12 @@ class PostgresConnector:
             with_retries,
         )
         from migrators.typemap import for_copy
+        check_owned(self.kind, self.name, table)
 
         def work(con: Any) -> int:
             with con.cursor() as cur:
+                if mode == "create" and _pg_exists(cur, table):
+                    raise CastExistsError(f"{table} already exists in engine {self.name!r}")
                 if mode == "replace":
                     cur.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
                 ensure_table(con, table, for_copy(rows).schema)
@@ -218,12 +261,23 @@ class PostgresConnector:
 
         return with_retries(self.url, work, RetryPolicy(), f"store {table}")
 
+    def exists(self, table: str) -> bool:
+        return bool(self._execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)
+                                  )[0][0])
+
     def drop(self, table: str) -> None:
-        self._execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+        from migrators.postgres import RetryPolicy, with_retries
+        check_owned(self.kind, self.name, table)
+
+        def work(con: Any) -> None:
+            con.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+            con.commit()
+
+        with_retries(self.url, work, RetryPolicy(), f"drop {table}")
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """One statement on the connector's own connection (autocommit; reopened after a
-        failure): the planner asks several small questions per query."""
+        """One question on the connector's own connection (autocommit, every transaction
+        READ ONLY; reopened after a failure): the planner asks several per query."""
         import psycopg
 
         from migrators.postgres import connect
@@ -232,6 +286,7 @@ class PostgresConnector:
                 if self._con is None or self._con.closed:
                     self._con = connect(self.url)
                     self._con.autocommit = True
+                    self._con.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
                 try:
                     cur = self._con.execute(sql, params or None)
                     return cur.fetchall() if cur.description else []
@@ -308,11 +363,14 @@ class SparkConnector:
         return get_spark(self.master)
 
     def fetch(self, sql: str) -> pa.Table:
+        """Spark has no read-only mode: the check on the SQL is the guard."""
+        check_query(sql, "spark")
         return self.spark.sql(sql).toArrow()
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
         from migrators.spark import _for_spark, _spark_schema
+        self._creatable(table, mode)
         arrow = _for_spark(rows)
         df = self.spark.createDataFrame(arrow, schema=_spark_schema(arrow.schema))
         df.createOrReplaceTempView(table)
@@ -320,9 +378,20 @@ class SparkConnector:
 
     def store_from_postgres(self, table: str, url: str, sql: str) -> None:
         from migrators.spark import postgres_to_dataframe
+        self._creatable(table, "replace")
+        check_query(sql, "postgres")
         postgres_to_dataframe(url, query=sql, spark=self.spark).createOrReplaceTempView(table)
 
+    def _creatable(self, table: str, mode: str) -> None:
+        check_owned(self.kind, self.name, table)
+        if mode == "create" and self.exists(table):
+            raise CastExistsError(f"{table} already exists in engine {self.name!r}")
+
+    def exists(self, table: str) -> bool:
+        return bool(self.spark.catalog.tableExists(table))
+
     def drop(self, table: str) -> None:
+        check_owned(self.kind, self.name, table)
         self.spark.catalog.dropTempView(table)
 
     def row_count(self, physical: str) -> int:
@@ -352,6 +421,16 @@ class SparkConnector:
 
     def close(self) -> None:
         return None
+
+
+def _schema_and_name(table: str, default_schema: str) -> tuple[str, str]:
+    schema, _, name = table.rpartition(".")
+    return (schema or default_schema), name
+
+
+def _pg_exists(cur: Any, table: str) -> bool:
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),))
+    return bool(cur.fetchone()[0])
 
 
 def _spark_ident(name: str) -> str:

@@ -2,7 +2,8 @@
 
 The island is a fresh in-memory DuckDB per query: the fetched Arrow tables are registered in it
 under the names the plan gave them and the final SQL runs over them, so the rows of the
-fragments never leave Arrow. Moves that are not caches (Spark's temporary views) are dropped
+fragments never leave Arrow. Its database has external access off (no files, no extensions)
+and the final SQL is checked to be a plain query like every other read. Moves that are not caches (Spark's temporary views) are dropped
 when the query is done.
 """
 
@@ -19,6 +20,7 @@ from sstore.duck import connect
 from sstore.polystore import cache
 from sstore.polystore.connectors import Connector, PostgresConnector, SparkConnector
 from sstore.polystore.plan import ISLAND, Fetch, Move, Plan
+from sstore.readonly import check_query
 
 
 def execute(plan: Plan, connectors: Mapping[str, Connector]) -> pa.Table:
@@ -61,9 +63,10 @@ def _run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
     on it are this query's only. The in-memory database is opened once per process (opening
     one costs ~30 ms; a cursor, a fraction of a millisecond)."""
     global _island
+    check_query(sql, "duckdb")
     with _island_lock:
         if _island is None:
-            _island = connect(":memory:")
+            _island = connect(":memory:", external_access=False)
         cursor = _island.cursor()
     try:
         for name, table in tables.items():

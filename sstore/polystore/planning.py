@@ -14,22 +14,23 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from sstore.polystore.catalog import CatalogObject, EngineEntry, EngineKind, Fragment
+from sstore.polystore.scratch import CACHE_SCHEMA, SPARK_CACHE_PREFIX
 from sstore.polystore.sqltext import DIALECTS
 
 
 @dataclass(frozen=True)
 class KindTraits:
     accepts_moves: bool       # may a plan copy other engines' rows into it (a cast target)?
-    cache_prefix: str         # where cached copies live in it
+    cache_prefix: str         # where cached copies live in it (sstore's own: see scratch)
     executes_plans: bool      # may a plan run its final query there over moved inputs?
 
 
 TRAITS: Mapping[EngineKind, KindTraits] = {
-    EngineKind.STREAMING: KindTraits(accepts_moves=True, cache_prefix="sstore_cache__",
+    EngineKind.STREAMING: KindTraits(accepts_moves=True, cache_prefix=f"{CACHE_SCHEMA}.",
                                      executes_plans=True),
-    EngineKind.POSTGRES: KindTraits(accepts_moves=True, cache_prefix="sstore_cache.",
+    EngineKind.POSTGRES: KindTraits(accepts_moves=True, cache_prefix=f"{CACHE_SCHEMA}.",
                                     executes_plans=True),
-    EngineKind.SPARK: KindTraits(accepts_moves=True, cache_prefix="sstore_cache__",
+    EngineKind.SPARK: KindTraits(accepts_moves=True, cache_prefix=SPARK_CACHE_PREFIX,
                                  executes_plans=True),
 }
 

@@ -9,6 +9,11 @@ How a query is answered:
 4. The planner rules (``rules.RULES``, in order) propose plans; moves that would reuse a cached
    copy are checked against their source, and the rules run again knowing what is cached.
 5. The cost model prices every plan; the cheapest feasible one runs (``executor``).
+
+Read paths cannot write: every SQL part is checked to be a plain query before planning
+(``sstore.readonly``) and again by each connector's ``fetch``; the only writes are casts and
+cached moves, into sstore's own schemas (``scratch``), and a cast never replaces an existing
+table unless the caller says ``replace=True``.
 """
 
 from __future__ import annotations
@@ -41,8 +46,16 @@ from sstore.polystore.cost import CostModel
 from sstore.polystore.plan import ISLAND, Move, Plan
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import REWRITES, RULES
+from sstore.polystore.scratch import (
+    CastExistsError,
+    ProtectedObjectError,
+    cast_table,
+    is_cast,
+)
 from sstore.polystore.sqltext import QueryError, parse, table_names
-from sstore.polystore.syntax import IslandQuery, parse_island
+from sstore.polystore.syntax import Cast, IslandQuery, parse_island
+from sstore.readonly import UncheckableQueryError, check_query
+from sstore.statefile import StateFileReader
 
 GROWING_COLUMN = "_batch_id"  # engine streams only grow; their copies can be topped up
 UNKNOWN_ROWS = -1  # one engine: nothing to choose, so nothing is counted
@@ -53,9 +66,10 @@ class Polystore:
 
     ``catalog``: a ``Catalog`` or the path of its JSON file. ``engines``: live engines of this
     process by catalog name (a streaming engine that is running here must be passed, since its
-    state file is locked while it runs; one opened here from its state file is only read:
-    no plan moves data into it). ``costs``: a ``CostModel`` or the path of calibrated
-    constants (default: ``costs.json`` beside the catalog).
+    state file is locked while it runs; one opened here from its state file is opened
+    read-only, with external access off: nothing is written into it). ``costs``: a
+    ``CostModel`` or the path of calibrated constants (default: ``costs.json`` beside the
+    catalog).
     """
 
     def __init__(self, catalog: Catalog | str | None = None, *,
@@ -84,6 +98,16 @@ class Polystore:
         """Add a live streaming engine; register its tables and streams as objects."""
         self.catalog.add_engine(name, EngineKind.STREAMING, engine.path)
         self._connectors[name] = StreamingConnector(name, engine)
+        return self.discover(name) if discover else []
+
+    def add_state_file(self, name: str, path: str, discover: bool = True) -> list[str]:
+        """Add a streaming engine that does not run in this process, by its state file; it is
+        opened read-only (external access off) and never written. Registers its tables and
+        streams."""
+        self.catalog.add_engine(name, EngineKind.STREAMING, path)
+        old = self._connectors.pop(name, None)
+        if old is not None:
+            old.close()
         return self.discover(name) if discover else []
 
     def add_postgres(self, name: str, url: str, schema: str | None = "public") -> list[str]:
@@ -126,7 +150,7 @@ class Polystore:
         elif entry.kind is EngineKind.SPARK:
             connector = SparkConnector(name, entry.location)
         else:
-            connector = StreamingConnector(name, Engine.open_existing(entry.location), owned=True)
+            connector = StreamingConnector(name, StateFileReader(entry.location))
         self._connectors[name] = connector
         return connector
 
@@ -142,17 +166,22 @@ class Polystore:
         self.close()
 
     # ------------------------------------------------------------------ queries
-    def query(self, sql: str, *, plan: str | None = None, repeats: int = 1) -> pa.Table:
+    def query(self, sql: str, *, plan: str | None = None, repeats: int = 1,
+              replace: bool = False) -> pa.Table:
         """Answer ``sql`` (plain SQL over catalog names, or island syntax) as Arrow.
 
         ``plan`` forces a plan by name (as ``explain`` lists them) instead of the cheapest;
         ``repeats`` says how often this query is expected to run, so a cached migration may be
-        worth its first cost. ``EXPLAIN ...`` returns the plans as one text column."""
+        worth its first cost. ``replace=True`` lets a ``bdcast`` replace the table an earlier
+        cast of the same name made (without it, that is a ``CastExistsError``). ``EXPLAIN ...``
+        returns the plans as one text column. Anything but a query is a
+        ``ReadOnlyQueryError``."""
         stripped = sql.lstrip()
         if stripped[:8].lower() == "explain ":
             return pa.table({"plan": self.explain(stripped[8:], repeats=repeats).splitlines()})
         parsed = parse_island(sql)
-        self._run_casts(parsed)
+        self._check_before_running(parsed)
+        self._run_casts(parsed, replace)
         if parsed.call is not None:
             return self._call_procedure(*parsed.call)
         chosen = self._choose(self.plans(parsed, repeats=repeats), plan)
@@ -161,6 +190,7 @@ class Polystore:
     def explain(self, sql: str, repeats: int = 1) -> str:
         """Every plan the rules propose, cheapest first, with estimated costs and SQL."""
         parsed = parse_island(sql)
+        self._check_before_running(parsed)
         lines = []
         for cast in parsed.casts:
             lines.append(f"first: bdcast into {cast.engine} as {cast.name} (runs before "
@@ -183,6 +213,7 @@ class Polystore:
         (benchmarks use it to time every plan even where a rewrite makes them moot)."""
         if isinstance(parsed, str):
             parsed = parse_island(parsed)
+        self._check_sql(parsed.sql)
         tree = parse(parsed.sql, self.dialect)
         objects = self._objects(tree, parsed.island)
         engines = {name: self.catalog.engine(name)
@@ -192,7 +223,7 @@ class Polystore:
                 engines.setdefault(entry.name, entry)
         stats = self._stats(objects)
         read_only = frozenset(name for name, c in self._connectors.items()
-                              if isinstance(c, StreamingConnector) and c.owned)
+                              if isinstance(c, StreamingConnector) and c.read_only)
         inp = PlanningInput(tree, tuple(objects), engines, stats, read_only=read_only,
                             memory_budget_bytes=self.memory_budget_bytes)
         if rewrite:
@@ -277,15 +308,64 @@ class Polystore:
     def _connectors_for(self, plan: Plan) -> dict[str, Connector]:
         return {name: self.connector(name) for name in plan.engines() if name != ISLAND}
 
-    def _run_casts(self, parsed: IslandQuery) -> None:
+    def _check_before_running(self, parsed: IslandQuery) -> None:
+        """Every SQL part is a plain query and every cast has a plain name, before any cast
+        runs: a refused outer query must not leave an inner cast's table behind."""
         for cast in parsed.casts:
-            self._run_casts(cast.query)
+            self._check_before_running(cast.query)
+            cast_table(self.catalog.engine(self._island_engine(cast.engine)).kind, cast.name)
+        if parsed.call is None:
+            self._check_sql(parsed.sql)
+
+    def _check_sql(self, sql: str) -> None:
+        """``check_query``; SQL that does not parse is the ``QueryError`` that shows where."""
+        try:
+            check_query(sql, self.dialect)
+        except UncheckableQueryError:
+            parse(sql, self.dialect)
+            raise
+
+    def _run_casts(self, parsed: IslandQuery, replace: bool) -> None:
+        """Each cast, innermost first: its query's rows become a new table in the target
+        engine's scratch namespace, registered under the cast's name.
+
+        1. The name must be plain (no schema) and not name a catalog object that is not an
+           earlier cast (a user's table, a stream): ``ProtectedObjectError``.
+        2. If the scratch table exists, only ``replace`` lets the cast replace it
+           (``CastExistsError`` otherwise), checked before the query runs and again in the
+           transaction that creates the table.
+        3. The rows are stored (``mode="create"`` or ``"replace"``; connectors refuse any
+           table outside sstore's schemas), then the name is registered."""
+        for cast in parsed.casts:
+            self._run_casts(cast.query, replace)
+            target = self._island_engine(cast.engine)
+            connector = self.connector(target)
+            physical = cast_table(connector.kind, cast.name)
+            self._check_cast_target(cast, target, physical, replace)
             rows = (self._call_procedure(*cast.query.call) if cast.query.call is not None
                     else self._answer(cast.query))
-            target = self._island_engine(cast.engine)
-            self.connector(target).store(cast.name, rows, mode="replace")
-            self.catalog.register(cast.name, target, cast.name,
+            connector.store(physical, rows, mode="replace" if replace else "create")
+            self.catalog.register(cast.name, target, physical,
                                   {f.name: str(f.type) for f in rows.schema}, replace=True)
+
+    def _check_cast_target(self, cast: Cast, target: str, physical: str, replace: bool) -> None:
+        existing = self.catalog.find(cast.name)
+        if existing is not None:
+            others = [f for f in existing.fragments
+                      if not is_cast(self.catalog.engine(f.engine).kind, f.physical)]
+            if others:
+                where = ", ".join(f"{f.engine}:{f.physical}" for f in others)
+                raise ProtectedObjectError(
+                    f"bdcast: {cast.name!r} already names {where} in the catalog; a cast makes "
+                    f"a new object and never takes over an existing one: choose another name")
+        connector = self.connector(target)
+        if isinstance(connector, StreamingConnector) and connector.read_only:
+            connector.check_writable(physical)  # says why, before the cast's query runs
+        if not replace and connector.exists(physical):
+            raise CastExistsError(
+                f"bdcast: {physical} already exists in engine {target!r} (an earlier cast "
+                f"named {cast.name!r}); pass replace=True (sstore query --replace) to replace "
+                f"it, or choose another name")
 
     def _answer(self, parsed: IslandQuery) -> pa.Table:
         chosen = self._choose(self.plans(parsed), None)
@@ -307,7 +387,7 @@ class Polystore:
         """``bdstream(CALL p(v, ...))``: one row as one batch into ``p``'s input stream; the
         answer is ``p``'s output for that batch."""
         for connector in self._connectors.values():
-            if not isinstance(connector, StreamingConnector):
+            if not isinstance(connector, StreamingConnector) or connector.engine is None:
                 continue
             decl = connector.engine.graph.procedures.get(procedure)
             if decl is None:

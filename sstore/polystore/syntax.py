@@ -8,7 +8,8 @@
   dataflow and returns the procedure's output for that batch.
 - ``bdcast(QUERY, name, engine)`` (or BigDAWG's four-argument form ``bdcast(QUERY, name,
   'schema', island)``, whose schema text is not needed: Arrow carries the types): runs QUERY,
-  stores its rows in ``engine`` as ``name`` and registers ``name`` in the catalog. It may stand
+  stores its rows in ``engine`` as a new table in its scratch schema
+  (``sstore_scratch.name``, see ``scratch``) and registers ``name`` in the catalog. It may stand
   where a table name stands, so a later part of the query reads the cast result.
 
 The wrappers are not SQL, so they are found by a small scanner that knows quotes and

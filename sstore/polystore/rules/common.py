@@ -25,16 +25,17 @@ from sstore.polystore.sqltext import (
 MakeStep = Callable[[str, str, str, int, int], Step]
 
 
-def gather_fragments(inp: PlanningInput, make_step: MakeStep
+def gather_fragments(inp: PlanningInput, make_step: MakeStep, prefix: str = ""
                      ) -> tuple[list[Step], dict[str, exp.Expression]]:
-    """Bring every fragment to one place under its own name (``orders__0``, ``orders__1``):
-    the steps, and what each object becomes there (its parts' UNION ALL)."""
+    """Bring every fragment to one place under its own name (``orders__0``, ``orders__1``,
+    after ``prefix``: an engine's scratch namespace): the steps, and what each object becomes
+    there (its parts' UNION ALL)."""
     steps: list[Step] = []
     replacements: dict[str, exp.Expression] = {}
     for obj in inp.objects:
         parts = []
         for i, fragment in enumerate(obj.fragments):
-            name = f"{obj.name.replace('.', '_')}__{i}"
+            name = f"{prefix}{obj.name.replace('.', '_')}__{i}"
             select = read_fragment(inp, obj, fragment)
             steps.append(make_step(fragment.engine, to_sql(select, inp.dialect(fragment.engine)),
                                    name, inp.stats[fragment].rows, width(inp, obj)))
