@@ -14,33 +14,39 @@ import adbc_driver_postgresql.dbapi as adbc
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
 from migrators.errors import MigrationError, PostgresUnavailable
 from migrators.urls import parse
+from sstore import retry
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
+from sstore.retry import RetryPolicy
 from sstore.sql import ident, qualified
 
 
 def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,
-                  read_only: bool = True) -> pa.Table:
+                  read_only: bool = True, policy: RetryPolicy | None = None) -> pa.Table:
     """Run a query in PostgreSQL and return its rows as Arrow. Parameters are ``$1, $2, ...``.
 
     ``read_only`` (the default: every caller reads) runs it in a READ ONLY transaction, so SQL
     handed in from outside (``cross_system_query``, ``query=``) cannot write the warehouse;
-    the connection is closed without a commit either way."""
-    try:
+    the connection is closed without a commit either way. Transient failures (a server away
+    or restarting) are retried by ``policy`` through the one retry helper: reads are
+    idempotent."""
+    def attempt() -> pa.Table:
         con = adbc.connect(url)
-    except Exception as exc:  # ADBC raises its own OperationalError family
-        raise PostgresUnavailable(f"PostgreSQL at {parse(url).redacted()} is unreachable: "
-                                  f"{exc}") from exc
+        try:
+            return fetch_arrow(con, sql, params, read_only=read_only)
+        finally:
+            con.close()
+
     try:
-        return fetch_arrow(con, sql, params, read_only=read_only)
-    except adbc.OperationalError as exc:
-        raise PostgresUnavailable(str(exc)) from exc
+        return retry.call(attempt, policy or RetryPolicy(), "read from PostgreSQL")
+    except retry.GaveUp as exc:
+        raise PostgresUnavailable(f"PostgreSQL at {parse(url).redacted()}: {exc}") \
+            from exc.__cause__
     except adbc.Error as exc:
         raise MigrationError(f"query failed in PostgreSQL: {exc}") from exc
-    finally:
-        con.close()
 
 
 def fetch_arrow(con: Any, sql: str, params: Sequence[Any] = (), *,

@@ -21,10 +21,12 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from sstore import retry
 from sstore.engine import Engine
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.scratch import CastExistsError, ProtectedObjectError, check_owned
 from sstore.readonly import check_query
+from sstore.retry import Kind, RetryPolicy, kind_of
 from sstore.sql import ident, literal, qualified
 from sstore.statefile import StateFileReader
 
@@ -199,23 +201,29 @@ class PostgresConnector:
         from migrators.postgres_to_engine import fetch_arrow
         from migrators.urls import parse as parse_url
         check_query(sql, "postgres")
-        with self._adbc_lock:
-            for attempt in (1, 2):
-                try:
-                    if self._adbc is None:
-                        self._adbc = adbc.connect(self.url)
-                    table = fetch_arrow(self._adbc, sql, read_only=True)
-                    self._adbc.rollback()
-                    return table
-                except adbc.OperationalError as exc:
-                    self._close_adbc()
-                    if attempt == 2:
-                        raise PostgresUnavailable(
-                            f"PostgreSQL at {parse_url(self.url).redacted()}: {exc}") from exc
-                except adbc.Error as exc:
+
+        def attempt() -> pa.Table:
+            try:
+                if self._adbc is None:
+                    self._adbc = adbc.connect(self.url)
+                table = fetch_arrow(self._adbc, sql, read_only=True)
+                self._adbc.rollback()
+                return table
+            except adbc.Error as exc:
+                if kind_of(exc) is Kind.TRANSIENT:
+                    self._close_adbc()  # a fresh connection for the next attempt
+                else:
                     self._rollback_adbc()
-                    raise MigrationError(f"query failed in PostgreSQL: {exc}") from exc
-        raise AssertionError("unreachable")
+                raise
+
+        with self._adbc_lock:
+            try:
+                return retry.call(attempt, RetryPolicy(attempts=3), "polystore read")
+            except retry.GaveUp as exc:
+                raise PostgresUnavailable(f"PostgreSQL at {parse_url(self.url).redacted()}: "
+                                          f"{exc}") from exc.__cause__
+            except adbc.Error as exc:
+                raise MigrationError(f"query failed in PostgreSQL: {exc}") from exc
 
     def _rollback_adbc(self) -> None:
         try:
@@ -281,20 +289,26 @@ class PostgresConnector:
         import psycopg
 
         from migrators.postgres import connect
-        with self._lock:
-            for attempt in (1, 2):
-                if self._con is None or self._con.closed:
-                    self._con = connect(self.url)
-                    self._con.autocommit = True
-                    self._con.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-                try:
-                    cur = self._con.execute(sql, params or None)
-                    return cur.fetchall() if cur.description else []
-                except psycopg.OperationalError:
+
+        def attempt() -> list[tuple[Any, ...]]:
+            if self._con is None or self._con.closed:
+                self._con = connect(self.url)
+                self._con.autocommit = True
+                self._con.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            try:
+                cur = self._con.execute(sql, params or None)
+                return cur.fetchall() if cur.description else []
+            except psycopg.Error as exc:
+                if kind_of(exc) is Kind.TRANSIENT:
                     self._con.close()
-                    if attempt == 2:
-                        raise
-        return []
+                raise
+
+        with self._lock:
+            try:
+                return retry.call(attempt, RetryPolicy(attempts=3), "polystore planning question")
+            except retry.GaveUp as exc:
+                from migrators.errors import PostgresUnavailable
+                raise PostgresUnavailable(str(exc)) from exc.__cause__
 
     def row_count(self, physical: str) -> int:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
