@@ -37,6 +37,7 @@ from sstore.cli_format import (
 from sstore.engine import Engine
 from sstore.errors import SStoreError
 from sstore.statefile import explain, file_status, query_file
+from sstore.stopping import command_stops
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -83,15 +84,20 @@ def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_eve
     too many votes from one phone, removed contestant), counted, the lowest contestant is
     removed every --remove-every valid votes, and a trending leaderboard follows the last
     --window valid votes.
+
+    Ctrl-C (SIGINT) or SIGTERM stops it cleanly: the transaction in flight rolls back, nothing
+    is recorded as an error, and it exits with status 130 (143 for SIGTERM); run the same
+    command again with --state to resume.
     """
     # Workloads load on demand, so that `sstore --help` and `status` never pay for them.
     from sstore.workloads.voter import declare, generate_votes, leaderboard, run_voter
 
     console = Console(highlight=False)
-    with _state_path(state) as path:
+    with command_stops() as stop, _state_path(state) as path:
         console.print(f"Voter demo: {n_votes:,} votes in batches of {batch_size:,} "
                       f"(seed {seed}), state in {path if state else 'a temporary file'}")
         votes = generate_votes(n_votes, seed=seed)
+        stop.check()
         try:
             with Engine(path) as engine:
                 declare(engine, remove_every=remove_every, window_rows=window_rows)
@@ -107,10 +113,6 @@ def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_eve
             raise click.ClickException(str(exc)) from None
         except duckdb.Error as exc:
             raise click.ClickException(f"{path}: {exc}") from None
-        except KeyboardInterrupt:
-            hint = " Run the same command again to resume." if state else ""
-            raise click.ClickException(f"interrupted; every committed batch is safe.{hint}") \
-                from None
     if state:
         console.print(f"Inspect the state file:\n  sstore status {path}\n"
                       f"  sstore query {path} \"SELECT * FROM vote_totals\"", soft_wrap=True)
@@ -134,6 +136,36 @@ def status_command(state: str, as_json: bool) -> None:
         click.echo(to_json(status.to_dict()))
     else:
         Console(highlight=False).print(status_view(status))
+
+
+@main.command(name="resume", context_settings=CONTEXT)
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.argument("procedure")
+def resume_command(state: str, procedure: str) -> None:
+    """Let a halted procedure run again: its program's next start retries the failed batch.
+
+    A procedure halted by an error stays halted in STATE across restarts, so that a fix can
+    be made first. This deletes the halt; the program that owns STATE then runs PROCEDURE
+    again from the batch that failed. STATE must not be open in another process.
+    """
+    if not os.path.exists(state):
+        raise click.ClickException(f"no state file at {state}")
+    try:
+        with Engine.open_existing(state) as engine:
+            known = sorted(engine.graph.procedures)
+            if procedure not in known:
+                raise click.ClickException(f"{state} has no procedure {procedure!r}; its "
+                                           f"procedures: {', '.join(known) or 'none'}")
+            halted = {p.name: p.halted for p in engine.status().procedures}.get(procedure)
+            if not engine.resume(procedure):
+                click.echo(f"procedure {procedure!r} is not halted; nothing to resume")
+                return
+    except duckdb.Error as exc:
+        raise click.ClickException(str(explain(state, exc))) from None
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"resumed {procedure!r} (was halted at {halted}); its program runs it again "
+               f"on its next start")
 
 
 @main.command(name="query", context_settings=CONTEXT)
