@@ -15,7 +15,10 @@ from sstore.workloads.tpcdi.audit_cli import audit_command
 from sstore.workloads.tpcdi.generator.cli import generate_command
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -84,24 +87,13 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
     """``run_command``'s work, inside its clean-stop block."""
     import os
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from sstore.errors import SStoreError
     from sstore.workloads.tpcdi.warehouse import create_warehouse
 
     try:
         create_warehouse(url, schema)
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                      TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
-                      console=console) as bar:
-            tasks: dict[str, int] = {}
-
-            def progress(phase: str, done: int, total: int) -> None:
-                stop.check()
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total)
-                bar.update(tasks[phase], completed=done, total=total)
-
+        with _phase_bar(console) as bar:
+            progress = _phase_progress(bar, stop)
             if mode == "streaming":
                 from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
                 run = StreamingDimTrade(data_dir, url,
@@ -151,7 +143,6 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
 
     from rich.console import Console
     from rich.panel import Panel
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from sstore.cli_format import arrow_table
@@ -171,16 +162,8 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
     with command_stops() as stop:
         stop.on_stop(_cancel_spark_jobs)
         try:
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                          TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
-                          console=console, transient=False) as bar:
-                tasks: dict[str, int] = {}
-
-                def progress(phase: str, done: int, total: int) -> None:
-                    stop.check()
-                    if phase not in tasks:
-                        tasks[phase] = bar.add_task(phase, total=total)
-                    bar.update(tasks[phase], completed=done, total=total)
+            with _phase_bar(console) as bar:
+                progress = _phase_progress(bar, stop)
 
                 def say(message: str) -> None:
                     stop.check()
@@ -202,6 +185,29 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
                   "[bold red]audit: some checks failed[/]")
     if not ok:
         click.get_current_context().exit(1)
+
+
+def _phase_bar(console: Console) -> Progress:
+    """One bar per phase of a run, with counts and the time taken."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                    TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
+                    console=console, transient=False)
+
+
+def _phase_progress(bar: Progress, stop: StopSignal) -> Callable[[str, int, int], None]:
+    """The ``progress(phase, done, total)`` callback of a run: moves ``bar``, and ends the
+    run there (``Stopped``) once a stop was requested."""
+    tasks: dict[str, TaskID] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        stop.check()
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(phase, total=total)
+        bar.update(tasks[phase], completed=done, total=total)
+
+    return progress
 
 
 def _cancel_spark_jobs() -> None:

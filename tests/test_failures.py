@@ -64,22 +64,6 @@ def test_exception_rolls_back_everything_and_halts(state_path: str) -> None:
     assert status_of_file(state_path).errors[0]["batch_id"] == 2
 
 
-def test_halted_procedure_continues_after_fix_restart_and_resume(state_path: str) -> None:
-    engine = Engine(state_path)
-    chain(engine, fail_on={2})
-    for x in (1, 2, 3):
-        engine.ingest("inp", [(x,)])
-    engine.run_until_idle()
-    engine.close()
-    engine = Engine(state_path)
-    chain(engine, fail_on=set())  # the fixed program
-    engine.resume("first")  # a halt lasts until resumed
-    assert engine.run_until_idle() == 4
-    assert outputs(engine) == [(1, 20), (2, 30), (3, 40)]
-    assert engine.query("SELECT count(*) AS n FROM seen").column("n")[0].as_py() == 3
-    engine.close()
-
-
 def test_dead_letter_keeps_the_batch_and_moves_on(engine: Engine) -> None:
     chain(engine, fail_on={2}, on_error="dead_letter")
     for x in (1, 2, 3):

@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -63,6 +64,32 @@ def never_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tu
     return voter_state(path)
 
 
+def stop_when_ready(proc: subprocess.Popen[str], ready: Callable[[], None], signum: int
+                    ) -> tuple[str, str, float]:
+    """Once ``ready()`` returns, send ``signum``; the process's stdout, stderr and how many
+    seconds it took to exit (killed after 30 s, so that a test never hangs)."""
+    try:
+        ready()
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        return out, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def first_line_then_wait(proc: subprocess.Popen[str], expected: str) -> Callable[[], None]:
+    """A ``ready`` for ``stop_when_ready``: the program printed ``expected`` first; then half
+    a second more (its long statement is running)."""
+    def ready() -> None:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == expected, proc.communicate()
+        time.sleep(0.5)
+    return ready
+
+
 def wait_for_commits(path: str, proc: subprocess.Popen[str], min_bytes: int = 300_000) -> None:
     """Until the state file's WAL has grown past what the declarations write alone (some
     batches have committed)."""
@@ -82,16 +109,7 @@ def test_a_signal_stops_the_demo_cleanly_and_a_rerun_resumes_exactly_once(
     path = str(tmp_path / "voter.duckdb")
     proc = subprocess.Popen([sys.executable, "-m", "sstore.cli", *DEMO, "--state", path],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
-    try:
-        wait_for_commits(path, proc)
-        proc.send_signal(signum)
-        sent = time.monotonic()
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err, took = stop_when_ready(proc, lambda: wait_for_commits(path, proc), signum)
     assert took < 2.0, f"took {took:.1f} s to stop"
     assert proc.returncode == status, out + err
     assert STOPPED in err and "Traceback" not in err + out, out + err
@@ -147,18 +165,8 @@ def test_a_service_stops_on_sigterm(tmp_path: Path) -> None:
     script.write_text(SERVICE)
     proc = subprocess.Popen([sys.executable, str(script), path], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env())
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().split() == ["committed", "add_up", "1"]
-        time.sleep(0.5)  # batch 2's statement is running
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err, took = stop_when_ready(proc, first_line_then_wait(proc, "committed add_up 1\n"),
+                                     signal.SIGTERM)
     assert took < 2.0 and proc.returncode == 0, err
     assert "served until stopped" in out and "Traceback" not in err
     status = status_of_file(path)
@@ -195,16 +203,8 @@ def test_ctrl_c_without_a_handler_is_no_failure(tmp_path: Path) -> None:
     """))
     proc = subprocess.Popen([sys.executable, str(script), path], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env())
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == "running\n", proc.communicate()
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err, _took = stop_when_ready(proc, first_line_then_wait(proc, "running\n"),
+                                      signal.SIGINT)
     assert "KeyboardInterrupt" in out and "halted: [None]" in out, out + err
     con = duckdb.connect(path, read_only=True)
     try:
@@ -314,18 +314,8 @@ def test_a_stopped_program_with_a_sink_loses_and_repeats_nothing(tmp_path: Path,
     script.write_text(SINK)
     proc = subprocess.Popen([sys.executable, str(script), state, pg_url, "100000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == "running\n", proc.communicate()
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err, took = stop_when_ready(proc, first_line_then_wait(proc, "running\n"),
+                                     signal.SIGINT)
     assert took < 2.0 and proc.returncode == 130, err
     assert STOPPED in err and "done" not in out and "Traceback" not in err
 
