@@ -44,7 +44,7 @@ def test_help_reads_well_from_the_installed_script() -> None:
 def test_each_command_has_help() -> None:
     runner = CliRunner()
     for command, words in (("demo", "--batch-size"), ("status", "--json"),
-                           ("query", "--format")):
+                           ("query", "--format"), ("resume", "PROCEDURE")):
         result = runner.invoke(main, [command, "--help"])
         assert result.exit_code == 0 and words in result.output
     assert "0.1.0" in runner.invoke(main, ["--version"]).output
