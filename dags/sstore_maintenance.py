@@ -18,6 +18,7 @@ from typing import Any
 from airflow.sdk import Param, dag, get_current_context, task
 
 from sstore import maintenance
+from sstore.airflow_errors import TASK_DEFAULTS, airflow_errors
 from sstore.workloads.tpcdi import orchestration as etl
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ def settings() -> tuple[etl.Settings, list[maintenance.StreamTarget]]:
 
 @dag(dag_id="sstore_maintenance", schedule=dt.timedelta(minutes=10),
      start_date=dt.datetime(2025, 1, 1, tzinfo=dt.UTC), catchup=False, max_active_runs=1,
-     dagrun_timeout=dt.timedelta(minutes=9), tags=["sstore"], doc_md=__doc__,
+     dagrun_timeout=dt.timedelta(minutes=9), default_args=TASK_DEFAULTS, tags=["sstore"],
+     doc_md=__doc__,
      params={**{name: Param(**etl.PARAMS[name]) for name in PARAMS},
              "targets": Param(None, type=["null", "array"],
                               description='Streams to move, e.g. [{"stream": "s", "table": '
@@ -41,12 +43,14 @@ def settings() -> tuple[etl.Settings, list[maintenance.StreamTarget]]:
                                           "empty: the TPC-DI sinks of schema.")})
 def sstore_maintenance() -> None:
     @task
+    @airflow_errors
     def migrate_streams() -> dict[str, Any]:
         """Move every committed batch the targets lack."""
         config, targets = settings()
         return maintenance.migrate_streams(config.state, config.url, targets).to_dict()
 
     @task
+    @airflow_errors
     def report_status() -> dict[str, Any]:
         """Engine status and, per target, the lag of PostgreSQL."""
         config, targets = settings()

@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+from sstore.airflow_errors import TASK_DEFAULTS, airflow_errors
 from sstore.workloads.tpcdi import orchestration as etl
 
 PARAMS = ("data_dir", "schema", "postgres_conn_id", "spark_master", "state_path", "batch_size")
@@ -29,25 +30,30 @@ def settings() -> etl.Settings:
 
 
 @dag(dag_id="tpcdi_incremental", schedule=None, start_date=dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
-     catchup=False, max_active_runs=1, tags=["sstore", "tpcdi"], doc_md=__doc__,
+     catchup=False, max_active_runs=1, default_args=TASK_DEFAULTS, tags=["sstore", "tpcdi"],
+     doc_md=__doc__,
      params={name: Param(**etl.PARAMS[name]) for name in PARAMS})
 def tpcdi_incremental() -> None:
     @task
+    @airflow_errors
     def locate_batches() -> list[int]:
         """The incremental batch numbers of the data set."""
         return etl.incremental_batches(settings())
 
     @task
+    @airflow_errors
     def stream_batches(batches: list[int]) -> list[dict[str, Any]]:
         """Dimension changes, then trades through the engine, batch by batch."""
         return etl.stream_batches(settings(), batches)
 
     @task
+    @airflow_errors
     def migrate_streams() -> dict[str, Any]:
         """Move what the engine's output streams hold that the warehouse lacks."""
         return etl.migrate(settings())
 
     @task
+    @airflow_errors
     def audit() -> dict[str, Any]:
         """The DimTrade audit of the batches loaded; fails the run if a check fails."""
         return etl.audit(settings())

@@ -185,6 +185,11 @@ class StreamToPostgres:
     def start(self) -> int:
         """Step 2 of the module docstring; returns the batch the sink continues after."""
         engine = self.engine
+        halted = engine.consumer_halt(self.consumer)
+        if halted is not None:
+            raise MigrationError(f"sink {self.stream} -> {self.table} ({self.consumer}) is "
+                                 f"halted since {halted}; fix the cause, then resume it: "
+                                 f"sstore resume STATE {self.consumer} (or Engine.resume)")
         if not engine.graph.is_stream(self.stream):
             raise MigrationError(f"no stream {self.stream!r} in this engine; streams: "
                                  f"{sorted(engine.graph.streams)}")
@@ -427,11 +432,12 @@ class StreamToPostgres:
                 return
 
     def _halt(self, exc: BaseException) -> None:
-        """A terminal error: stop feeding, record it where ``status`` shows it."""
+        """A terminal error: stop feeding, record the error and the halt in the engine
+        (``status`` shows them; the halt lasts until ``sstore resume``)."""
         self.last_error = self.halted = f"{type(exc).__name__}: {first_line(exc)}"
         log.error("sink %s -> %s halted: %s", self.stream, self.table, self.halted)
         try:
-            self.engine.record_error(self.consumer, self._after or 0, "halt", self.halted)
+            self.engine.halt_consumer(self.consumer, self._after or 0, self.halted)
         except SStoreError as also:  # the engine is closing: the log line above remains
             log.error("could not record the sink's halt: %s", also)
 

@@ -126,14 +126,15 @@ def consumers_view(consumers: Sequence[ConsumerStatus]) -> RenderableType:
     table = Table(title="Consumers (the engine keeps their batches until acknowledged)",
                   **TABLE_STYLE)  # type: ignore[arg-type]
     for name, justify in (("consumer", "left"), ("stream", "left"), ("acknowledged", "right"),
-                          ("waiting", "right"), ("accepted gaps", "left")):
+                          ("waiting", "right"), ("accepted gaps", "left"), ("state", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in consumers:
         gaps = ", ".join(f"{g['first_batch']}..{g['last_batch']}" for g in c.gaps)
+        state = Text(f"halted: {c.halted}", style="red") if c.halted else Text("ok", "green")
         table.add_row(c.consumer, c.stream, str(c.acknowledged),
                       f"{c.pending_batches:,} batches" + (f" from {c.pending_from}"
                                                           if c.pending_from else ""),
-                      Text(gaps, style="yellow") if gaps else "")
+                      Text(gaps, style="yellow") if gaps else "", state)
     return table
 
 

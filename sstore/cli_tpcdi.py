@@ -6,10 +6,19 @@ is only attached here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
+from sstore.stopping import StopSignal, command_stops
 from sstore.workloads.tpcdi.audit_cli import audit_command
 from sstore.workloads.tpcdi.generator.cli import generate_command
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -50,43 +59,18 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
     time order, and the Batch2/Batch3 CDC rows, through five stored procedures (S-Store's
     split), moving results into PostgreSQL with the exactly-once migrator. Spark mode does the
     same work as bulk Spark jobs. Both give identical dimtrade and dimessages tables.
-    """
-    import os
 
+    Ctrl-C (SIGINT) or SIGTERM stops it cleanly (exit status 130 or 143): the engine's
+    transaction in flight and running Spark jobs are cancelled and roll back, the sinks finish
+    the chunk they are moving; run the same command again to resume.
+    """
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from sstore.errors import SStoreError
-    from sstore.workloads.tpcdi.warehouse import create_warehouse
-
     console = Console(highlight=False)
-    try:
-        create_warehouse(url, schema)
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                      TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
-                      console=console) as bar:
-            tasks: dict[str, int] = {}
-
-            def progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total)
-                bar.update(tasks[phase], completed=done, total=total)
-
-            if mode == "streaming":
-                from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
-                run = StreamingDimTrade(data_dir, url,
-                                        state or os.path.join(data_dir, "STATE.duckdb"),
-                                        schema, batch_size, progress)
-                try:
-                    report = run.run()
-                finally:
-                    run.close()
-            else:
-                from sstore.workloads.tpcdi.spark_pipeline import run_spark
-                report = run_spark(data_dir, url, schema, progress)
-    except SStoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    with command_stops() as stop:
+        stop.on_stop(_cancel_spark_jobs)
+        report = _run(stop, console, data_dir, url, mode, batch_size, schema, state)
     table = Table(title=f"TPC-DI DimTrade, {mode} mode")
     table.add_column("phase")
     table.add_column("seconds", justify="right")
@@ -96,6 +80,39 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
     console.print(table)
     console.print(f"Check it: sstore tpcdi audit --postgres URL --schema {schema} "
                   f"--input {data_dir}", soft_wrap=True)
+
+
+def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
+         batch_size: int, schema: str, state: str | None) -> Any:
+    """``run_command``'s work, inside its clean-stop block."""
+    import os
+
+    from sstore.errors import SStoreError
+    from sstore.workloads.tpcdi.warehouse import create_warehouse
+
+    try:
+        create_warehouse(url, schema)
+        with _phase_bar(console) as bar:
+            progress = _phase_progress(bar, stop)
+            if mode == "streaming":
+                from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
+                run = StreamingDimTrade(data_dir, url,
+                                        state or os.path.join(data_dir, "STATE.duckdb"),
+                                        schema, batch_size, progress)
+                try:
+                    report = run.run()
+                    status = run.engine.status()
+                    if status.halted():
+                        raise click.ClickException(f"the DimTrade dataflow halted: "
+                                                   f"{status.halt_report()}")
+                finally:
+                    run.close()
+            else:
+                from sstore.workloads.tpcdi.spark_pipeline import run_spark
+                report = run_spark(data_dir, url, schema, progress)
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    return report
 
 
 @tpcdi.command(name="demo", context_settings=CONTEXT)
@@ -119,12 +136,13 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
     five stored procedures into PostgreSQL, streams Batch3 but keeps it in the engine, asks
     two cross-island queries (a UNION over a split object, a join across engines), migrates
     Batch3 and runs the TPC-DI audit. A few minutes at the default scale factor.
+
+    Ctrl-C (SIGINT) or SIGTERM stops it cleanly (exit status 130 or 143).
     """
     import warnings
 
     from rich.console import Console
     from rich.panel import Panel
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from sstore.cli_format import arrow_table
@@ -141,24 +159,20 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
         console.print(f"  plan: {q.plan}; answered in {q.seconds * 1000:.0f} ms")
         console.print(arrow_table(q.rows))
 
-    try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                      TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
-                      console=console, transient=False) as bar:
-            tasks: dict[str, int] = {}
+    with command_stops() as stop:
+        stop.on_stop(_cancel_spark_jobs)
+        try:
+            with _phase_bar(console) as bar:
+                progress = _phase_progress(bar, stop)
 
-            def progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total)
-                bar.update(tasks[phase], completed=done, total=total)
+                def say(message: str) -> None:
+                    stop.check()
+                    bar.console.print(f"[bold cyan]>[/] {message}")
 
-            def say(message: str) -> None:
-                bar.console.print(f"[bold cyan]>[/] {message}")
-
-            report = run_demo(url, workdir, scale_factor, batch_size, schema, progress, say,
-                              show=lambda q: bar.console.print() or show(q))
-    except SStoreError as exc:
-        raise click.ClickException(str(exc)) from None
+                report = run_demo(url, workdir, scale_factor, batch_size, schema, progress,
+                                  say, show=lambda q: bar.console.print() or show(q))
+        except SStoreError as exc:
+            raise click.ClickException(str(exc)) from None
     console.print(report_table(report.audit))  # type: ignore[arg-type]
     table = Table(title="where the time went")
     table.add_column("phase")
@@ -171,3 +185,43 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
                   "[bold red]audit: some checks failed[/]")
     if not ok:
         click.get_current_context().exit(1)
+
+
+def _phase_bar(console: Console) -> Progress:
+    """One bar per phase of a run, with counts and the time taken."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                    TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
+                    console=console, transient=False)
+
+
+def _phase_progress(bar: Progress, stop: StopSignal) -> Callable[[str, int, int], None]:
+    """The ``progress(phase, done, total)`` callback of a run: moves ``bar``, and ends the
+    run there (``Stopped``) once a stop was requested."""
+    tasks: dict[str, TaskID] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        stop.check()
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(phase, total=total)
+        bar.update(tasks[phase], completed=done, total=total)
+
+    return progress
+
+
+def _cancel_spark_jobs() -> None:
+    """On a stop: end the process's Spark, if it was started at all. Cancelling the running
+    jobs is not enough: a dimension build runs one job after another, and the next one would
+    start. The driver's call raises and the load rolls back: the dimension and trade loads
+    write PostgreSQL in one transaction each."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is not None:
+        context.cancelAllJobs()
+        context.stop()

@@ -42,6 +42,7 @@ class ConsumerStatus:
     pending_batches: int
     pending_from: int | None
     gaps: list[dict[str, object]] = field(default_factory=list)
+    halted: str | None = None
 
 
 def hold(con: duckdb.DuckDBPyConnection, ledger: Ledger, stream: str, consumer: str) -> bool:
@@ -118,16 +119,19 @@ def drop(con: duckdb.DuckDBPyConnection, ledger: Ledger, stream: str, consumer: 
 
 
 def list_consumers(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> list[ConsumerStatus]:
-    """Every hold, with how far its consumer is and the gaps it accepted."""
+    """Every hold, with how far its consumer is, the gaps it accepted and its halt."""
     return describe(ledger.holders, lambda c: ledger.progress.get(c, 0),
-                    lambda s: ledger.node_batches(s).ids, systables.load_gaps(con))
+                    lambda s: ledger.node_batches(s).ids, systables.load_gaps(con),
+                    systables.load_halts(con))
 
 
 def describe(holders: Mapping[str, Iterable[str]], acknowledged: Callable[[str], int],
              batch_ids: Callable[[str], Sequence[int]],
-             gaps: Iterable[tuple[str, str, int, int, str]]) -> list[ConsumerStatus]:
+             gaps: Iterable[tuple[str, str, int, int, str]],
+             halts: Mapping[str, tuple[int, str]]) -> list[ConsumerStatus]:
     """``ConsumerStatus`` rows from the holds, the acknowledgements, the retained batch-ids
-    of each stream and the accepted gaps (from a live ledger, or from a bare state file)."""
+    of each stream, the accepted gaps and the halts (from a live ledger, or from a bare state
+    file)."""
     accepted: dict[tuple[str, str], list[dict[str, object]]] = {}
     for consumer, stream, first, last, at in gaps:
         accepted.setdefault((consumer, stream), []).append(
@@ -138,7 +142,9 @@ def describe(holders: Mapping[str, Iterable[str]], acknowledged: Callable[[str],
         for consumer in sorted(holders[stream]):
             acked = acknowledged(consumer)
             waiting = [b for b in ids if b > acked]
+            halt = halts.get(consumer)
             out.append(ConsumerStatus(stream, consumer, acked, len(waiting),
                                       waiting[0] if waiting else None,
-                                      accepted.get((consumer, stream), [])))
+                                      accepted.get((consumer, stream), []),
+                                      None if halt is None else systables.halt_text(*halt)))
     return out

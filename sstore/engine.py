@@ -34,6 +34,7 @@ from sstore.executor import run_te
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
 from sstore.inputlog import InputLog, LogRecord
+from sstore.interrupts import Interrupts, Stopped
 from sstore.ledger import Ledger
 from sstore.readonly import check_query
 from sstore.rows import RowsLike
@@ -92,6 +93,7 @@ class Engine:
         self._foreign = False
         self._observers: list[Callable[[CommitEvent], None]] = []
         self._declared_consumers: list[tuple[str, str]] = []
+        self._interrupts = Interrupts()
 
     def _identity(self) -> str:
         """This state's UUID (``sstore_sys.identity``), made when the state is first created.
@@ -130,7 +132,8 @@ class Engine:
             elif kind == "procedure":
                 engine._graph.procedures[name] = ProcedureDecl(
                     name, _foreign_procedure, tuple(spec["inputs"]), tuple(spec["outputs"]),
-                    ErrorPolicy(spec["on_error"]), spec["retries"])
+                    ErrorPolicy(spec["on_error"]), spec["retries"],
+                    timeout=spec.get("timeout"))
             elif kind == "trigger":
                 engine._graph.add_trigger(TriggerDecl(spec["target"], spec["sql"]))
         return engine
@@ -201,13 +204,18 @@ class Engine:
 
     def procedure(self, input: str | Sequence[str], output: str | Sequence[str] = (), *,
                   name: str | None = None, on_error: str | ErrorPolicy = ErrorPolicy.HALT,
-                  retries: int = 2) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                  retries: int = 2, timeout: float | None = None
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a stored procedure: ``fn(tx, batch)`` runs once per batch as one transaction.
 
         ``batch`` is the input batch as an Arrow table (and the SQL relation ``batch``); with
         several inputs it is a dict of tables (relations ``<input>_batch``). What ``fn`` returns
         becomes batch b of the output stream (a dict of stream to rows with several outputs).
-        ``on_error``: "halt" (default) or "dead_letter"; ``retries`` applies to transient errors.
+        ``on_error``: "halt" (default) or "dead_letter"; ``retries``: how often a transient
+        error is tried again. ``timeout``: seconds one execution may run; past it, the
+        execution is interrupted (its SQL statement and its Python code), rolled back, and
+        ``on_error`` applies. None (the default): no limit, so a procedure that never returns
+        holds the engine (every stream, ``status()``) until the process ends.
         """
         self._declaring()
         inputs = (input,) if isinstance(input, str) else tuple(input)
@@ -216,7 +224,7 @@ class Engine:
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             self._graph.add_procedure(ProcedureDecl(
                 name or fn.__name__, fn, inputs, outputs, ErrorPolicy(on_error), retries,
-                doc=(fn.__doc__ or "").strip().split("\n")[0]))
+                doc=(fn.__doc__ or "").strip().split("\n")[0], timeout=timeout))
             return fn
 
         return register
@@ -250,6 +258,11 @@ class Engine:
         rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
                      self._lock, threading.Condition(self._lock), self._input_log)
         rt.observers = self._observers  # shared: observers added later are seen too
+        rt.interrupts = self._interrupts
+        systables.create_halts(con)
+        for name, (batch_id, error) in systables.load_halts(con).items():
+            if name in graph.procedures:  # halted until resumed, across restarts
+                rt.scheduler.halted[name] = systables.halt_text(batch_id, error)
         for node, batch_id, table in _latest_rows(store, ledger, graph):
             rt.latest[node] = (batch_id, table)
         if self._foreign:
@@ -346,7 +359,10 @@ class Engine:
 
     # ------------------------------------------------------------------ running
     def _run_one(self, rt: Runtime) -> bool:
-        """Run the next transaction execution, if any. Caller holds the lock."""
+        """Run the next transaction execution, if any. Caller holds the lock. Raises
+        ``Stopped`` instead when a stop was requested (``interrupt``)."""
+        if rt.interrupts.stopping():
+            raise Stopped("stopped between transaction executions")
         nxt = rt.scheduler.next()
         if nxt is None:
             return False
@@ -359,37 +375,123 @@ class Engine:
 
     def run_until_idle(self, max_executions: int | None = None) -> int:
         """Run pending transaction executions in order until none is runnable; return how many
-        ran (committed or dead-lettered). A halted procedure stops only itself and downstream."""
+        ran (committed or dead-lettered). A halted procedure stops only itself and downstream.
+
+        Raises ``Stopped`` when ``interrupt()`` (or ``sstore.stopping`` on a signal) asked the
+        engine to stop: the execution in flight rolled back, nothing was recorded as an error.
+        One request, one ``Stopped``: a later call runs again (unless the whole process is
+        stopping)."""
         rt = self._runtime()
         done = 0
-        while max_executions is None or done < max_executions:
-            with rt.lock:
-                before = rt.te_seq
-                if not self._run_one(rt):
-                    break
-                done += rt.te_seq - before
-            rt.subscribers.publish(rt.take_outbox())
+        try:
+            while max_executions is None or done < max_executions:
+                with rt.lock:
+                    before = rt.te_seq
+                    if not self._run_one(rt):
+                        break
+                    done += rt.te_seq - before
+                rt.subscribers.publish(rt.take_outbox())
+        except Stopped:
+            self._interrupts.stop_requested.clear()
+            rt.subscribers.publish(rt.take_outbox())  # what committed before the stop
+            raise
         with rt.lock:
             if rt.since_gc >= self.gc_every:
                 gc.collect(rt)
         return done
 
     def run(self, stop: threading.Event, poll_seconds: float = 0.2) -> None:
-        """Serve: run transaction executions as batches arrive until ``stop`` is set."""
-        rt = self._runtime()
-        while not stop.is_set():
-            self.run_until_idle()
-            with rt.lock:
-                if rt.scheduler.next() is None:
-                    if rt.since_gc:
-                        gc.collect(rt)  # idle: a good moment to tidy up
-                    rt.wakeup.wait(poll_seconds)
+        """Serve: run transaction executions as batches arrive until ``stop`` is set.
 
-    def resume(self, procedure: str) -> None:
-        """Let a halted procedure try its failing batch again."""
+        Setting ``stop`` interrupts the execution in flight (it rolls back and runs again next
+        time; no error, no halt) and ``run`` returns. ``interrupt()`` and ``sstore.stopping``
+        end it the same way."""
+        rt = self._runtime()
+        served = threading.Event()
+        relay = threading.Thread(target=self._relay_stop, args=(stop, served, poll_seconds),
+                                 daemon=True, name="sstore-stop-relay")
+        relay.start()
+        try:
+            while not stop.is_set():
+                self.run_until_idle()
+                with rt.lock:
+                    if rt.scheduler.next() is None and not rt.interrupts.stopping():
+                        if rt.since_gc:
+                            gc.collect(rt)  # idle: a good moment to tidy up
+                        rt.wakeup.wait(poll_seconds)
+        except Stopped:
+            pass  # asked to stop (``stop``, ``interrupt()``, a signal): serving ends
+        finally:
+            served.set()
+            relay.join()
+            self._interrupts.stop_requested.clear()
+
+    def _relay_stop(self, stop: threading.Event, served: threading.Event,
+                    poll_seconds: float) -> None:
+        """``run``'s helper: turn ``stop`` being set into ``interrupt()``."""
+        while not served.is_set():
+            if stop.wait(poll_seconds):
+                if not served.is_set():
+                    self.interrupt()
+                return
+
+    def interrupt(self) -> None:
+        """Ask the engine to stop, from any thread (a signal handler should call it from a
+        helper thread, as ``sstore.stopping`` does).
+
+        The transaction execution in flight is interrupted (its DuckDB statement and its
+        Python code) and rolls back, unless it is already committing; ``run_until_idle``
+        raises ``Stopped`` and ``run`` returns. Nothing is recorded: no error, no halt. Ingests,
+        queries and ad hoc transactions in flight are not interrupted (they are short)."""
+        self._interrupts.request_stop()
+        rt = self._rt
+        if rt is not None and rt.wakeup.acquire(blocking=False):  # never wait for the lock
+            try:
+                rt.wakeup.notify_all()  # an idle ``run`` returns now, not after its poll
+            finally:
+                rt.wakeup.release()
+
+    def resume(self, procedure: str) -> bool:
+        """Let a halted procedure, or a halted consumer (a sink), try its failing batch again:
+        its halt is deleted from the state file (a halt lasts across restarts until resumed).
+        False if it was not halted; ``DeclarationError`` if there is no such procedure or
+        consumer."""
+        rt = self._runtime()
+        consumers_known = {c for holders in rt.ledger.holders.values() for c in holders}
+        if procedure not in rt.graph.procedures and procedure not in consumers_known:
+            raise DeclarationError(
+                f"no procedure or consumer {procedure!r}; procedures: "
+                f"{', '.join(sorted(rt.graph.procedures)) or 'none'}; consumers: "
+                f"{', '.join(sorted(consumers_known)) or 'none'}")
+        with rt.lock:
+            cleared = systables.clear_halt(rt.con, procedure)
+            was = rt.scheduler.halted.pop(procedure, None)
+            if self._foreign and procedure in rt.graph.procedures:
+                rt.scheduler.halted[procedure] = FOREIGN  # its program runs it, not this one
+                was = None
+        return cleared or was is not None
+
+    def halt_consumer(self, consumer: str, batch_id: int, message: str) -> None:
+        """Record that ``consumer`` (a sink) stopped on a terminal error after ``batch_id``:
+        the error and a halt, in one transaction. The halt lasts across restarts until
+        ``resume`` (``sstore resume STATE CONSUMER``); ``status`` shows it."""
         rt = self._runtime()
         with rt.lock:
-            rt.scheduler.halted.pop(procedure, None)
+            rt.con.begin()
+            try:
+                systables.record_error(rt.con, consumer, batch_id, "halt", message)
+                systables.record_halt(rt.con, consumer, batch_id, message)
+                rt.con.commit()
+            except BaseException:
+                rt.con.rollback()
+                raise
+
+    def consumer_halt(self, consumer: str) -> str | None:
+        """Why ``consumer`` is halted ("batch N: error"), or None."""
+        rt = self._runtime()
+        with rt.lock:
+            halt = systables.load_halts(rt.con).get(consumer)
+        return None if halt is None else systables.halt_text(*halt)
 
     def collect_garbage(self) -> int:
         rt = self._runtime()
@@ -564,13 +666,6 @@ class Engine:
         with rt.lock:
             consumers.rewind(rt.con, rt.ledger, consumer, batch_id)
 
-    def record_error(self, node: str, batch_id: int, action: str, message: str) -> None:
-        """Record a failure of something that works on this engine's streams from outside
-        (a sink that halted): ``status`` lists it with the procedures' errors."""
-        rt = self._runtime()
-        with rt.lock:
-            systables.record_error(rt.con, node, batch_id, action, message)
-
     def collected_through(self, stream: str) -> int:
         """The highest batch-id of ``stream`` that garbage collection has removed (0: none)."""
         rt = self._runtime()
@@ -668,6 +763,7 @@ class Engine:
     def close(self) -> None:
         if self._closed:
             return
+        self._interrupts.close()
         with self._lock:
             self._closed = True
             if self._input_log is not None:

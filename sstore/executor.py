@@ -17,8 +17,11 @@ Commit protocol of a TE (procedure P, batch b):
 A crash before step 7 leaves no trace: P runs b again after restart. A crash after step 7 is
 recovered from the commit records: P does not run b again. That is exactly-once.
 
-On an exception: ROLLBACK; a ``TransientError`` is retried with backoff up to P's ``retries``;
-any other error (or the last retry) applies P's error policy (see ``ErrorPolicy``).
+On an exception: ROLLBACK; a transient error (``sstore.retry.kind_of``: ``TransientError``, a
+DuckDB write conflict, a lost connection) is retried through ``sstore.retry.call`` with backoff
+up to P's ``retries``; any other error, a timeout (``sstore.interrupts``) or the last retry
+applies P's error policy (see ``ErrorPolicy``). An interruption because the engine is stopping
+is not an error: it rolls back and raises ``Stopped``, recording nothing.
 """
 
 from __future__ import annotations
@@ -31,61 +34,89 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import systables
+from sstore import retry, systables
 from sstore.duck import registered
-from sstore.errors import ProcedureError, SStoreError, TransientError
+from sstore.errors import ProcedureError
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, ProcedureDecl
+from sstore.interrupts import Reason, Stopped, TimedOut, is_interrupted
+from sstore.retry import RetryPolicy
 from sstore.runtime import CommitEvent, Runtime
 from sstore.streams import PendingCommit, append_or_create
 from sstore.transaction import Transaction
 
 log = logging.getLogger("sstore")
 
-BACKOFF_SECONDS = 0.05
+BACKOFF_SECONDS = 0.05  # first wait before retrying a transient failure; doubles each time
+MAX_BACKOFF_SECONDS = 2.0
 
 
 def run_te(rt: Runtime, name: str, batch_id: int) -> bool:
     """Run procedure ``name`` on ``batch_id``. True if the batch is done (committed or
-    dead-lettered), False if the procedure halted. Caller holds ``rt.lock``."""
+    dead-lettered), False if the procedure halted. Caller holds ``rt.lock``.
+
+    Transient failures (``retry.kind_of``) are tried again through ``retry.call``, up to the
+    procedure's ``retries``; any other failure, a timeout, or the last transient one applies the
+    procedure's error policy (``_fail``). An interruption is no failure: when the engine is
+    stopping, the TE rolls back, nothing is recorded and ``Stopped`` is raised; Ctrl-C that
+    reached the procedure or DuckDB without a stop handler is raised as ``KeyboardInterrupt``.
+    """
     decl = rt.graph.procedures[name]
     inputs = {node: rt.input_batch(node, batch_id) for node in decl.inputs}  # step 1
-    attempt = 0
-    while True:
-        try:
-            _attempt(rt, decl, batch_id, inputs)
-            return True
-        except Exception as exc:  # noqa: BLE001 - every failure is classified below
-            transient = isinstance(exc, (TransientError, duckdb.TransactionException))
-            if transient and attempt < decl.retries:
-                attempt += 1
-                log.warning("procedure %s batch %s: transient failure (%s), retry %d/%d",
-                            name, batch_id, exc, attempt, decl.retries)
-                time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
-                continue
-            return _fail(rt, decl, batch_id, inputs, exc)
+    policy = RetryPolicy(attempts=decl.retries + 1, first_delay=BACKOFF_SECONDS,
+                         max_delay=MAX_BACKOFF_SECONDS)
+    try:
+        retry.call(lambda: _attempt(rt, decl, batch_id, inputs), policy,
+                   f"procedure {name} batch {batch_id}", stop=rt.interrupts.stop_requested)
+        return True
+    except Stopped:
+        raise
+    except BaseException as exc:  # every failure is classified below
+        if rt.interrupts.stopping():
+            # stopping: whatever ended the TE, it rolled back; running again shows a real error
+            raise Stopped(f"stopped: procedure {name!r} batch {batch_id} rolled back") from exc
+        if is_interrupted(exc):
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise KeyboardInterrupt(f"procedure {name!r} batch {batch_id} rolled back") from exc
+        if not isinstance(exc, Exception):
+            raise  # SystemExit and friends end the process; the TE has rolled back
+        return _fail(rt, decl, batch_id, inputs, exc)
 
 
 def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.Table]) -> None:
     con = rt.con
+    guard = rt.interrupts
     pending = PendingCommit()
     _register_inputs(con, inputs)  # left registered: the next execution's register replaces it
     tx = Transaction(con, batch_id, decl.name)
     con.begin()  # step 2
+    guard.arm(con, decl.timeout)  # interruptible (stop, timeout) until just before COMMIT
     try:
-        result = decl.fn(tx, inputs[decl.inputs[0]] if len(inputs) == 1 else dict(inputs))  # 3
+        guard.check()
+        with guard.procedure_code():
+            result = decl.fn(tx, inputs[decl.inputs[0]] if len(inputs) == 1
+                             else dict(inputs))  # step 3
         outputs = _outputs(rt, decl, batch_id, result)  # step 4
         for stream, table in outputs.items():  # step 5
             rt.store.append(stream, batch_id, table, pending)
         pending.records.append((decl.name, batch_id, sum(t.num_rows for t in outputs.values())))
         systables.insert_commits(con, pending.records)  # step 6
+        guard.disarm()  # raises if the TE was interrupted meanwhile: it must not commit
         crash_point("te.before_commit")
         con.commit()  # step 7
         tx._mark_committed()
-    except BaseException:
+    except BaseException as exc:
+        reason = guard.disarm(quiet=True)
         con.rollback()
         tx._mark_rolled_back()
         rt.store.forget(pending)
+        if reason is Reason.TIMEOUT:
+            assert decl.timeout is not None
+            raise TimedOut(decl.name, batch_id, decl.timeout) from exc
+        if reason is Reason.STOP:
+            raise Stopped(f"stopped: procedure {decl.name!r} batch {batch_id} rolled back") \
+                from exc
         raise
     crash_point("te.after_commit")
     rt.te_seq += 1
@@ -133,17 +164,26 @@ def _outputs(rt: Runtime, decl: ProcedureDecl, batch_id: int, result: Any) -> di
 
 
 def _fail(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.Table],
-          exc: BaseException) -> bool:
+          exc: Exception) -> bool:
+    """Apply the procedure's error policy. A halt is recorded (error row and halt row in one
+    transaction) so that it outlives the process: the procedure stays halted across restarts
+    until ``Engine.resume`` / ``sstore resume``."""
     message = f"{type(exc).__name__}: {exc}"
-    if decl.on_error is ErrorPolicy.DEAD_LETTER and isinstance(exc, Exception):
+    if decl.on_error is ErrorPolicy.DEAD_LETTER:
         _dead_letter(rt, decl, batch_id, inputs, message)
         log.error("procedure %s batch %s moved to dead letters: %s", decl.name, batch_id, message)
         return True
-    systables.record_error(rt.con, decl.name, batch_id, "halt", message)
-    rt.scheduler.halted[decl.name] = f"batch {batch_id}: {message}"
+    con = rt.con
+    con.begin()
+    try:
+        systables.record_error(con, decl.name, batch_id, "halt", message)
+        systables.record_halt(con, decl.name, batch_id, message)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    rt.scheduler.halted[decl.name] = systables.halt_text(batch_id, message)
     log.error("procedure %s halted at batch %s: %s", decl.name, batch_id, message)
-    if not isinstance(exc, (Exception, SStoreError)):
-        raise exc  # KeyboardInterrupt and friends still stop the process
     return False
 
 

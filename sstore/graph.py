@@ -20,9 +20,11 @@ class ErrorPolicy(str, enum.Enum):
     """What the engine does when a procedure raises on a batch (after its retries).
 
     ``HALT`` (the default) stops that procedure and everything downstream of it at the failing
-    batch, keeps the batch, and records the error: nothing is lost and order is kept; fix the
-    code and restart (or call ``Engine.resume``). ``DEAD_LETTER`` copies the input batch into
-    ``<stream>__dead_letter`` with the error, commits an empty output batch and moves on.
+    batch, keeps the batch, and records the error and the halt: nothing is lost and order is
+    kept. The halt is kept in the state file, so the procedure stays halted across restarts
+    until ``Engine.resume`` (or ``sstore resume STATE PROC``) lets it try the batch again.
+    ``DEAD_LETTER`` copies the input batch into ``<stream>__dead_letter`` with the error,
+    commits an empty output batch and moves on.
     """
 
     HALT = "halt"
@@ -69,6 +71,9 @@ class TriggerDecl:
 
 @dataclass
 class ProcedureDecl:
+    """A stored procedure. ``timeout``: seconds one transaction execution may run before it is
+    interrupted and the error policy applies (None: no limit)."""
+
     name: str
     fn: Callable[..., Any]
     inputs: tuple[str, ...]
@@ -77,6 +82,7 @@ class ProcedureDecl:
     retries: int = 2
     deterministic: bool = True
     doc: str = ""
+    timeout: float | None = None
 
 
 @dataclass
@@ -113,6 +119,15 @@ class Graph:
             raise DeclarationError(f"procedure {decl.name!r} needs at least one input")
         if len(set(decl.outputs)) != len(decl.outputs) or len(set(decl.inputs)) != len(decl.inputs):
             raise DeclarationError(f"procedure {decl.name!r}: inputs and outputs must be unique")
+        if decl.timeout is not None and (isinstance(decl.timeout, bool)
+                                         or not isinstance(decl.timeout, (int, float))
+                                         or not decl.timeout > 0):
+            raise DeclarationError(f"procedure {decl.name!r}: timeout must be a positive number "
+                                   f"of seconds or None, not {decl.timeout!r}")
+        if isinstance(decl.retries, bool) or not isinstance(decl.retries, int) \
+                or decl.retries < 0:
+            raise DeclarationError(f"procedure {decl.name!r}: retries must be an integer >= 0, "
+                                   f"not {decl.retries!r}")
         params = inspect.signature(decl.fn).parameters
         if len(params) < 2:
             raise DeclarationError(f"procedure {decl.name!r} must take (tx, batch)")

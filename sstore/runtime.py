@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from sstore.graph import Graph
 from sstore.inputlog import InputLog
+from sstore.interrupts import Interrupts
 from sstore.ledger import Ledger
 from sstore.scheduler import Scheduler
 from sstore.streams import PendingCommit, StreamStore
@@ -57,6 +58,7 @@ class Runtime:
     latest: dict[str, tuple[int, pa.Table]] = field(default_factory=dict)
     outbox: list[tuple[str, int, pa.Table]] = field(default_factory=list)
     observers: list[Callable[[CommitEvent], None]] = field(default_factory=list)
+    interrupts: Interrupts = field(default_factory=Interrupts)  # stops and timeouts of TEs
 
     def observe(self, event: CommitEvent) -> None:
         """Tell observers (metrics, benchmarks) about a commit; called under the lock, so an

@@ -11,6 +11,10 @@ from sstore.ledger import Ledger
 
 
 class Scheduler:
+    """``halted``: procedure -> why; a halted procedure (and so everything downstream of it,
+    which waits for its batches) is never chosen. The engine fills it from ``sstore_sys.halts``
+    when it starts, so a halt outlives the process until ``Engine.resume``."""
+
     def __init__(self, ledger: Ledger, topo_order: list[str]) -> None:
         self.ledger = ledger
         self.order = topo_order

@@ -11,7 +11,7 @@ from sstore import systables
 from sstore.consumers import ConsumerStatus, describe
 from sstore.duck import connect
 from sstore.sql import ident
-from sstore.systables import load_graph
+from sstore.systables import halt_text, load_graph, load_halts
 
 
 @dataclass
@@ -43,6 +43,18 @@ class EngineStatus:
     engine_id: str | None = None
     consumers: list[ConsumerStatus] = field(default_factory=list)
 
+    def halted(self) -> dict[str, str]:
+        """procedure -> why it is halted, for every halted procedure."""
+        return {p.name: p.halted for p in self.procedures if p.halted}
+
+    def halt_report(self) -> str:
+        """One line for an error message: which procedures halted where, and what to do."""
+        detail = "; ".join(f"{name} at {why}" for name, why in sorted(self.halted().items()))
+        names = " ".join(sorted(self.halted()))
+        where = self.path or "STATE"
+        return (f"{detail} (halted until resumed: fix the cause, then "
+                f"`sstore resume {where} {names}`)")
+
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "durability": self.durability, "engine_id": self.engine_id,
                 "procedures": [vars(p) for p in self.procedures],
@@ -54,11 +66,16 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
                 durability: str = "full", path: str = "") -> EngineStatus:
     """Everything from the system tables, so a state file alone is enough.
 
+    ``halted`` (procedure -> why) adds what a running engine knows beyond the halts the state
+    file keeps (``sstore_sys.halts``, which win: they are what a restart will see).
+
     A derived stream is complete through its producer's last batch and a window through its
     source's (their own commit records are garbage-collected once read); pending work of a
     procedure is the retained input batches above its last one.
     """
     status = EngineStatus(path, durability)
+    halted = {**(halted or {}),  # the running engine's view, then what the state file keeps
+              **{name: halt_text(b, e) for name, (b, e) in load_halts(con).items()}}
     commits: dict[str, list[int]] = {}
     for node, batch_id in con.execute("SELECT node, batch_id FROM sstore_sys.commits "
                                       "ORDER BY batch_id").fetchall():
@@ -81,7 +98,7 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
             waiting = {b for node in spec["inputs"] for b in commits.get(node, ()) if b > done}
             status.procedures.append(ProcedureStatus(
                 name, spec["inputs"], spec["outputs"], done, len(waiting),
-                (halted or {}).get(name), spec["on_error"]))
+                halted.get(name), spec["on_error"]))
         elif kind in ("stream", "window"):
             table = name if kind == "stream" else name + "__rows"
             rows = None
@@ -110,7 +127,7 @@ def _consumers(con: duckdb.DuckDBPyConnection, status: EngineStatus,
         holders.setdefault(stream, set()).add(consumer)
     gaps = systables.load_gaps(con) if "gaps" in present else []
     status.consumers = describe(holders, lambda c: last.get(c, 0),
-                                lambda s: commits.get(s, []), gaps)
+                                lambda s: commits.get(s, []), gaps, load_halts(con))
 
 
 def status_of_file(path: str) -> EngineStatus:

@@ -10,6 +10,8 @@
 - ``meta(key, value)``: counters (the weak-mode log position of a snapshot).
 - ``holders(stream, consumer)``: external consumers (migrators) that a stream's batches wait for
   before garbage collection; kept so that a holder declared once keeps holding across restarts.
+- ``halts(procedure, batch_id, error, halted_at)``: procedures halted by their error policy
+  (see "Halts" below).
 
 Consumers and identity (see ``sstore.consumers``):
 
@@ -95,7 +97,7 @@ def save_graph(con: duckdb.DuckDBPyConnection, graph: Graph) -> None:
     for p in graph.procedures.values():
         rows.append((p.name, "procedure", json.dumps({
             "inputs": list(p.inputs), "outputs": list(p.outputs), "on_error": p.on_error.value,
-            "retries": p.retries, "doc": p.doc})))
+            "retries": p.retries, "timeout": p.timeout, "doc": p.doc})))
     for i, t in enumerate(graph.triggers):
         rows.append((f"trigger:{t.target}:{i}", "trigger", json.dumps({"target": t.target,
                                                                         "sql": t.sql})))
@@ -167,3 +169,49 @@ def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: int = 0) -> int:
 def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
     con.execute("INSERT INTO sstore_sys.meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
                 "SET value = excluded.value", [key, value])
+
+
+# -- Halts -----------------------------------------------------------------------------------
+# A halted procedure stays halted across restarts until someone resumes it: the halt is a row
+# of ``sstore_sys.halts``, written in the transaction that records the error, loaded into the
+# scheduler when an engine starts, deleted by ``Engine.resume`` / ``sstore resume``. It is
+# created on first use, so a state file opened read-only before this table existed reads as
+# "nothing halted".
+
+HALTS_DDL = """
+CREATE TABLE IF NOT EXISTS sstore_sys.halts (
+    procedure VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, error VARCHAR NOT NULL,
+    halted_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp)
+"""
+
+
+def create_halts(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(HALTS_DDL)
+
+
+def halt_text(batch_id: int, error: str) -> str:
+    """How a halt reads in status: "batch 7: ValueError: ..."."""
+    return f"batch {batch_id}: {error}"
+
+
+def record_halt(con: duckdb.DuckDBPyConnection, procedure: str, batch_id: int,
+                error: str) -> None:
+    con.execute("INSERT OR REPLACE INTO sstore_sys.halts (procedure, batch_id, error) "
+                "VALUES (?, ?, ?)", [procedure, batch_id, error])
+
+
+def clear_halt(con: duckdb.DuckDBPyConnection, procedure: str) -> bool:
+    """Forget ``procedure``'s halt; False if it had none."""
+    gone = con.execute("DELETE FROM sstore_sys.halts WHERE procedure = ? RETURNING procedure",
+                       [procedure]).fetchall()
+    return bool(gone)
+
+
+def load_halts(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str]]:
+    """procedure -> (batch_id, error) of every recorded halt ({} if the table is missing)."""
+    exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = "
+                         "'sstore_sys' AND table_name = 'halts'").fetchall()[0][0]
+    if not exists:
+        return {}
+    return {p: (int(b), e) for p, b, e in con.execute(
+        "SELECT procedure, batch_id, error FROM sstore_sys.halts ORDER BY procedure").fetchall()}

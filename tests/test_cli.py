@@ -44,7 +44,7 @@ def test_help_reads_well_from_the_installed_script() -> None:
 def test_each_command_has_help() -> None:
     runner = CliRunner()
     for command, words in (("demo", "--batch-size"), ("status", "--json"),
-                           ("query", "--format")):
+                           ("query", "--format"), ("resume", "PROCEDURE")):
         result = runner.invoke(main, [command, "--help"])
         assert result.exit_code == 0 and words in result.output
     assert "0.1.0" in runner.invoke(main, ["--version"]).output
@@ -225,3 +225,68 @@ def test_state_file_held_by_another_process(tmp_path) -> None:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def sstore_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own, importing this worktree's code."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "COLUMNS": "250"}  # tables unwrapped
+    return subprocess.run([sys.executable, "-m", "sstore.cli", *args], check=False,
+                          capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_a_halt_shows_in_status_after_restart_until_sstore_resume(tmp_path) -> None:
+    path = str(tmp_path / "halted.duckdb")
+    votes = generate_votes(200, seed=1)
+    with Engine(path) as engine:
+        declare(engine)
+        engine.execute("DROP TABLE trending_leaderboard")  # update_trending fails on batch 1
+        with pytest.raises(VoterHalted):
+            run_voter(engine, votes, 100)
+
+    text = sstore_process("status", path)
+    assert text.returncode == 0, text.stderr
+    assert "halted: batch 1: CatalogException" in text.stdout
+    procs = {p["name"]: p for p in json.loads(sstore_process("status", path, "--json").stdout)
+             ["procedures"]}
+    assert procs["update_trending"]["halted"].startswith("batch 1: CatalogException")
+    assert [n for n, p in procs.items() if p["halted"]] == ["update_trending"]
+
+    with Engine(path) as engine:  # a restart: declare() creates the table again (the fix)
+        declare(engine)
+        with pytest.raises(VoterHalted, match="update_trending at batch 1"):
+            run_voter(engine, votes, 100)  # ... but the halt holds
+        assert next(p for p in engine.status().procedures
+                    if p.name == "update_trending").last_batch == 0
+
+    unknown = sstore_process("resume", path, "no_such_procedure")
+    assert unknown.returncode == 1
+    assert "has no procedure or consumer 'no_such_procedure'; procedures: count_votes" in unknown.stderr
+    resumed = sstore_process("resume", path, "update_trending")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed 'update_trending' (was halted at batch 1: CatalogException" in resumed.stdout
+    again = sstore_process("resume", path, "update_trending")
+    assert again.returncode == 0 and "is not halted; nothing to resume" in again.stdout
+    procs = {p["name"]: p for p in json.loads(sstore_process("status", path, "--json").stdout)
+             ["procedures"]}
+    assert all(p["halted"] is None for p in procs.values())
+
+    with Engine(path) as engine:
+        declare(engine)
+        run_voter(engine, votes, 100)
+        assert {p.name: p.last_batch for p in engine.status().procedures} == {
+            "validate_votes": 2, "count_votes": 2, "remove_lowest": 2, "update_trending": 2}
+
+
+def test_resume_needs_a_state_file_nobody_has_open(tmp_path) -> None:
+    path = str(tmp_path / "busy.duckdb")
+    missing = CliRunner().invoke(main, ["resume", path, "p"])
+    assert missing.exit_code == 1 and f"no state file at {path}" in missing.output
+    with Engine(path) as engine:
+        declare(engine)
+        engine.run_until_idle()
+        busy = sstore_process("resume", path, "count_votes")
+    assert busy.returncode == 1 and "in use by another process" in busy.stderr
+    assert "Traceback" not in busy.stderr

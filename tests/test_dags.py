@@ -190,3 +190,68 @@ def test_maintenance_moves_what_an_engine_left_behind(airflow: Any, pg_url: str,
         (3, 3, False, 30)
     with psycopg.connect(pg_url) as con:
         assert con.execute("SELECT count(DISTINCT id) FROM public.readings").fetchone()[0] == 30
+
+
+# -- errors: terminal fails the task at once, transient is Airflow's to retry ------------------
+def test_every_task_maps_errors_and_has_retries(airflow: Any) -> None:
+    for dag_id in EXPECTED:
+        for task in airflow.get_dag(dag_id).tasks:
+            assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
+            assert getattr(task.python_callable, "maps_sstore_errors", False), \
+                f"{dag_id}.{task.task_id} is not wrapped in sstore.airflow_errors"
+
+
+def test_a_terminal_error_fails_the_task_without_retries(airflow: Any, tmp_path: Path) -> None:
+    """No data set: ``locate_batches`` raises FileNotFoundError (terminal), so the task fails
+    on its first try although it has retries, and the run fails."""
+    empty = tmp_path / "no_data"
+    empty.mkdir()
+    dag = airflow.get_dag("tpcdi_incremental")
+    dagrun = dag.test(run_conf={"data_dir": str(empty), "state_path": str(tmp_path / "s.duckdb"),
+                                "schema": "dw"})
+    assert str(dagrun.state) == "failed"
+    tis = {ti.task_id: ti for ti in dagrun.get_task_instances()}
+    located = tis["locate_batches"]
+    assert str(located.state) == "failed" and located.try_number == 1
+    assert dag.get_task("locate_batches").retries == 2
+    assert {str(tis[t].state) for t in ("stream_batches", "migrate_streams", "audit")} == \
+        {"upstream_failed"}
+
+
+def test_airflow_errors_maps_real_sstore_errors(airflow: Any, tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from migrators.errors import PostgresUnavailable
+    from migrators.postgres import connect
+    from sstore.airflow_errors import airflow_errors
+    from sstore.errors import DeclarationError
+    from sstore.maintenance import StreamTarget
+    from sstore.retry import GaveUp, RetryPolicy, call
+    from sstore.stopping import Stopped
+    from sstore.workloads.tpcdi import orchestration as etl
+
+    def unreachable() -> None:
+        connect("postgresql://postgres@127.0.0.1:1/postgres")  # nothing listens on port 1
+
+    def keeps_failing() -> None:
+        call(unreachable, RetryPolicy(attempts=2, first_delay=0.01), "reach PostgreSQL")
+
+    def bad_target() -> None:
+        StreamTarget("s", "public.s", mode="merge")  # merge without a key
+
+    def no_data() -> None:
+        etl.incremental_batches(etl.Settings(data_dir=str(tmp_path)))
+
+    def stopping() -> None:
+        raise Stopped("stopped")
+
+    with pytest.raises(PostgresUnavailable):  # transient: Airflow retries the task
+        airflow_errors(unreachable)()
+    with pytest.raises(GaveUp):
+        airflow_errors(keeps_failing)()
+    for terminal, cause in ((bad_target, DeclarationError), (no_data, FileNotFoundError)):
+        with pytest.raises(AirflowFailException, match="terminal, not retried") as failed:
+            airflow_errors(terminal)()
+        assert isinstance(failed.value.__cause__, cause)
+    with pytest.raises(Stopped):
+        airflow_errors(stopping)()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from sstore import Engine, TransientError
+from sstore.errors import DeclarationError
 from sstore.status import status_of_file
 
 
@@ -60,21 +64,6 @@ def test_exception_rolls_back_everything_and_halts(state_path: str) -> None:
     assert status_of_file(state_path).errors[0]["batch_id"] == 2
 
 
-def test_halted_procedure_continues_after_fix_and_restart(state_path: str) -> None:
-    engine = Engine(state_path)
-    chain(engine, fail_on={2})
-    for x in (1, 2, 3):
-        engine.ingest("inp", [(x,)])
-    engine.run_until_idle()
-    engine.close()
-    engine = Engine(state_path)
-    chain(engine, fail_on=set())  # the fixed program
-    assert engine.run_until_idle() == 4
-    assert outputs(engine) == [(1, 20), (2, 30), (3, 40)]
-    assert engine.query("SELECT count(*) AS n FROM seen").column("n")[0].as_py() == 3
-    engine.close()
-
-
 def test_dead_letter_keeps_the_batch_and_moves_on(engine: Engine) -> None:
     chain(engine, fail_on={2}, on_error="dead_letter")
     for x in (1, 2, 3):
@@ -123,3 +112,172 @@ def test_bad_output_is_a_procedure_error(engine: Engine) -> None:
     assert "'abc' is not a valid int32" in engine.status().errors[0]["error"]
     with pytest.raises(Exception):
         engine.query("SELECT * FROM nonexistent")
+
+
+# -- retries go through sstore.retry: transient by kind_of, a bounded number of times -----------
+def test_a_lost_connection_is_transient_and_retried(engine: Engine) -> None:
+    """``kind_of`` decides, not a list in the executor: ConnectionError is transient."""
+    engine.stream("inp", {"x": "INTEGER"})
+    calls = {"n": 0}
+
+    @engine.procedure(input="inp", output="out", retries=2)
+    def flaky(tx, batch):
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise ConnectionError("connection reset by peer")
+        return tx.sql("SELECT x FROM batch")
+
+    engine.ingest("inp", [(1,)])
+    assert engine.run_until_idle() == 1
+    assert calls["n"] == 3 and engine.status().errors == []
+
+
+def test_a_deterministic_failure_is_tried_once(engine: Engine) -> None:
+    calls = chain(engine, fail_on={1})
+    engine.ingest("inp", [(1,)])
+    assert engine.run_until_idle() == 0
+    assert calls["n"] == 1  # no retry: it would fail the same way
+
+
+def test_transient_failures_beyond_the_retries_apply_the_policy(engine: Engine) -> None:
+    calls = chain(engine, fail_on={1}, transient_failures=100)  # retries=3
+    engine.ingest("inp", [(1,)])
+    assert engine.run_until_idle() == 0
+    assert calls["n"] == 4
+    first = next(p for p in engine.status().procedures if p.name == "first")
+    assert "gave up after 4 attempts: lock timeout" in first.halted
+
+
+# -- timeouts ---------------------------------------------------------------------------------
+def two_streams(engine: Engine, work, *, on_error: str = "halt", timeout: float = 0.5) -> None:
+    """``slow`` runs ``work(tx)`` on batch 2 of ``a`` with a timeout; ``steady`` reads ``b``."""
+    engine.stream("a", {"x": "INTEGER"})
+    engine.stream("b", {"x": "INTEGER"})
+
+    @engine.procedure(input="a", output="a_out", on_error=on_error, timeout=timeout)
+    def slow(tx, batch):
+        if tx.batch_id == 2:
+            work(tx)
+        return tx.sql("SELECT x FROM batch")
+
+    @engine.procedure(input="b", output="b_out")
+    def steady(tx, batch):
+        return tx.sql("SELECT x * 2 AS x FROM batch")
+
+    for x in (1, 2, 3):
+        engine.ingest("a", [(x,)])
+        engine.ingest("b", [(x,)])
+
+
+def huge_cross_join(tx) -> None:
+    tx.execute("SELECT count(*) FROM range(1000000) AS a, range(1000000) AS b")
+
+
+def python_loop(tx) -> None:
+    while True:
+        pass
+
+
+@pytest.mark.parametrize("work", [huge_cross_join, python_loop])
+def test_a_procedure_past_its_timeout_halts_and_others_run_on(engine: Engine, work) -> None:
+    two_streams(engine, work)
+    began = time.monotonic()
+    assert engine.run_until_idle() == 4  # slow@1, steady@1..3; slow halts at 2, 3 waits
+    assert time.monotonic() - began < 5
+    status = engine.status()
+    procs = {p.name: p for p in status.procedures}
+    assert procs["steady"].last_batch == 3 and procs["steady"].halted is None
+    assert procs["slow"].last_batch == 1 and procs["slow"].pending == 2
+    assert "batch 2: TimedOut: procedure 'slow' timed out after 0.5 s" in procs["slow"].halted
+    assert [(e["procedure"], e["batch_id"], e["action"]) for e in status.errors] == \
+        [("slow", 2, "halt")]
+
+
+@pytest.mark.parametrize("work", [huge_cross_join, python_loop])
+def test_a_timed_out_batch_goes_to_dead_letters_and_the_next_runs(engine: Engine, work) -> None:
+    two_streams(engine, work, on_error="dead_letter", timeout=0.3)
+    assert engine.run_until_idle() == 6
+    assert engine.query("SELECT _batch_id, _error FROM a__dead_letter").to_pylist() == [
+        {"_batch_id": 2, "_error": "TimedOut: procedure 'slow' timed out after 0.3 s on batch 2 "
+                                   "(interrupted and rolled back)"}]
+    procs = {p.name: p for p in engine.status().procedures}
+    assert procs["slow"].last_batch == 3 and procs["slow"].halted is None
+    assert engine.latest("a_out")[1].to_pylist() == [{"x": 3}]
+
+
+def test_status_answers_while_a_procedure_loops(engine: Engine) -> None:
+    """The engine's lock is held for at most the timeout: status does not wait forever."""
+    two_streams(engine, python_loop, timeout=1.0)
+    worker = threading.Thread(target=engine.run_until_idle)
+    worker.start()
+    time.sleep(0.3)
+    began = time.monotonic()
+    status = engine.status()
+    assert time.monotonic() - began < 3
+    assert {p.name for p in status.procedures} == {"slow", "steady"}
+    worker.join(10)
+    assert not worker.is_alive()
+    assert {p.name: bool(p.halted) for p in engine.status().procedures} == \
+        {"slow": True, "steady": False}
+
+
+def test_a_timed_out_execution_never_commits_even_if_the_exception_is_swallowed(
+        engine: Engine) -> None:
+    engine.stream("a", {"x": "INTEGER"})
+    engine.execute("CREATE TABLE written (x INTEGER)")
+
+    @engine.procedure(input="a", timeout=0.3)
+    def stubborn(tx, batch):
+        tx.execute("INSERT INTO written SELECT x FROM batch")
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                while time.monotonic() < deadline:
+                    pass
+            except BaseException:  # noqa: BLE001, S110 - what a careless procedure might do
+                pass
+
+    engine.ingest("a", [(1,)])
+    assert engine.run_until_idle() == 0
+    assert engine.query("SELECT count(*) AS n FROM written").column("n")[0].as_py() == 0
+    assert "timed out after 0.3 s" in engine.status().procedures[0].halted
+
+
+def test_timeout_is_declared_and_kept_in_the_state_file(state_path: str) -> None:
+    engine = Engine(state_path)
+    two_streams(engine, python_loop, timeout=2.5)
+    engine.close()
+    again = Engine.open_existing(state_path)
+    assert again.graph.procedures["slow"].timeout == 2.5
+    assert again.graph.procedures["steady"].timeout is None
+    again.close()
+    bad = Engine(":memory:")
+    bad.stream("a", {"x": "INTEGER"})
+    with pytest.raises(DeclarationError, match="timeout must be a positive number"):
+        bad.procedure(input="a", timeout=0)(lambda tx, batch: None)
+    bad.close()
+
+
+# -- halts outlive the process until resumed ----------------------------------------------------
+def test_a_halt_survives_a_restart_until_resumed(state_path: str) -> None:
+    engine = Engine(state_path)
+    chain(engine, fail_on={2})
+    for x in (1, 2, 3):
+        engine.ingest("inp", [(x,)])
+    engine.run_until_idle()
+    engine.close()
+
+    engine = Engine(state_path)
+    chain(engine, fail_on=set())  # the fixed program: still halted until resumed
+    assert engine.run_until_idle() == 0
+    first = next(p for p in engine.status().procedures if p.name == "first")
+    assert first.halted.startswith("batch 2: ValueError: cannot handle batch 2")
+    assert outputs(engine) == [(1, 20)]
+    assert engine.resume("first") is True
+    assert engine.resume("first") is False  # nothing left to resume
+    with pytest.raises(DeclarationError, match="no procedure 'nope'"):
+        engine.resume("nope")
+    assert engine.run_until_idle() == 4
+    assert outputs(engine) == [(1, 20), (2, 30), (3, 40)]
+    engine.close()
+    assert all(p.halted is None for p in status_of_file(state_path).procedures)

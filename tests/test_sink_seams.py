@@ -311,8 +311,21 @@ def test_a_sink_with_a_terminal_error_halts_and_says_so(state_path: str, pg_url:
     with pytest.raises(MigrationError, match="halted.*small"):
         sink.flush(timeout=30)
     assert sink.halted and "check constraint" in sink.halted
-    errors = eng.status().errors
-    assert errors and errors[0]["procedure"] == "migrator:s.out" and errors[0]["action"] == "halt"
+    status = eng.status()
+    assert status.errors[0]["procedure"] == "migrator:s.out"
+    assert status.errors[0]["action"] == "halt"
+    assert status.consumers[0].halted and "check constraint" in status.consumers[0].halted
     assert eng.query("SELECT count(*) FROM out WHERE id = 500").column(0)[0].as_py() == 1
     sink.detach()
     eng.close()
+    # halted stays halted across restarts until resumed; then the batch arrives once
+    with Engine.open_existing(state_path) as again:
+        with pytest.raises(MigrationError, match="is halted since batch 1"):
+            StreamToPostgres(again, "out", pg_url, "s.out").run_once()
+    with psycopg.connect(pg_url) as con:
+        con.execute("ALTER TABLE s.out DROP CONSTRAINT small")
+    resumed = sstore_cli("resume", state_path, "migrator:s.out")
+    assert resumed.returncode == 0, resumed.stderr
+    with Engine.open_existing(state_path) as again:
+        assert StreamToPostgres(again, "out", pg_url, "s.out").run_once().rows == 1
+    assert pg_rows(pg_url, "SELECT id FROM s.out ORDER BY id") == [(1,), (500,)]

@@ -71,6 +71,12 @@ class AuditFailed(TerminalError):
     """The warehouse does not pass the TPC-DI audit."""
 
 
+class ProcedureHalted(TerminalError):
+    """A stored procedure of the DimTrade dataflow halted on an error: its batches wait in the
+    state file until it is resumed (``sstore resume``). Terminal: retrying the task changes
+    nothing until someone fixes the cause."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a step needs to know. ``state_path`` "" is ``<data_dir>/STATE.duckdb``;
@@ -233,7 +239,8 @@ def load_historical_trades(settings: Settings) -> dict[str, Any]:
 def stream_batches(settings: Settings, batches: Sequence[int]) -> list[dict[str, Any]]:
     """Each incremental batch in order through ``StreamingDimTrade.run_incremental``: its
     dimension changes (unless the warehouse has them), then its trades through the engine's
-    DimTrade dataflow into the warehouse. Safe to run again (exactly once)."""
+    DimTrade dataflow into the warehouse. Safe to run again (exactly once). A procedure that
+    halted raises ``ProcedureHalted`` (a halt lasts until ``sstore resume``)."""
     from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
 
     results = []
@@ -246,6 +253,9 @@ def stream_batches(settings: Settings, batches: Sequence[int]) -> list[dict[str,
                 spark = spark_session(settings)
             events, engine_batches = pipeline.report.events, pipeline.report.engine_batches
             report = pipeline.run_incremental(batch, spark)
+            status = pipeline.engine.status()
+            if status.halted():  # the sinks moved what committed; the rest waits: say so
+                raise ProcedureHalted(f"TPC-DI Batch{batch}: {status.halt_report()}")
             results.append({
                 "batch": batch, "events": report.events - events,
                 "engine_batches": report.engine_batches - engine_batches,

@@ -72,7 +72,6 @@ def run_voter(engine: Engine, votes: pa.Table, batch_size: int,
 
 
 def _raise_if_halted(engine: Engine) -> None:
-    halted = {p.name: p.halted for p in engine.status().procedures if p.halted}
-    if halted:
-        detail = "; ".join(f"{name} at {why}" for name, why in sorted(halted.items()))
-        raise VoterHalted(f"voter procedure halted: {detail}")
+    status = engine.status()
+    if status.halted():
+        raise VoterHalted(f"voter procedure halted: {status.halt_report()}")
