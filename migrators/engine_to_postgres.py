@@ -54,6 +54,7 @@ from migrators.postgres import (
     split_name,
 )
 from migrators.typemap import for_copy, for_target
+from sstore import interrupts
 from sstore.engine import Engine
 from sstore.errors import DeclarationError, SStoreError
 from sstore.retry import Kind, call, first_line, kind_of
@@ -456,8 +457,18 @@ class StreamToPostgres:
             time.sleep(0.01)
         return False
 
-    def detach(self) -> None:
-        """Stop feeding: finish the chunk in flight, acknowledge, close the connection."""
+    def detach(self, flush_seconds: float | None = None) -> None:
+        """Stop feeding: first deliver what has committed (for at most ``flush_seconds``:
+        default 10 s, 1 s when the process is stopping on a signal, so a stop stays quick),
+        then finish the chunk in flight, acknowledge, close the connection. What is not
+        delivered by then stays held in the engine for the next run."""
+        if self._thread is not None and self.halted is None:
+            if flush_seconds is None:
+                flush_seconds = 1.0 if interrupts.PROCESS_STOP.is_set() else 10.0
+            try:
+                self.flush(timeout=flush_seconds)
+            except MigrationError:
+                pass  # halted meanwhile: the halt is recorded; nothing more to deliver
         if self._subscription is not None:
             self._subscription.close()
             self._subscription = None

@@ -275,7 +275,7 @@ def test_a_halt_survives_a_restart_until_resumed(state_path: str) -> None:
     assert outputs(engine) == [(1, 20)]
     assert engine.resume("first") is True
     assert engine.resume("first") is False  # nothing left to resume
-    with pytest.raises(DeclarationError, match="no procedure 'nope'"):
+    with pytest.raises(DeclarationError, match="no procedure or consumer 'nope'"):
         engine.resume("nope")
     assert engine.run_until_idle() == 4
     assert outputs(engine) == [(1, 20), (2, 30), (3, 40)]

@@ -260,7 +260,8 @@ def test_holds_are_listed_and_can_be_dropped(tmp_path: Path, pg_url: str) -> Non
     eng.close()
     listed = json.loads(sstore_cli("consumers", "list", state, "--json").stdout)
     assert listed == [{"stream": "out", "consumer": "migrator:s.out", "acknowledged": 0,
-                       "pending_batches": 20, "pending_from": 1, "gaps": []}]
+                       "pending_batches": 20, "pending_from": 1, "gaps": [],
+                       "halted": None}]
     assert "migrator:s.out" in sstore_cli("consumers", "list", state).stdout
     unknown = sstore_cli("consumers", "drop", state, "migrator:nope")
     assert unknown.returncode == 1 and "consumers: migrator:s.out" in unknown.stderr
