@@ -41,6 +41,7 @@ import socket
 import subprocess
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from sstore.errors import TerminalError
 
@@ -128,7 +129,7 @@ class PrivatePostgres:
         return done.returncode == 0
 
     # ------------------------------------------------------------------ life
-    def start(self, timeout: float = 120.0) -> PrivatePostgres:
+    def start(self, timeout: float = 120.0) -> Self:
         """Create the cluster if needed and start the server (see the module docstring)."""
         self._prepare_directory()
         if not (self.data_dir / "PG_VERSION").exists():
@@ -170,7 +171,7 @@ class PrivatePostgres:
                 con.execute(f"CREATE DATABASE {ident(name)}")
         return self.url_for(name)
 
-    def __enter__(self) -> PrivatePostgres:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

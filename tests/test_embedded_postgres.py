@@ -97,7 +97,7 @@ def test_restart_fast_context_manager_and_clients(tmp_path: Path) -> None:
     assert postgres_processes(tmp_path / "pg") == []
 
 
-def test_spark_reads_it_over_jdbc(tmp_path: Path, spark) -> None:  # noqa: ANN001
+def test_spark_reads_it_over_jdbc(tmp_path: Path, spark) -> None:
     from migrators.spark import postgres_to_dataframe
 
     with PrivatePostgres(tmp_path / "pg") as pg:
