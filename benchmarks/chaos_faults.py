@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.chaos_procs import ROOT, admin, backends, child_env, in_copy, watermark
+from benchmarks.chaos_procs import ROOT, admin, backends, child_env, in_copy, watermarks
 from sstore.maintenance import StreamTarget
 from sstore.sql import ident, qualified
 
@@ -141,7 +141,7 @@ def kill_migrator(state: str, url: str, sink: StreamTarget, trigger: str, chunk_
     its first chunk committed ("commit"). Returns (killed, what happened)."""
     app = "chaos-migrate"
     with open(log_path, "ab") as log, admin(url) as con:
-        before = watermark(con, sink.table)
+        before = watermarks(con, sink.table)
         proc = subprocess.Popen(migrate_command(state, url, sink, chunk_rows), cwd=ROOT,
                                 env=child_env(app), stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
@@ -151,8 +151,8 @@ def kill_migrator(state: str, url: str, sink: StreamTarget, trigger: str, chunk_
                 copying = [b for b in backends(con, app) if in_copy(b)]
                 seen = copying[0].query[:60] if copying else ""
             else:
-                mark = watermark(con, sink.table)
-                seen = f"watermark {before} -> {mark}" if mark > before else ""
+                moved = watermarks(con, sink.table) - before
+                seen = f"watermark now {min(moved)}" if moved else ""
             if seen:
                 proc.send_signal(signal.SIGKILL)
                 break

@@ -149,11 +149,12 @@ def admin(url: str) -> psycopg.Connection:
     return psycopg.connect(url, autocommit=True, application_name="chaos-harness")
 
 
-def watermark(con: psycopg.Connection, table: str) -> int:
-    """The highest batch-id any sink recorded for ``table`` (0: none yet); ``con`` in
-    autocommit."""
+def watermarks(con: psycopg.Connection, table: str) -> frozenset[str]:
+    """The watermark rows of ``table`` as text (``con`` in autocommit). Compared before and
+    after, any change means a sink committed a chunk, whatever else the rows hold (which
+    engine, how many rows, when)."""
     if not con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
-        return 0
-    row = con.execute("SELECT max(batch_id) FROM sstore.watermarks WHERE target = %s",
-                      (table,)).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+        return frozenset()
+    rows = con.execute("SELECT w::text FROM sstore.watermarks w WHERE target = %s",
+                       (table,)).fetchall()
+    return frozenset(r[0] for r in rows)
