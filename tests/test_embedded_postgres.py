@@ -4,6 +4,9 @@ started in a temporary directory, crashed with ``stop -m immediate``, stopped cl
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -11,6 +14,16 @@ import psycopg
 import pytest
 
 from migrators.embedded_postgres import PrivatePostgres, PrivatePostgresError
+
+
+@pytest.fixture
+def pg_dir() -> Iterator[Path]:
+    """A directory for servers, outside pytest's ``tmp_path``: as root the server runs as
+    another user, which must traverse the directories above its data, and every pytest session
+    that starts on the machine makes ``/tmp/pytest-of-root`` private (0700) again."""
+    path = Path(tempfile.mkdtemp(prefix="sstore-test-pg-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def postgres_processes(data_dir: Path) -> list[psutil.Process]:
@@ -35,8 +48,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_crash_keeps_committed_rows_and_stop_leaves_nothing(tmp_path: Path) -> None:
-    data_dir = tmp_path / "pg"
+def test_crash_keeps_committed_rows_and_stop_leaves_nothing(pg_dir: Path) -> None:
+    data_dir = pg_dir / "pg"
     pg = PrivatePostgres(data_dir).start()
     try:
         assert pg.is_running and pg.url.startswith("postgresql://postgres@127.0.0.1:")
@@ -76,12 +89,12 @@ def test_crash_keeps_committed_rows_and_stop_leaves_nothing(tmp_path: Path) -> N
     assert not (data_dir / "postmaster.pid").exists()
 
 
-def test_restart_fast_context_manager_and_clients(tmp_path: Path) -> None:
+def test_restart_fast_context_manager_and_clients(pg_dir: Path) -> None:
     """The URL works for psycopg and ADBC (over TCP, as Spark's JDBC needs); a fast restart
     keeps everything; leaving the block stops the server."""
     import adbc_driver_postgresql.dbapi as adbc
 
-    with PrivatePostgres(tmp_path / "pg", settings={"max_connections": "40"}) as pg:
+    with PrivatePostgres(pg_dir / "pg", settings={"max_connections": "40"}) as pg:
         url = pg.create_database("warehouse")
         assert url.endswith("/warehouse")
         with psycopg.connect(url) as con:
@@ -94,29 +107,29 @@ def test_restart_fast_context_manager_and_clients(tmp_path: Path) -> None:
         pid = pg.pid
         assert pid is not None
     assert not alive(pid)
-    assert postgres_processes(tmp_path / "pg") == []
+    assert postgres_processes(pg_dir / "pg") == []
 
 
-def test_spark_reads_it_over_jdbc(tmp_path: Path, spark) -> None:
+def test_spark_reads_it_over_jdbc(pg_dir: Path, spark) -> None:
     from migrators.spark import postgres_to_dataframe
 
-    with PrivatePostgres(tmp_path / "pg") as pg:
+    with PrivatePostgres(pg_dir / "pg") as pg:
         with psycopg.connect(pg.url) as con:
             con.execute("CREATE TABLE s AS SELECT i, i * 2 AS j FROM generate_series(1, 50) i")
         df = postgres_to_dataframe(pg.url, table="public.s", spark=spark)
         assert df.count() == 50 and df.agg({"j": "sum"}).collect()[0][0] == 2550
 
 
-def test_errors_name_the_problem(tmp_path: Path) -> None:
-    pg = PrivatePostgres(tmp_path / "pg")
+def test_errors_name_the_problem(pg_dir: Path) -> None:
+    pg = PrivatePostgres(pg_dir / "pg")
     with pytest.raises(ValueError, match="stop mode"):
         pg.stop("now")
     pg.stop("immediate")  # not running: nothing to do
     assert not pg.is_running
     # a port that another server holds: the start fails and says why, with the log
-    with PrivatePostgres(tmp_path / "a") as first:
-        clash = PrivatePostgres(tmp_path / "b", port=first.port)
+    with PrivatePostgres(pg_dir / "a") as first:
+        clash = PrivatePostgres(pg_dir / "b", port=first.port)
         with pytest.raises(PrivatePostgresError, match="pg_ctl start failed"):
             clash.start(timeout=30)
         assert not clash.is_running
-    assert os.path.exists(tmp_path / "b" / "PG_VERSION")
+    assert os.path.exists(pg_dir / "b" / "PG_VERSION")
