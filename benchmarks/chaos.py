@@ -45,7 +45,7 @@ from benchmarks.chaos_procs import Worker
 from benchmarks.chaos_run import ChaosAborted, ChaosLog, ChaosRun, Settings
 from benchmarks.common import RESULTS, machine_info
 from benchmarks.engine import write_report
-from migrators.embedded_postgres import PrivatePostgres
+from migrators.embedded_postgres import PrivatePostgres, PrivatePostgresError
 
 DATABASE = "sstore_chaos"
 #: Malformed Batch1 TradeHistory.txt lines: the file readers reject them before the stream,
@@ -262,8 +262,8 @@ def run(plan: Plan, args: argparse.Namespace, workdir: Path, console: Console
         try:
             with console.status(f"the chaos run ({plan.faults} faults)"):
                 log = chaos.run(faults)
-        except ChaosAborted as exc:
-            aborted, log = str(exc), chaos.log
+        except (ChaosAborted, PrivatePostgresError) as exc:  # e.g. PostgreSQL did not come back
+            aborted, log = f"{type(exc).__name__}: {exc}", chaos.log
         seconds["chaos"] = chaos.log.seconds or time.monotonic() - chaos.began
         diffs = compare_warehouses(url, "reference", "chaos")  # also after an abort: a hint
     finally:
