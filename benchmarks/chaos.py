@@ -4,7 +4,8 @@ at the end the warehouse must equal an uncrashed run's, row for row.
 Run ``python -m benchmarks.chaos`` (SF 0.1, 120 faults) or ``--quick`` (SF 0.01, 12 faults, a
 few minutes, for CI). ``--seed`` picks the faults, ``--kinds`` a subset of them, ``--faults``
 their number. The run is a check: it exits 1 if a row is lost, duplicated or different, or if
-fewer faults landed than planned; 2 if it could not finish (the reason is printed).
+fewer than five sixths of the planned faults landed (100 of 120, 10 of 12) or a kind never
+landed; 2 if it could not finish (the reason is printed).
 
 1. A private PostgreSQL (``migrators.embedded_postgres``) in a temporary directory: the run
    crashes and restarts it, so it must not be the machine's shared server.
@@ -64,6 +65,12 @@ class Plan:
 
 FULL = Plan(0.1, 100, 120, 20, 300.0)
 QUICK = Plan(0.01, 50, 12, 4, 120.0)
+
+
+def minimum_landed(planned: int) -> int:
+    """Faults that must land: five sixths of the plan (100 of the full run's 120, 10 of the
+    quick run's 12). The rest may miss: a fault with nothing to hit is tried three times."""
+    return -(-planned * 5 // 6)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -145,8 +152,9 @@ def summarize(plan: Plan, args: argparse.Namespace, batch_events: Sequence[int],
     problems = []
     if aborted:
         problems.append(f"aborted: {aborted}")
-    if len(landed) < plan.faults:
-        problems.append(f"{len(landed)} faults landed, {plan.faults} planned")
+    if len(landed) < minimum_landed(plan.faults):
+        problems.append(f"{len(landed)} faults landed; {plan.faults} planned, at least "
+                        f"{minimum_landed(plan.faults)} must land")
     missing_kinds = [k for k in args.kinds if by_kind[k] == 0]
     if missing_kinds:
         problems.append(f"no fault of kind {', '.join(missing_kinds)} landed")

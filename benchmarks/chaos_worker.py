@@ -61,6 +61,13 @@ def dimensions_installed(url: str, schema: str, batch: int) -> bool:
         return all(same for _, same in con.execute(counts).fetchall())
 
 
+def ensure_dimensions(url: str, schema: str, batch: int) -> None:
+    from benchmarks.tpcdi_setup import install_dimensions
+
+    if not dimensions_installed(url, schema, batch):
+        install_dimensions(url, schema, batch)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos_worker",
                                      description=__doc__,
@@ -74,7 +81,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-    from benchmarks.tpcdi_setup import install_dimensions
+    from migrators import pg_errors  # noqa: F401 - PostgreSQL's errors in the retry rules
+    from sstore import retry
+    from sstore.retry import RetryPolicy
     from sstore.workloads.tpcdi.streaming.events import (
         BatchEvents,
         batch1_events,
@@ -106,8 +115,11 @@ def run(args: argparse.Namespace) -> None:
             current["batch"] = b
             remaining = pipeline.lines_ingested(b) < events_of(b).lines.num_rows
             emit("batch", batch=b, remaining=remaining)
-            if remaining and not dimensions_installed(args.url, args.schema, b):
-                install_dimensions(args.url, args.schema, b)  # step 2
+            if remaining:
+                # this process's own step, not the pipeline's: through the one retry helper,
+                # so that a PostgreSQL restart here is not mistaken for a pipeline failure
+                retry.call(lambda b=b: ensure_dimensions(args.url, args.schema, b),
+                           RetryPolicy(), f"install the dimensions of Batch{b}")  # step 2
             if b == 1:  # step 3
                 if remaining:
                     pipeline.refresh_lookups()
