@@ -5,9 +5,10 @@ Protocol, per planned fault (``benchmarks.chaos_faults``):
 
 1. Make sure a worker runs (start one if the last was killed or failed).
 2. Pick where the fault fires: a position (trade events taken) between the worker's position
-   and the end, at ``share`` of the remaining work per remaining fault, so the plan fits in
-   the work left (a reset adds a whole data set of work); or, for a start-up fault, a moment
-   while the worker starts (warehouse, dimensions, lookups).
+   and the end, at ``share`` of the remaining work per remaining fault (less what each fault
+   uses up beyond its position), so the plan fits in the work left (a reset adds a whole data
+   set of work); or, for a start-up fault, a moment while the worker starts (warehouse,
+   dimensions, lookups).
 3. Wait for that position (polling the worker's progress lines, not sleeping fixed times),
    then ``delay`` of an engine batch's time, so faults land anywhere inside a batch.
 4. Inject it; a fault that found nothing to hit is a miss and goes to the back of the plan.
@@ -43,6 +44,9 @@ from benchmarks.chaos_faults import (
 from benchmarks.chaos_procs import Worker
 from migrators.embedded_postgres import PrivatePostgres
 from sstore.workloads.tpcdi.streaming.pipeline import sinks
+
+#: Engine batches a fault uses up beyond its planned position (see ``_wait_for_moment``).
+OVERSHOOT_BATCHES = 2
 
 
 class ChaosAborted(RuntimeError):
@@ -200,7 +204,10 @@ class ChaosRun:
             time.sleep(wait)
             return "ready" if worker.running else "exited"
         position = max(self.position, worker.position)
-        target = position + int(fault.share * (self.total - position) / (left + 1))
+        # a fault also uses up work it did not plan for: it fires at the first engine batch
+        # past its target, and a migrator kill lets the engine run ahead: keep that aside
+        spare = self.total - position - left * OVERSHOOT_BATCHES * self.s.batch_size
+        target = position + int(fault.share * max(0, spare) / (left + 1))
         outcome = worker.wait_for(position=target, quiet=self.s.stall_seconds,
                                   timeout=self.s.stall_seconds * 10)
         if outcome == "quiet" or outcome == "timeout":
