@@ -65,6 +65,8 @@ PHASES: tuple[Phase, ...] = (
     Phase("BEGIN", 1, "db", "begin", "engine._apply_ingest", "ingest"),
     Phase("append rows to the border stream", 1, "py", "streams.append", "engine._apply_ingest"),
     Phase("insert commit records", 1, "py", "systables.insert_commits", "engine._apply_ingest"),
+    Phase("input log append + fsync (weak only)", 1, "py", "inputlog.append_ingest",
+          "engine._apply_ingest", optional=True),
     Phase("COMMIT", 1, "db", "commit", "engine._apply_ingest", "ingest"),
     Phase("run_until_idle (whole call)", 0, "py", "engine.run_until_idle"),
     Phase("scheduler.next", 1, "py", "scheduler.next"),

@@ -165,7 +165,7 @@ class EngineFeed:
 
     def begin(self, events: BatchEvents) -> None:
         self._tpcdi_batch = events.tpcdi_batch
-        self.pipeline._keep_file_rejects(events)  # as StreamingDimTrade.stream does
+        self.pipeline.store_file_rejects(events)  # as StreamingDimTrade.stream does
 
     def send(self, chunk: pa.Table, measured: bool) -> None:
         self._batch += 1
@@ -251,7 +251,7 @@ class SparkStreamingFeed:
         times = self.job.send(chunk)
         if measured:
             self.latencies[self._tpcdi_batch].append((times.visible - times.arrival) * 1000)
-            self.measured.add(self.job._sent)
+            self.measured.add(self.job.sent)
 
     def finish(self) -> None:
         pass  # each batch is in PostgreSQL when send returns
@@ -279,7 +279,7 @@ def run_spark_streaming(spark: Any, data: DataSet, url: str, schema: str, workdi
                 dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
             phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick))
         extra = {"breakdown_ms_p50": job.breakdown(lambda b: b in feed.measured),
-                 "micro_batches": job._sent, "replayed_batches": job.replays,
+                 "micro_batches": job.sent, "replayed_batches": job.replays,
                  "spark_version": spark.version}
     finally:
         job.close()

@@ -153,13 +153,18 @@ class StructuredStreamingDimTrade:
                       .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
                       .start())
 
+    @property
+    def sent(self) -> int:
+        """Batches sent so far; the last one's micro-batch id (``send`` numbers them 1, 2, ...)."""
+        return self._sent
+
     # -- the user's code -----------------------------------------------------------------------
     def load_dimensions(self, tpcdi_batch: int) -> None:
         """Read and cache what the lookups need, as the bulk pipeline reads it (Batch1: every
         version, by date; later batches: the current versions)."""
         self._drop_dimensions()
-        dims = dimtrade_spark._dimensions(self.spark, self.data_dir, self.url, self.schema,
-                                          current=tpcdi_batch > 1)
+        dims = dimtrade_spark.read_dimensions(self.spark, self.data_dir, self.url, self.schema,
+                                              current=tpcdi_batch > 1)
         dims = dataclasses.replace(dims, securities=dims.securities.cache(),
                                    accounts=dims.accounts.cache())
         dims.securities.count()

@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = orders_rows(rows_n)
     started = time.perf_counter()
     with console.status("calibrating the cost model"):
-        costs = calibrate(url, rows=min(rows_n, 200_000), spark=not args.no_spark)
+        costs = calibrate(url, orders_rows(min(rows_n, 200_000)), spark=not args.no_spark,
+                          create_table=create_in_engine)
     engine = Engine(os.path.join(folder, "stream.duckdb"))
     ps = Polystore(None, costs=costs)
     ps.attach_engine("stream", engine, discover=False)

@@ -316,9 +316,19 @@ def engine_to_dataframe(engine: Engine, sql_or_table: str, spark: SparkSession |
     """
     text = sql_or_table.strip()
     sql = f"SELECT * FROM {qualified(text)}" if _TABLE_NAME.fullmatch(text) else sql_or_table
-    arrow = _for_spark(engine.query(sql, params=params))
-    spark = spark or get_spark()
-    return spark.createDataFrame(arrow, schema=_spark_schema(arrow.schema))
+    rows = engine.query(sql, params=params)  # before Spark starts: a bad query fails fast
+    return arrow_to_spark(spark or get_spark(), rows)
+
+
+def arrow_to_spark(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A DataFrame of an Arrow table, the one way sstore hands Arrow rows to Spark.
+
+    Columns whose type Spark cannot read are cast to a lossless one it can (unsigned integers
+    widened, see the module's type table), and the schema is ``spark_schema``'s, so naive
+    timestamps stay naive; a type with no Spark counterpart raises ``UnsupportedTypeError``
+    naming the column. The rows pass through the driver (fine for what fits in its memory)."""
+    arrow = _for_spark(table)
+    return spark.createDataFrame(arrow, schema=spark_schema(arrow.schema))
 
 
 def _for_spark(table: pa.Table) -> pa.Table:
@@ -330,9 +340,11 @@ def _for_spark(table: pa.Table) -> pa.Table:
     return table.cast(schema)
 
 
-def _spark_schema(schema: pa.Schema) -> StructType:
+def spark_schema(schema: pa.Schema) -> StructType:
     """Spark's schema for an Arrow schema, keeping naive timestamps naive (``timestamp_ntz``);
-    Spark's own inference would make them instants in the session's zone."""
+    Spark's own inference would make them instants in the session's zone. Nullability is the
+    Arrow field's. Types Spark lacks raise ``UnsupportedTypeError`` (``arrow_to_spark`` widens
+    the unsigned ones first)."""
     fields = []
     for field in schema:
         try:

@@ -97,6 +97,14 @@ def get_spark(master: str | None = None, app_name: str = "sstore") -> SparkSessi
         return _session
 
 
+def is_running() -> bool:
+    """Whether the process's session has started (and was not stopped with ``stop_spark``):
+    the planner and the calibration price Spark's start-up only when it has not, and ask this
+    instead of starting a JVM to find out."""
+    with _lock:
+        return _session is not None
+
+
 def stop_spark() -> None:
     """Stop the shared session (and its JVM's SparkContext); the next ``get_spark`` starts anew."""
     global _session

@@ -145,6 +145,7 @@ def calibrate(url: str, rows: int, spark: bool, output: str | None, catalog: str
     """Measure the cost model's constants on this machine and store them."""
     from sstore.polystore import Polystore
     from sstore.polystore.calibrate import calibrate as measure
+    from sstore.workloads.tpcc.orders import create_in_engine, orders_rows
 
     console = Console(highlight=False)
 
@@ -152,8 +153,9 @@ def calibrate(url: str, rows: int, spark: bool, output: str | None, catalog: str
         if spark:
             require("spark")  # before the minute of measuring the other engines
         with console.status("calibrating") as status:
-            model = measure(url, rows=rows, spark=spark,
-                            progress=lambda step: status.update(f"calibrating: {step}"))
+            model = measure(url, orders_rows(rows), spark=spark,
+                            progress=lambda step: status.update(f"calibrating: {step}"),
+                            create_table=create_in_engine)
         path = output or Polystore(catalog).default_costs_path() or "costs.json"
         model.write(path)
         table = Table(title=f"cost constants ({path})", title_justify="left")

@@ -7,6 +7,7 @@ engine, the rest in PostgreSQL. Every plan must give the same answer.
 from __future__ import annotations
 
 import os
+import re
 
 import psycopg
 import pyarrow as pa
@@ -15,6 +16,7 @@ import pytest
 
 from migrators.errors import PostgresUnavailable
 from sstore import Engine
+from sstore.errors import TerminalError
 from sstore.polystore import Catalog, Polystore, QueryError, UnknownObjectError
 from sstore.polystore.cost import CostModel
 from sstore.workloads.tpcc.orders import (
@@ -260,7 +262,8 @@ def test_env_location_keeps_the_password_out_of_the_catalog(tmp_path, pg_url: st
 
 def test_calibration_stores_measured_constants(tmp_path, pg_url: str) -> None:
     from sstore.polystore.calibrate import calibrate
-    model = calibrate(pg_url, rows=5000, repeats=2)
+    from sstore.workloads.tpcc.orders import create_in_engine, orders_rows
+    model = calibrate(pg_url, orders_rows(5000), repeats=2, create_table=create_in_engine)
     assert model.measured.startswith("calibrated")
     assert model.fixed["postgres"] > 0 and model.fetch["postgres"] > 0
     path = str(tmp_path / "costs.json")
@@ -268,6 +271,23 @@ def test_calibration_stores_measured_constants(tmp_path, pg_url: str) -> None:
     assert CostModel.read(path).fetch == model.fetch
     ps = Polystore(str(tmp_path / "catalog.json"))
     assert ps.costs.measured == model.measured  # costs.json beside the catalog is used
+
+
+def test_calibration_measures_the_rows_it_is_given(pg_url: str) -> None:
+    """The polystore knows no workload: any rows measure (created from their own types),
+    and rows it cannot measure are refused before anything is created."""
+    from sstore.polystore.calibrate import calibrate
+    n = 3000
+    rows = pa.table({"k": pa.array(range(n), pa.int64()),
+                     "v": pa.array([i / 7 for i in range(n)], pa.float64()),
+                     "label": pa.array([f"r{i % 13}" for i in range(n)], pa.string())})
+    model = calibrate(pg_url, rows, repeats=1)
+    assert "3,000 rows x 3 columns" in model.measured
+    assert model.fixed["streaming"] > 0 and model.fixed["postgres"] > 0
+    for bad, named in ((rows.rename_columns(["k", "V", "label"]), "['V']"),
+                       (rows.slice(0, 0), "empty table")):
+        with pytest.raises(TerminalError, match=re.escape(named)):
+            calibrate(pg_url, bad, repeats=1)
 
 
 def test_cli_builds_a_catalog_and_queries_it(tmp_path, pg_url: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import psycopg
+import pyarrow as pa
 import pytest
 
 
@@ -22,9 +23,11 @@ from pyspark.sql import SparkSession, functions as F  # noqa: E402
 from migrators import spark_session  # noqa: E402
 from migrators.errors import (MigrationError, PostgresUnavailable,  # noqa: E402
                               UnsupportedTypeError)
-from migrators.spark import (dataframe_to_engine, dataframe_to_postgres,  # noqa: E402
-                             engine_to_dataframe, postgres_to_dataframe)
-from migrators.spark_session import SparkSetupError, get_spark, jdbc_jar  # noqa: E402
+from migrators.spark import (arrow_to_spark, dataframe_to_engine,  # noqa: E402
+                             dataframe_to_postgres, engine_to_dataframe,
+                             postgres_to_dataframe)
+from migrators.spark_session import (SparkSetupError, get_spark, is_running,  # noqa: E402
+                                     jdbc_jar)
 from sstore import Engine  # noqa: E402
 from sstore.errors import DeclarationError, TerminalError, TransientError  # noqa: E402
 
@@ -105,6 +108,26 @@ def test_engine_query_with_parameters_and_widened_types(spark: SparkSession,
                                                 Decimal(18_446_744_073_709_551_615), 7)]
     with pytest.raises(UnsupportedTypeError, match="'iv'"):
         engine_to_dataframe(engine, "SELECT INTERVAL 1 DAY AS iv", spark)
+
+
+def test_arrow_rows_enter_spark_through_one_function(spark: SparkSession) -> None:
+    """``arrow_to_spark`` (the polystore's Spark views, the TPC-DI events): unsigned integers
+    widened, naive timestamps stay naive, the Arrow field's nullability kept; an empty table
+    gives an empty DataFrame of the same types."""
+    schema = pa.schema([pa.field("id", pa.uint32(), nullable=False), ("at", pa.timestamp("us")),
+                        ("name", pa.string())])
+    table = pa.table({"id": [1, 4_000_000_000], "at": [dt.datetime(2024, 2, 29, 23, 59), None],
+                      "name": ["a", None]}, schema=schema)
+    df = arrow_to_spark(spark, table)
+    assert dict(df.dtypes) == {"id": "bigint", "at": "timestamp_ntz", "name": "string"}
+    assert [f.nullable for f in df.schema.fields] == [False, True, True]
+    assert [tuple(r) for r in df.orderBy("id").collect()] == [
+        (1, dt.datetime(2024, 2, 29, 23, 59), "a"), (4_000_000_000, None, None)]
+    empty = arrow_to_spark(spark, schema.empty_table())
+    assert empty.dtypes == df.dtypes and empty.count() == 0
+    with pytest.raises(UnsupportedTypeError, match="'span'"):
+        arrow_to_spark(spark, pa.table({"span": pa.array([pa.MonthDayNano([1, 2, 3])],
+                                                         pa.month_day_nano_interval())}))
 
 
 # ------------------------------------------------------------------------------ partitioned read
@@ -227,6 +250,19 @@ def test_one_session_per_process(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     with pytest.raises(SparkSetupError, match="stop_spark"):
         get_spark("local[1]")
+
+
+def test_is_running_asks_without_starting_spark(spark: SparkSession) -> None:
+    """The planner and the calibration ask ``is_running`` to price Spark's start-up; asking
+    must not start a JVM."""
+    assert is_running()
+    proc = subprocess.run([sys.executable, "-c", (
+        "from migrators.spark_session import is_running\n"
+        "from pyspark import SparkContext\n"
+        "print(is_running(), SparkContext._active_spark_context is None)")],
+        cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
 
 
 def test_cast_finds_the_spark_migrators(spark: SparkSession, engine: Engine, pg_url: str) -> None:

@@ -1,10 +1,13 @@
 """Measure the cost model's constants on this machine (``sstore polystore calibrate``).
 
-Each constant is timed through the connector code the executor uses, on TPC-C ORDERS rows
-(8 columns): a scratch streaming engine in a temporary directory and scratch tables in
-PostgreSQL's ``sstore_scratch`` schema (dropped afterwards; the connectors write nowhere else). Per-value constants are (time - fixed) / values, from the
-median of a few repetitions; a negative difference (noise on a quiet step) counts as zero.
-Spark is measured only when asked (it takes a minute and starts a JVM).
+Each constant is timed through the connector code the executor uses, on the rows the caller
+passes (``sstore polystore calibrate`` and ``benchmarks.union_plans`` pass TPC-C ORDERS from
+``sstore.workloads.tpcc.orders``: the polystore knows no workload, it sits below them): a
+scratch streaming engine in a temporary directory and scratch tables in PostgreSQL's
+``sstore_scratch`` schema (dropped afterwards; the connectors write nowhere else). Per-value
+constants are (time - fixed) / values, from the median of a few repetitions; a negative
+difference (noise on a quiet step) counts as zero. Spark is measured only when asked (it takes
+a minute and starts a JVM).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import shutil
 import statistics
 import tempfile
@@ -22,21 +26,27 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from sstore.engine import Engine
+from sstore.errors import TerminalError
 from sstore.polystore.connectors import (
     PostgresConnector,
     SparkConnector,
     StreamingConnector,
 )
 from sstore.polystore.cost import CostModel
-from sstore.polystore.executor import _run_in_island
+from sstore.polystore.executor import run_in_island
 from sstore.polystore.plan import ISLAND
 from sstore.polystore.scratch import SCRATCH_SCHEMA, SPARK_SCRATCH_PREFIX
 
 Progress = Callable[[str], None]
+#: Creates the measuring table in the scratch streaming engine: (engine, table name, rows).
+CreateTable = Callable[[Engine, str, pa.Table], None]
 SCRATCH = f"{SCRATCH_SCHEMA}.calibration_orders"
 SCRATCH_SQL = f'"{SCRATCH_SCHEMA}"."calibration_orders"'
 SPARK_ORDERS = SPARK_SCRATCH_PREFIX + "calibration_orders"
 SPARK_JDBC = SPARK_SCRATCH_PREFIX + "calibration_jdbc"
+# The scan query names the columns unquoted, so that DuckDB, PostgreSQL and Spark SQL (where
+# "x" is a string) all read the same columns: only lower-case plain names qualify.
+PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 def _median(work: Callable[[], object], times: int) -> float:
@@ -52,14 +62,28 @@ def _per_value(total: float, fixed: float, values: int) -> float:
     return max(0.0, (total - fixed) / values)
 
 
-def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = False,
-              progress: Progress | None = None) -> CostModel:
-    """Measure every constant; return the model (``CostModel.write`` stores it)."""
-    from sstore.workloads.tpcc.orders import create_in_engine, orders_rows
+def _load_rows(engine: Engine, table: str, rows: pa.Table) -> None:
+    engine.load_table(table, rows)
 
+
+def calibrate(url: str, data: pa.Table, repeats: int = 5, spark: bool = False,
+              progress: Progress | None = None, create_table: CreateTable = _load_rows
+              ) -> CostModel:
+    """Measure every constant on ``data``; return the model (``CostModel.write`` stores it).
+
+    ``data``: the measuring rows (a few hundred thousand make steady numbers; every column
+    must have a type that ``max`` orders). ``create_table`` makes their table in the scratch
+    streaming engine: by default from the rows' types; a workload passes its own DDL (keys,
+    NOT NULL) so the engine's constants are measured on the table its queries meet."""
+    if data.num_rows == 0 or data.num_columns == 0:
+        raise TerminalError("calibration needs rows to measure with; got an empty table")
+    odd = [c for c in data.column_names if not PLAIN_NAME.fullmatch(c)]
+    if odd:
+        raise TerminalError(f"calibration rows need lower-case plain column names "
+                            f"([a-z_][a-z0-9_]*); these are not: {odd}")
     say = progress or (lambda _msg: None)
-    data = orders_rows(rows)
     values = data.num_rows * data.num_columns
+    columns = data.column_names
     model = CostModel()
     folder = tempfile.mkdtemp(prefix="sstore-calibrate-")
     engine = Engine(os.path.join(folder, "calibrate.duckdb"))
@@ -67,18 +91,18 @@ def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = Fal
     pg = PostgresConnector("postgres", url)
     try:
         say("streaming engine")
-        create_in_engine(engine, "orders", data)
+        create_table(engine, "orders", data)
         _measure_kind(model, "streaming", stream.fetch, stream.fingerprint,
                       lambda: stream.store(f"{SCRATCH_SCHEMA}.orders_copy", data),
                       lambda: stream.store(f"{SCRATCH_SCHEMA}.orders_tiny", data.slice(0, 1),
                                            note="calibration"),
-                      "orders", values, repeats)
+                      "orders", columns, values, repeats)
         say("PostgreSQL")
         pg.store(SCRATCH, data)
         _measure_kind(model, "postgres", pg.fetch, pg.fingerprint,
                       lambda: pg.store(SCRATCH + "_copy", data),
                       lambda: pg.store(SCRATCH + "_tiny", data.slice(0, 1), note="calibration"),
-                      SCRATCH_SQL, values, repeats)
+                      SCRATCH_SQL, columns, values, repeats)
         say("island")
         _measure_island(model, data, values, repeats)
         say("parallel fetches")
@@ -94,7 +118,7 @@ def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = Fal
         shutil.rmtree(folder, ignore_errors=True)
     when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     model.measured = (f"calibrated {when} on {platform.node()} ({os.cpu_count()} cpus), "
-                      f"{rows:,} rows x {data.num_columns} columns"
+                      f"{data.num_rows:,} rows x {data.num_columns} columns"
                       + ("" if spark else "; Spark constants are defaults"))
     return model
 
@@ -102,13 +126,12 @@ def calibrate(url: str, rows: int = 200_000, repeats: int = 5, spark: bool = Fal
 def _measure_kind(model: CostModel, kind: str, fetch: Callable[[str], pa.Table],
                   fingerprint: Callable[[str], str],
                   store: Callable[[], int], store_tiny: Callable[[], int], table: str,
-                  values: int,
-                  repeats: int) -> None:
+                  columns: list[str], values: int, repeats: int) -> None:
     fixed = _median(lambda: fetch("SELECT 1 AS one"), repeats * 4)
     model.fixed[kind] = fixed
     everything = _median(lambda: fetch(f"SELECT * FROM {table}"), repeats)
     model.fetch[kind] = _per_value(everything, fixed, values)
-    scan = _median(lambda: fetch(_scan_sql(table)), repeats)
+    scan = _median(lambda: fetch(_scan_sql(columns, table)), repeats)
     model.process[kind] = _per_value(scan, fixed, 2 * values)
     model.fingerprint[kind] = _per_value(
         _median(lambda: fingerprint(f"SELECT * FROM {table}"), repeats), fixed, values)
@@ -117,11 +140,9 @@ def _measure_kind(model: CostModel, kind: str, fetch: Callable[[str], pa.Table],
                                   model.store_fixed[kind], values)
 
 
-def _scan_sql(table: str, second: str | None = None) -> str:
+def _scan_sql(columns: list[str], table: str, second: str | None = None) -> str:
     """A query that must read every value of two tables (or twice one) and returns one row."""
-    cols = ("o_id", "o_d_id", "o_w_id", "o_c_id", "o_entry_d", "o_carrier_id", "o_ol_cnt",
-            "o_all_local")
-    aggregates = ", ".join(f"max({c}) AS m_{c}" for c in cols)
+    aggregates = ", ".join(f"max({c}) AS m_{c}" for c in columns)  # PLAIN_NAME, checked
     return (f"SELECT {aggregates} FROM (SELECT * FROM {table} UNION ALL "
             f"SELECT * FROM {second or table}) AS u")
 
@@ -129,11 +150,12 @@ def _scan_sql(table: str, second: str | None = None) -> str:
 def _measure_island(model: CostModel, data: pa.Table, values: int, repeats: int) -> None:
     half = data.num_rows // 2
     parts = {"a": data.slice(0, half), "b": data.slice(half)}
-    fixed = _median(lambda: _run_in_island("SELECT 1 AS one", {}), repeats * 4)
+    fixed = _median(lambda: run_in_island("SELECT 1 AS one", {}), repeats * 4)
     model.fixed[ISLAND] = fixed
     union = "SELECT * FROM a UNION ALL SELECT * FROM b"
-    everything = _median(lambda: _run_in_island(union, parts), repeats)
-    scan = _median(lambda: _run_in_island(_scan_sql("a", "b"), parts), repeats)
+    everything = _median(lambda: run_in_island(union, parts), repeats)
+    scan = _median(lambda: run_in_island(_scan_sql(data.column_names, "a", "b"), parts),
+                   repeats)
     model.process[ISLAND] = _per_value(scan, fixed, values)
     model.fetch[ISLAND] = _per_value(everything, scan, values)
 
@@ -158,9 +180,9 @@ def _overlap(stream: StreamingConnector, pg: PostgresConnector, repeats: int) ->
 
 
 def _measure_spark(model: CostModel, url: str, data: pa.Table, values: int) -> None:
-    from migrators import spark_session
+    from migrators.spark_session import is_running
     t0 = time.perf_counter()
-    running = spark_session._session is not None
+    running = is_running()
     connector = SparkConnector("spark")
     connector.spark  # noqa: B018 - starts the session
     if not running:
@@ -173,7 +195,8 @@ def _measure_spark(model: CostModel, url: str, data: pa.Table, values: int) -> N
     model.fetch["spark"] = _per_value(_median(
         lambda: connector.fetch(f"SELECT * FROM {SPARK_ORDERS}"), 3), fixed, values)
     model.process["spark"] = _per_value(_median(
-        lambda: connector.fetch(_scan_sql(SPARK_ORDERS)), 3), fixed, 2 * values)
+        lambda: connector.fetch(_scan_sql(data.column_names, SPARK_ORDERS)), 3), fixed,
+        2 * values)
     pg = PostgresConnector("postgres", url)
     pg.store(SCRATCH, data)
     model.spark_jdbc = _per_value(_median(lambda: (

@@ -383,11 +383,9 @@ class SparkConnector:
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
-        from migrators.spark import _for_spark, _spark_schema
+        from migrators.spark import arrow_to_spark
         self._creatable(table, mode)
-        arrow = _for_spark(rows)
-        df = self.spark.createDataFrame(arrow, schema=_spark_schema(arrow.schema))
-        df.createOrReplaceTempView(table)
+        arrow_to_spark(self.spark, rows).createOrReplaceTempView(table)
         return rows.num_rows
 
     def store_from_postgres(self, table: str, url: str, sql: str) -> None:

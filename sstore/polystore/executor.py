@@ -36,7 +36,7 @@ def execute(plan: Plan, connectors: Mapping[str, Connector]) -> pa.Table:
         for move in moves:
             _move(move, connectors)
         if plan.final.engine == ISLAND:
-            return _run_in_island(plan.final.sql, fetched)
+            return run_in_island(plan.final.sql, fetched)
         return connectors[plan.final.engine].fetch(plan.final.sql)
     finally:
         for move in moves:
@@ -58,7 +58,7 @@ _island: duckdb.DuckDBPyConnection | None = None
 _island_lock = threading.Lock()
 
 
-def _run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
+def run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
     """The final query over the fetched tables, on a cursor of its own: the names registered
     on it are this query's only. The in-memory database is opened once per process (opening
     one costs ~30 ms; a cursor, a fraction of a millisecond)."""

@@ -235,8 +235,8 @@ class Polystore:
             candidates = _propose(replace(inp, cached=cached))
         kinds = {name: entry.kind.value for name, entry in engines.items()}
         kinds[ISLAND] = ISLAND
-        from migrators import spark_session
-        running = spark_session._session is not None
+        from migrators.spark_session import is_running
+        running = is_running()
         for plan in candidates:
             self.costs.price(plan, kinds, spark_running=running, repeats=repeats)
         return sorted(candidates, key=lambda p: (p.cost, p.name))

@@ -116,7 +116,7 @@ def _run(spark: SparkSession, data_dir: Path, url: str, schema: str, batch_id: i
                                     f"batch {done + 1} (last applied: {done})")
         events = (historical_events(spark, data_dir) if batch_id == 1
                   else incremental_events(spark, data_dir, batch_id))
-        dims = _dimensions(spark, data_dir, url, schema, current=batch_id > 1)
+        dims = read_dimensions(spark, data_dir, url, schema, current=batch_id > 1)
         out = _compute(spark, events, dims, url, schema)
         if not session.run(lambda con: _write(con, schema, target, batch_id, out),
                            f"write DimTrade batch {batch_id}"):
@@ -165,10 +165,13 @@ def _names(table: pa.Table, code: str, name: str) -> dict[str, str]:
     return dict(zip(table[code].to_pylist(), table[name].to_pylist(), strict=True))
 
 
-def _dimensions(spark: SparkSession, data_dir: Path, url: str, schema: str, current: bool
-                ) -> Dimensions:
-    """Status and type names from Batch1's reference files; DimSecurity and DimAccount from
-    the warehouse (Batch2/3: the current versions only)."""
+def read_dimensions(spark: SparkSession, data_dir: Path, url: str, schema: str, current: bool
+                    ) -> Dimensions:
+    """What the DimTrade rules look up: status and type names from Batch1's reference files
+    under ``data_dir``; DimSecurity and DimAccount of the warehouse ``schema`` as lazy
+    DataFrames over JDBC (``current``: only the current versions, as Batch2/3 read them;
+    else every version, which Batch1 picks by date). The bulk pipeline reads them once per
+    batch; a streaming job that reuses them across micro-batches caches them itself."""
     batch1 = data_dir / "Batch1"
     status = sources.read_status_type(batch1 / "StatusType.txt").table
     types = sources.read_trade_type(batch1 / "TradeType.txt").table

@@ -26,9 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.types import StructField, StructType
 
+from migrators.spark import arrow_to_spark
 from sstore.workloads.tpcdi import sources
 from sstore.workloads.tpcdi.sources import SourceRead
 
@@ -48,7 +47,7 @@ class SourceLines:
     texts: dict[str, tuple[np.ndarray, pa.Array]] = field(default_factory=dict)
 
     def add(self, path: Path, data: bytes) -> np.ndarray:
-        numbers, texts, _ = sources._lines(data)   # the readers' own line splitting
+        numbers, texts, _ = sources.split_lines(data)   # the readers' own line splitting
         numbers_np = numbers.to_numpy()
         self.texts[str(path)] = (numbers_np, texts)
         return numbers_np
@@ -76,11 +75,6 @@ class BatchEvents:
     extra: pa.Table | None = None      # their (line_number, reason)
 
 
-def _spark_schema(schema: pa.Schema) -> StructType:
-    return StructType([StructField(f.name, from_arrow_type(f.type, prefer_timestamp_ntz=True))
-                       for f in schema])
-
-
 def _numbered(path: Path, read: SourceRead, lines: SourceLines, line_column: str) -> pa.Table:
     """The reader's rows with the line number of each row in ``line_column``.
 
@@ -93,10 +87,6 @@ def _numbered(path: Path, read: SourceRead, lines: SourceLines, line_column: str
         raise RuntimeError(f"{path}: {read.table.num_rows} rows read but {len(good)} lines "
                            f"left after the {len(refused)} refused ones")
     return read.table.append_column(line_column, pa.array(good, pa.int64()))
-
-
-def _to_spark(spark: SparkSession, table: pa.Table) -> DataFrame:
-    return spark.createDataFrame(table, schema=_spark_schema(table.schema))
 
 
 def _state_rank(state: Column) -> Column:
@@ -133,9 +123,9 @@ def historical_events(spark: SparkSession, data_dir: Path) -> BatchEvents:
     trades = _numbered(trade_path, trade_read, lines, "tline")
     history = _numbered(history_path, history_read, lines, "eid")
     trades, extra = _trades_without_events(trades, history)
-    fixed = _to_spark(spark, trades.drop_columns(["t_dts", "t_st_id", "tline"])) \
+    fixed = arrow_to_spark(spark, trades.drop_columns(["t_dts", "t_st_id", "tline"])) \
         .withColumn("known", F.lit(True))
-    joined = _to_spark(spark, history).join(fixed, F.col("th_t_id") == F.col("t_id"), "left")
+    joined = arrow_to_spark(spark, history).join(fixed, F.col("th_t_id") == F.col("t_id"), "left")
     completed = F.col("th_st_id") == "CMPT"
     market = F.col("t_tt_id").isin(*MARKET_TYPES)
     first_state = (F.col("th_st_id") == "PNDG") | ((F.col("th_st_id") == "SBMT") & market)
@@ -160,7 +150,7 @@ def incremental_events(spark: SparkSession, data_dir: Path, batch_id: int) -> Ba
     path = data_dir / f"Batch{batch_id}" / "Trade.txt"
     read = sources.read_trade_incremental(path, batch_id=batch_id)
     lines = SourceLines()
-    rows = _to_spark(spark, _numbered(path, read, lines, "eid"))
+    rows = arrow_to_spark(spark, _numbered(path, read, lines, "eid"))
     order = Window.partitionBy("t_id").orderBy("cdc_dsn", "eid")
     events = (rows.withColumn("k", F.row_number().over(order))
               .withColumn("reason", F.when(~F.col("cdc_flag").isin("I", "U"), F.format_string(
@@ -172,5 +162,5 @@ def incremental_events(spark: SparkSession, data_dir: Path, batch_id: int) -> Ba
 
 
 def empty_rows(spark: SparkSession, schema: pa.Schema) -> DataFrame:
-    return spark.createDataFrame(schema.empty_table(), schema=_spark_schema(schema))
+    return arrow_to_spark(spark, schema.empty_table())
 

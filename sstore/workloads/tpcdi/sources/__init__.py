@@ -17,7 +17,7 @@ DIGen or from our generator: CRLF or LF line ends, space-padded fixed-width fiel
 beside the data (never taken for data).
 """
 
-from sstore.workloads.tpcdi.sources.convert import _lines
+from sstore.workloads.tpcdi.sources.convert import split_lines
 from sstore.workloads.tpcdi.sources.customer_mgmt import (
     CUSTOMER_MGMT_COLS,
     read_customer_mgmt,
@@ -84,9 +84,9 @@ __all__ = [
     "DATE", "DATE_FILE", "F64", "FINWIRE_NAME", "HR", "I32", "INDUSTRY", "INT", "MONEY", "PRICE",
     "RATE", "REJECT_SCHEMA", "SEC_FIELDS", "STATUS_TYPE", "TAX_RATE", "TEXT", "TIME",
     "TIME_FILE", "TRADE", "TRADE_CDC", "TRADE_HISTORY", "TRADE_TYPE", "TS", "Col",
-    "FinwireRead", "Layout", "SourceRead", "_lines", "finwire_files", "read_account",
+    "FinwireRead", "Layout", "SourceRead", "finwire_files", "read_account",
     "read_audit", "read_batch_date", "read_customer", "read_customer_mgmt", "read_date",
     "read_delimited", "read_finwire", "read_hr", "read_industry", "read_status_type",
     "read_tax_rate", "read_time", "read_trade", "read_trade_history", "read_trade_incremental",
-    "read_trade_type",
+    "read_trade_type", "split_lines",
 ]

@@ -4,6 +4,9 @@ Every field is trimmed and an empty field is NULL; numbers, ISO dates and timest
 Arrow's cast accepts (strict: ``2017-02-30`` fails); integers are digits with an optional minus;
 ``yyyymmdd`` forms must read back unchanged; booleans are the file's two tokens. A refused value
 marks its row, and the row's first refused field names the reason.
+
+The public functions are the readers' shared steps (``delimited``, ``finwire``,
+``customer_mgmt``); ``split_lines`` is also how the Spark DimTrade job numbers source lines.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sstore.workloads.tpcdi.sources.layouts import (
-    _FORMATS,
     BOOL,
     DATE,
     F64,
+    FORMATS,
     INT,
     REJECT_SCHEMA,
     TEXT,
@@ -137,8 +140,8 @@ def _convert(text: pa.Array, col: Col, bools: tuple[str, str]
     return values, bad
 
 
-def _typed(raw: Sequence[pa.Array], cols: Sequence[Col], bools: tuple[str, str],
-           nulls_done: bool = False) -> tuple[pa.Table, list[pa.Array], list[pa.Array | None]]:
+def typed_columns(raw: Sequence[pa.Array], cols: Sequence[Col], bools: tuple[str, str],
+                  nulls_done: bool = False) -> tuple[pa.Table, list[pa.Array], list[pa.Array | None]]:
     """Convert text columns: the typed table, the cleaned texts, and one mask per column.
 
     ``nulls_done``: empty fields are already NULL (pyarrow.csv did it), so only text columns
@@ -150,7 +153,7 @@ def _typed(raw: Sequence[pa.Array], cols: Sequence[Col], bools: tuple[str, str],
     return table, texts, [b for _, b in converted]
 
 
-def _any(masks: Sequence[pa.Array | None], n: int) -> pa.Array:
+def any_refused(masks: Sequence[pa.Array | None], n: int) -> pa.Array:
     """Rows refused by any column."""
     out: pa.Array | None = None
     for mask in masks:
@@ -159,8 +162,8 @@ def _any(masks: Sequence[pa.Array | None], n: int) -> pa.Array:
     return out if out is not None else pa.repeat(pa.scalar(False), n)
 
 
-def _reasons(rows: list[int], texts: Sequence[pa.Array], masks: Sequence[pa.Array | None],
-             cols: Sequence[Col]) -> list[str]:
+def refusal_reasons(rows: list[int], texts: Sequence[pa.Array],
+                    masks: Sequence[pa.Array | None], cols: Sequence[Col]) -> list[str]:
     """Why each refused row was refused: its first bad field."""
     idx = pa.array(rows, INT)
     flags = [[False] * len(rows) if m is None else m.take(idx).to_pylist() for m in masks]
@@ -175,14 +178,14 @@ def _reasons(rows: list[int], texts: Sequence[pa.Array], masks: Sequence[pa.Arra
 
 
 def _expected(col: Col) -> str:
-    if col.fmt or col.type in _FORMATS:
-        return col.fmt or _FORMATS[col.type]
+    if col.fmt or col.type in FORMATS:
+        return col.fmt or FORMATS[col.type]
     if pa.types.is_decimal(col.type):
         return f"decimal({col.type.precision},{col.type.scale})"
     return {BOOL: "boolean", F64: "number"}.get(col.type, "integer")
 
 
-def _batch_of(path: Path) -> int | None:
+def batch_of(path: Path) -> int | None:
     """``Batch2/Trade.txt`` and ``Batch2_audit.csv`` belong to batch 2."""
     for name in (path.parent.name, path.name):
         m = re.match(r"Batch(\d+)", name)
@@ -191,7 +194,7 @@ def _batch_of(path: Path) -> int | None:
     return None
 
 
-def _lines(data: bytes) -> tuple[pa.Array, pa.Array, list[tuple[int, str, str]]]:
+def split_lines(data: bytes) -> tuple[pa.Array, pa.Array, list[tuple[int, str, str]]]:
     """Physical line numbers and texts of the non-blank lines, ``\\r`` stripped, as Arrow
     arrays; lines that are not UTF-8 come back as (number, text, reason) rejects."""
     bad: list[tuple[int, str, str]] = []
@@ -213,7 +216,9 @@ def _lines(data: bytes) -> tuple[pa.Array, pa.Array, list[tuple[int, str, str]]]
     return numbers.filter(keep), texts.filter(keep), bad
 
 
-def _rejects(source: str, batch: int | None, rows: Sequence[tuple[int, str, str]]) -> pa.Table:
+def reject_table(source: str, batch: int | None, rows: Sequence[tuple[int, str, str]]
+                 ) -> pa.Table:
+    """(line number, raw line, reason) triples as ``REJECT_SCHEMA`` rows, in line order."""
     rows = sorted(rows)
     return pa.table([[source] * len(rows), [batch] * len(rows), [r[0] for r in rows],
                      [r[1] for r in rows], [r[2] for r in rows]], schema=REJECT_SCHEMA)

@@ -11,26 +11,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sstore.workloads.tpcdi.sources.convert import (
-    _any,
-    _batch_of,
-    _reasons,
-    _rejects,
-    _typed,
+    any_refused,
+    batch_of,
+    refusal_reasons,
+    reject_table,
+    typed_columns,
 )
 from sstore.workloads.tpcdi.sources.layouts import (
-    _CUSTOMER,
+    CUSTOMER_FIELDS,
     I32,
     INT,
     TEXT,
     TS,
     SourceRead,
-    _c,
+    col,
 )
 
 CUSTOMER_MGMT_COLS = (
-    _c("actiontype!"), _c("actionts!", TS), _c("c_id!", INT),
-    *(c for c in _CUSTOMER if c.name not in ("c_id", "c_st_id")),
-    _c("ca_id", INT), _c("ca_tax_st", I32), _c("ca_b_id", INT), _c("ca_name"))
+    col("actiontype!"), col("actionts!", TS), col("c_id!", INT),
+    *(c for c in CUSTOMER_FIELDS if c.name not in ("c_id", "c_st_id")),
+    col("ca_id", INT), col("ca_tax_st", I32), col("ca_b_id", INT), col("ca_name"))
 _LEAVES = {name.upper(): name for name in (
     "c_l_name", "c_f_name", "c_m_name", "c_adline1", "c_adline2", "c_zipcode", "c_city",
     "c_state_prov", "c_ctry", "c_lcl_tx_id", "c_nat_tx_id", "ca_b_id", "ca_name")}
@@ -113,7 +113,7 @@ def read_customer_mgmt(path: str | PathLike[str], batch_id: int | None = None) -
     the items present but empty. Streams with expat, so line numbers of refused actions are
     exact; a syntax error ends the read with one reject that says so."""
     path = Path(path)
-    batch = _batch_of(path) if batch_id is None else batch_id
+    batch = batch_of(path) if batch_id is None else batch_id
     parser = xml.parsers.expat.ParserCreate(namespace_separator=" ")
     actions = _Actions(parser)
     parser.buffer_text = True
@@ -129,13 +129,13 @@ def read_customer_mgmt(path: str | PathLike[str], batch_id: int | None = None) -
     cols = CUSTOMER_MGMT_COLS
     n = len(actions.rows)
     raw = [pa.array([row.get(c.name) for row in actions.rows], TEXT) for c in cols]
-    table, clean, masks = _typed(raw, cols, ("1", "0"))
+    table, clean, masks = typed_columns(raw, cols, ("1", "0"))
     table = table.append_column("empty_fields", pa.array(
         [e or None for e in actions.empty[:n]], pa.list_(TEXT)))
-    bad = _any(masks, n)
+    bad = any_refused(masks, n)
     bad_rows = pc.indices_nonzero(bad).to_pylist()
-    for row, reason in zip(bad_rows, _reasons(bad_rows, clean, masks, cols)):
+    for row, reason in zip(bad_rows, refusal_reasons(bad_rows, clean, masks, cols)):
         line, start, end = actions.spans[row]
         rejected.append((line, _xml_raw(path, start, end), reason))
     return SourceRead(str(path), table.filter(pc.invert(bad)),
-                      _rejects(str(path), batch, rejected))
+                      reject_table(str(path), batch, rejected))

@@ -11,12 +11,12 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from sstore.workloads.tpcdi.sources.convert import (
-    _any,
-    _batch_of,
-    _lines,
-    _reasons,
-    _rejects,
-    _typed,
+    any_refused,
+    batch_of,
+    refusal_reasons,
+    reject_table,
+    split_lines,
+    typed_columns,
 )
 from sstore.workloads.tpcdi.sources.layouts import (
     ACCOUNT,
@@ -61,14 +61,14 @@ def _read_fast(data: bytes, layout: Layout) -> pa.Table | None:
         return None
     if invalid:
         return None
-    table, _, masks = _typed([c.combine_chunks() for c in raw.columns], layout.cols,
+    table, _, masks = typed_columns([c.combine_chunks() for c in raw.columns], layout.cols,
                              layout.bools, nulls_done=True)
-    return None if pc.any(_any(masks, raw.num_rows)).as_py() else table
+    return None if pc.any(any_refused(masks, raw.num_rows)).as_py() else table
 
 
 def _read_lines(data: bytes, layout: Layout, source: str, batch: int | None) -> SourceRead:
     """Line by line: the same conversion, and every refused line with its number."""
-    numbers, texts, rejected = _lines(data)
+    numbers, texts, rejected = split_lines(data)
     if layout.header and len(numbers) and numbers[0].as_py() == 1:
         numbers, texts = numbers.slice(1), texts.slice(1)
     n = len(layout.cols)
@@ -80,14 +80,14 @@ def _read_lines(data: bytes, layout: Layout, source: str, batch: int | None) -> 
                          f"expected {n} fields, found {counts[i].as_py()}"))
     keep = pc.indices_nonzero(pc.invert(wrong))
     parts = parts.take(keep)
-    table, clean, masks = _typed([pc.list_element(parts, j) for j in range(n)], layout.cols,
+    table, clean, masks = typed_columns([pc.list_element(parts, j) for j in range(n)], layout.cols,
                                  layout.bools)
-    bad = _any(masks, len(keep))
+    bad = any_refused(masks, len(keep))
     bad_rows = pc.indices_nonzero(bad).to_pylist()
-    for row, reason in zip(bad_rows, _reasons(bad_rows, clean, masks, layout.cols)):
+    for row, reason in zip(bad_rows, refusal_reasons(bad_rows, clean, masks, layout.cols)):
         line = keep[row].as_py()
         rejected.append((numbers[line].as_py(), texts[line].as_py(), reason))
-    return SourceRead(source, table.filter(pc.invert(bad)), _rejects(source, batch, rejected))
+    return SourceRead(source, table.filter(pc.invert(bad)), reject_table(source, batch, rejected))
 
 
 def read_delimited(path: str | PathLike[str], layout: Layout, batch_id: int | None = None
@@ -95,10 +95,10 @@ def read_delimited(path: str | PathLike[str], layout: Layout, batch_id: int | No
     """Read one delimited file; ``batch_id`` defaults to the ``BatchN`` folder it is in."""
     path = Path(path)
     data = path.read_bytes()
-    batch = _batch_of(path) if batch_id is None else batch_id
+    batch = batch_of(path) if batch_id is None else batch_id
     table = _read_fast(data, layout)
     if table is not None:
-        return SourceRead(str(path), table, _rejects(str(path), batch, []))
+        return SourceRead(str(path), table, reject_table(str(path), batch, []))
     return _read_lines(data, layout, str(path), batch)
 
 

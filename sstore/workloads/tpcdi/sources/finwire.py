@@ -12,7 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sstore.workloads.tpcdi.sources.convert import _any, _lines, _reasons, _typed
+from sstore.workloads.tpcdi.sources.convert import (
+    any_refused,
+    refusal_reasons,
+    split_lines,
+    typed_columns,
+)
 from sstore.workloads.tpcdi.sources.layouts import (
     DATE,
     FINWIRE_NAME,
@@ -22,14 +27,14 @@ from sstore.workloads.tpcdi.sources.layouts import (
     TEXT,
     TS,
     Col,
-    _c,
+    col,
 )
 
 
 def _fw(spec: str, start: int, end: int, type_: pa.DataType = TEXT) -> tuple[Col, int, int]:
     """A fixed-width field at 1-based inclusive positions; FINWIRE dates are yyyymmdd."""
     fmt = {DATE: "%Y%m%d", TS: "%Y%m%d-%H%M%S"}.get(type_)
-    return _c(spec, type_, fmt), start, end
+    return col(spec, type_, fmt), start, end
 
 
 _PTS = _fw("pts!", 1, 15, TS)
@@ -74,7 +79,7 @@ def read_finwire(directory: str | PathLike[str], batch_id: int = 1) -> FinwireRe
     numbers, texts, owners = [], [], []
     rejected: list[tuple[str, int, str, str]] = []
     for k, path in enumerate(files):
-        nums, lines, bad = _lines(path.read_bytes())
+        nums, lines, bad = split_lines(path.read_bytes())
         numbers.append(nums)
         texts.append(lines)
         owners.append(np.full(len(lines), k, dtype=np.int64))
@@ -101,11 +106,11 @@ def read_finwire(directory: str | PathLike[str], batch_id: int = 1) -> FinwireRe
         rows = rows.filter(pc.invert(long))
         taken = lines_arr.take(rows)
         cols = [f[0] for f in fields]
-        table, clean, masks = _typed([pc.utf8_slice_codeunits(taken, s - 1, e)
+        table, clean, masks = typed_columns([pc.utf8_slice_codeunits(taken, s - 1, e)
                                       for _, s, e in fields], cols, ("1", "0"))
-        bad = _any(masks, len(rows))
+        bad = any_refused(masks, len(rows))
         bad_rows = pc.indices_nonzero(bad).to_pylist()
-        refuse(rows.take(pa.array(bad_rows, INT)), _reasons(bad_rows, clean, masks, cols))
+        refuse(rows.take(pa.array(bad_rows, INT)), refusal_reasons(bad_rows, clean, masks, cols))
         tables[kind] = table.filter(pc.invert(bad))
     sec = tables["SEC"]
     is_cik = pc.fill_null(pc.match_substring_regex(sec["conameorcik"], r"^\d{1,18}$"), False)

@@ -15,7 +15,8 @@ import pyarrow as pa
 TEXT, INT, I32, F64 = pa.string(), pa.int64(), pa.int32(), pa.float64()
 DATE, TS, TIME, BOOL = pa.date32(), pa.timestamp("s"), pa.time32("s"), pa.bool_()
 PRICE, MONEY, RATE = pa.decimal128(8, 2), pa.decimal128(10, 2), pa.decimal128(6, 5)
-_FORMATS = {DATE: "date YYYY-MM-DD", TS: "timestamp YYYY-MM-DD HH:MM:SS", TIME: "time HH:MM:SS"}
+#: How a date, timestamp or time must be written (named in refusal reasons).
+FORMATS = {DATE: "date YYYY-MM-DD", TS: "timestamp YYYY-MM-DD HH:MM:SS", TIME: "time HH:MM:SS"}
 REJECT_SCHEMA = pa.schema([("source_file", TEXT), ("batch_id", I32), ("line_number", INT),
                            ("raw_line", TEXT), ("reason", TEXT)])
 FINWIRE_NAME = re.compile(r"FINWIRE\d{4}Q[1-4]")
@@ -57,51 +58,57 @@ class SourceRead:
         return self.table.num_rows + self.rejects.num_rows + self.skipped
 
 
-def _c(spec: str, type_: pa.DataType = TEXT, fmt: str | None = None) -> Col:
-    """``"t_id!"`` is a required field, ``"t_exec_name"`` an optional one."""
+def col(spec: str, type_: pa.DataType = TEXT, fmt: str | None = None) -> Col:
+    """A field from its spec: ``"t_id!"`` is a required field, ``"t_exec_name"`` an optional
+    one. The layouts here, FINWIRE's and CustomerMgmt.xml's are written with it."""
     return Col(spec.rstrip("!"), type_, spec.endswith("!"), fmt)
 
 
-_TRADE = (_c("t_id!", INT), _c("t_dts!", TS), _c("t_st_id!"), _c("t_tt_id!"),
-          _c("t_is_cash!", BOOL), _c("t_s_symb!"), _c("t_qty!", I32),
-          _c("t_bid_price!", PRICE), _c("t_ca_id!", INT), _c("t_exec_name"),
-          _c("t_trade_price", PRICE), _c("t_chrg", MONEY), _c("t_comm", MONEY), _c("t_tax", MONEY))
-_CDC = (_c("cdc_flag!"), _c("cdc_dsn!", INT))
-_PHONES = tuple(_c(f"c_{part}_{n}") for n in (1, 2, 3) for part in ("ctry", "area", "local", "ext"))
-_CUSTOMER = (_c("c_id!", INT), _c("c_tax_id"), _c("c_st_id"), _c("c_l_name"), _c("c_f_name"),
-             _c("c_m_name"), _c("c_gndr"), _c("c_tier"), _c("c_dob", DATE), _c("c_adline1"),
-             _c("c_adline2"), _c("c_zipcode"), _c("c_city"), _c("c_state_prov"), _c("c_ctry"),
-             *_PHONES, _c("c_email_1"), _c("c_email_2"), _c("c_lcl_tx_id"), _c("c_nat_tx_id"))
+_TRADE = (col("t_id!", INT), col("t_dts!", TS), col("t_st_id!"), col("t_tt_id!"),
+          col("t_is_cash!", BOOL), col("t_s_symb!"), col("t_qty!", I32),
+          col("t_bid_price!", PRICE), col("t_ca_id!", INT), col("t_exec_name"),
+          col("t_trade_price", PRICE), col("t_chrg", MONEY), col("t_comm", MONEY),
+          col("t_tax", MONEY))
+_CDC = (col("cdc_flag!"), col("cdc_dsn!", INT))
+_PHONES = tuple(col(f"c_{part}_{n}") for n in (1, 2, 3)
+                for part in ("ctry", "area", "local", "ext"))
+#: Customer.txt's fields after the CDC ones (CustomerMgmt.xml's reader takes them too).
+CUSTOMER_FIELDS = (
+    col("c_id!", INT), col("c_tax_id"), col("c_st_id"), col("c_l_name"), col("c_f_name"),
+    col("c_m_name"), col("c_gndr"), col("c_tier"), col("c_dob", DATE), col("c_adline1"),
+    col("c_adline2"), col("c_zipcode"), col("c_city"), col("c_state_prov"), col("c_ctry"),
+    *_PHONES, col("c_email_1"), col("c_email_2"), col("c_lcl_tx_id"), col("c_nat_tx_id"))
 
 TRADE = Layout("Trade.txt (Batch1)", _TRADE)
 TRADE_CDC = Layout("Trade.txt (incremental)", _CDC + _TRADE)
-TRADE_HISTORY = Layout("TradeHistory.txt", (_c("th_t_id!", INT), _c("th_dts!", TS),
-                                            _c("th_st_id!")))
-STATUS_TYPE = Layout("StatusType.txt", (_c("st_id!"), _c("st_name!")))
-TRADE_TYPE = Layout("TradeType.txt", (_c("tt_id!"), _c("tt_name!"), _c("tt_is_sell!", BOOL),
-                                      _c("tt_is_mrkt!", BOOL)))
+TRADE_HISTORY = Layout("TradeHistory.txt", (col("th_t_id!", INT), col("th_dts!", TS),
+                                            col("th_st_id!")))
+STATUS_TYPE = Layout("StatusType.txt", (col("st_id!"), col("st_name!")))
+TRADE_TYPE = Layout("TradeType.txt", (col("tt_id!"), col("tt_name!"), col("tt_is_sell!", BOOL),
+                                      col("tt_is_mrkt!", BOOL)))
 DATE_FILE = Layout("Date.txt", (
-    _c("sk_dateid!", INT), _c("datevalue!", DATE), _c("datedesc"), _c("calendaryearid", I32),
-    _c("calendaryeardesc"), _c("calendarqtrid", I32), _c("calendarqtrdesc"),
-    _c("calendarmonthid", I32), _c("calendarmonthdesc"), _c("calendarweekid", I32),
-    _c("calendarweekdesc"), _c("dayofweeknum", I32), _c("dayofweekdesc"), _c("fiscalyearid", I32),
-    _c("fiscalyeardesc"), _c("fiscalqtrid", I32), _c("fiscalqtrdesc"), _c("holidayflag", BOOL)),
+    col("sk_dateid!", INT), col("datevalue!", DATE), col("datedesc"), col("calendaryearid", I32),
+    col("calendaryeardesc"), col("calendarqtrid", I32), col("calendarqtrdesc"),
+    col("calendarmonthid", I32), col("calendarmonthdesc"), col("calendarweekid", I32),
+    col("calendarweekdesc"), col("dayofweeknum", I32), col("dayofweekdesc"),
+    col("fiscalyearid", I32), col("fiscalyeardesc"), col("fiscalqtrid", I32),
+    col("fiscalqtrdesc"), col("holidayflag", BOOL)),
     bools=("true", "false"))
 TIME_FILE = Layout("Time.txt", (
-    _c("sk_timeid!", INT), _c("timevalue!", TIME), _c("hourid", I32), _c("hourdesc"),
-    _c("minuteid", I32), _c("minutedesc"), _c("secondid", I32), _c("seconddesc"),
-    _c("markethoursflag", BOOL), _c("officehoursflag", BOOL)), bools=("true", "false"))
+    col("sk_timeid!", INT), col("timevalue!", TIME), col("hourid", I32), col("hourdesc"),
+    col("minuteid", I32), col("minutedesc"), col("secondid", I32), col("seconddesc"),
+    col("markethoursflag", BOOL), col("officehoursflag", BOOL)), bools=("true", "false"))
 HR = Layout("HR.csv", (
-    _c("employeeid!", INT), _c("managerid", INT), _c("employeefirstname"),
-    _c("employeelastname"), _c("employeemi"), _c("employeejobcode", I32), _c("employeebranch"),
-    _c("employeeoffice"), _c("employeephone")), delimiter=",")
-INDUSTRY = Layout("Industry.txt", (_c("in_id!"), _c("in_name!"), _c("in_sc_id!")))
-TAX_RATE = Layout("TaxRate.txt", (_c("tx_id!"), _c("tx_name!"), _c("tx_rate!", RATE)))
-CUSTOMER = Layout("Customer.txt", _CDC + _CUSTOMER)
+    col("employeeid!", INT), col("managerid", INT), col("employeefirstname"),
+    col("employeelastname"), col("employeemi"), col("employeejobcode", I32), col("employeebranch"),
+    col("employeeoffice"), col("employeephone")), delimiter=",")
+INDUSTRY = Layout("Industry.txt", (col("in_id!"), col("in_name!"), col("in_sc_id!")))
+TAX_RATE = Layout("TaxRate.txt", (col("tx_id!"), col("tx_name!"), col("tx_rate!", RATE)))
+CUSTOMER = Layout("Customer.txt", _CDC + CUSTOMER_FIELDS)
 ACCOUNT = Layout("Account.txt", _CDC + (
-    _c("ca_id!", INT), _c("ca_b_id", INT), _c("ca_c_id", INT), _c("ca_name"),
-    _c("ca_tax_st", I32), _c("ca_st_id")))
-BATCH_DATE = Layout("BatchDate.txt", (_c("batchdate!", DATE),))
-AUDIT = Layout("audit CSV", (_c("dataset!"), _c("batchid!", I32), _c("date", DATE),
-                             _c("attribute!"), _c("value", INT), _c("dvalue", F64)),
+    col("ca_id!", INT), col("ca_b_id", INT), col("ca_c_id", INT), col("ca_name"),
+    col("ca_tax_st", I32), col("ca_st_id")))
+BATCH_DATE = Layout("BatchDate.txt", (col("batchdate!", DATE),))
+AUDIT = Layout("audit CSV", (col("dataset!"), col("batchid!", I32), col("date", DATE),
+                             col("attribute!"), col("value", INT), col("dvalue", F64)),
                delimiter=",", header=True)

@@ -131,7 +131,7 @@ class StreamingDimTrade:
         engine until attached sinks, ``flush`` or a migration move them)."""
         began = time.perf_counter()
         self.engine.run_until_idle()  # whatever a crash left between ingest and procedures
-        self._keep_file_rejects(events)
+        self.store_file_rejects(events)
         already = self.lines_ingested(events.tpcdi_batch)
         lines = events.lines
         if already:
@@ -206,10 +206,12 @@ class StreamingDimTrade:
             if not sink.flush(timeout=600):
                 raise TimeoutError(f"sink to {sink.table} did not catch up: {sink.last_error}")
 
-    def _keep_file_rejects(self, events: BatchEvents) -> None:
+    def store_file_rejects(self, events: BatchEvents) -> None:
         """Rows the file readers rejected (before the stream) go to the reject table too, once,
         through the one delivery protocol (``migrators.delivery``): source this engine, stream
-        ``FILE_REJECTS_STREAM``, batch = the TPC-DI batch."""
+        ``FILE_REJECTS_STREAM``, batch = the TPC-DI batch. ``stream`` calls it before a batch's
+        events; whoever feeds the events another way (the benchmarks) calls it likewise.
+        Calling it again for the same batch stores nothing twice."""
         if events.rejects.num_rows == 0:
             return
         rows = events.rejects.select(["source_file", "batch_id", "line_number", "raw_line",
