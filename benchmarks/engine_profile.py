@@ -60,8 +60,6 @@ CONTEXTS = {"TE": "executor.run_te", "ingest": "engine._apply_ingest", "GC": "gc
 PHASES: tuple[Phase, ...] = (
     Phase("ingest (whole call)", 0, "py", "engine.ingest"),
     Phase("conform rows to the stream schema", 1, "py", "streams.conform", "engine.ingest"),
-    Phase("input log append + fsync (weak only)", 1, "py", "inputlog.append_ingest",
-          "engine._apply_ingest", optional=True),
     Phase("BEGIN", 1, "db", "begin", "engine._apply_ingest", "ingest"),
     Phase("append rows to the border stream", 1, "py", "streams.append", "engine._apply_ingest"),
     Phase("insert commit records", 1, "py", "systables.insert_commits", "engine._apply_ingest"),
