@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from sstore.observe.options import serve_options, start_serving
 from sstore.workloads.tpcdi.audit_cli import audit_command
 from sstore.workloads.tpcdi.generator.cli import generate_command
 
@@ -42,8 +43,9 @@ tpcdi.add_command(audit_command, name="audit")
 @click.option("--state", type=click.Path(dir_okay=False), default=None,
               help="Streaming: the engine's state file (default: STATE.duckdb in --input). "
                    "Running again on the same file changes nothing: exactly once.")
+@serve_options
 def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str,
-                state: str | None) -> None:
+                state: str | None, serve: int | None, serve_host: str) -> None:
     """Load DimTrade and its dimensions into the PostgreSQL warehouse.
 
     Both modes build the dimensions with PySpark. Streaming then sends Batch1's trades in
@@ -79,6 +81,7 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
                                         state or os.path.join(data_dir, "STATE.duckdb"),
                                         schema, batch_size, progress)
                 try:
+                    start_serving(run.engine, serve, serve_host, bar.console.print)
                     report = run.run()
                 finally:
                     run.close()
@@ -111,8 +114,9 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the data, the engine state and the catalog go (default: a new "
                    "temporary directory).")
+@serve_options
 def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
-                 workdir: str | None) -> None:
+                 workdir: str | None, serve: int | None, serve_host: str) -> None:
     """A whole TPC-DI DimTrade run, streaming, then queries across the engine and PostgreSQL.
 
     Generates the data, builds the dimensions (Spark), streams Batch1 and Batch2 through the
@@ -156,7 +160,9 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
                 bar.console.print(f"[bold cyan]>[/] {message}")
 
             report = run_demo(url, workdir, scale_factor, batch_size, schema, progress, say,
-                              show=lambda q: bar.console.print() or show(q))
+                              show=lambda q: bar.console.print() or show(q),
+                              on_engine=lambda engine: start_serving(engine, serve,
+                                                                     serve_host, say))
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
     console.print(report_table(report.audit))  # type: ignore[arg-type]
