@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import duckdb
@@ -65,13 +65,19 @@ class EngineStatus:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineStatus:
-        """The inverse of ``to_dict`` (a status read from a serving engine's ``/status``)."""
+        """The inverse of ``to_dict`` (a status read from a serving engine's ``/status``;
+        keys this version does not know, from a newer server, are left out)."""
         return cls(data["path"], data["durability"],
-                   [ProcedureStatus(**p) for p in data.get("procedures", [])],
-                   [StreamStatus(**s) for s in data.get("streams", [])],
+                   [_known(ProcedureStatus, p) for p in data.get("procedures", [])],
+                   [_known(StreamStatus, s) for s in data.get("streams", [])],
                    list(data.get("errors", [])), data.get("engine_id"),
-                   [ConsumerStatus(**c) for c in data.get("consumers", [])],
+                   [_known(ConsumerStatus, c) for c in data.get("consumers", [])],
                    data.get("live"))
+
+
+def _known(kind: type[Any], values: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(kind)}
+    return kind(**{k: v for k, v in values.items() if k in names})
 
 
 def procedure_order(procedures: Sequence[tuple[str, Sequence[str], Sequence[str]]],

@@ -27,7 +27,14 @@ from sstore.cli import main
 from sstore.observe import live
 from sstore.observe.server import ServeError
 from sstore.status import status_of_file
-from tests.observe_flow import DATAFLOW, INPUTS, PROCEDURES, ROWS_PER_BATCH, declare_flow, feed
+from tests.observe_flow import (
+    DATAFLOW,
+    INPUTS,
+    PROCEDURES,
+    ROWS_PER_BATCH,
+    declare_flow,
+    feed,
+)
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
 
@@ -327,3 +334,35 @@ def test_a_stale_discovery_file_is_ignored(state_path: str) -> None:
     result = CliRunner().invoke(main, ["status", state_path, "--json"])
     assert result.exit_code == 0, result.output  # the file itself is read, as usual
     assert "live" not in json.loads(result.output)
+
+
+# -- the command line ---------------------------------------------------------------------------
+def test_commands_that_run_a_dataflow_serve_when_asked(tmp_path: Path) -> None:
+    state = str(tmp_path / "voter.duckdb")
+    seen: dict[str, object] = {}
+
+    def watch() -> None:  # an operator looking at the running demo
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "doc" not in seen:
+            found = live.find(state)
+            if found is not None:
+                try:
+                    seen["doc"] = json.loads(get(found.url + "status"))
+                except OSError:
+                    pass
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    result = CliRunner().invoke(main, ["demo", "--votes", "6000", "--batch-size", "100",
+                                       "--state", state, "--serve", "0"])
+    watcher.join(timeout=70)
+    assert result.exit_code == 0, result.output
+    assert "Live status, metrics and dashboard: http://127.0.0.1:" in result.output
+    doc = seen["doc"]
+    assert isinstance(doc, dict) and doc["live"]["started"] in (True, False)
+    assert doc["engine_id"] == status_of_file(state).engine_id
+    assert not os.path.exists(live.discovery_path(state))  # gone with the demo
+    for command in (["demo"], ["tpcdi", "run"], ["tpcdi", "demo"]):
+        help_text = CliRunner().invoke(main, [*command, "--help"]).output
+        assert "--serve PORT" in help_text and "--serve-host" in help_text, command

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Histogram
 
 from sstore.observe.rates import RateMeter
-from sstore.observe.sinks import SinkSnapshot
+from sstore.observe.sinks import ObservableSink, SinkSnapshot
 from sstore.runtime import CommitEvent, Runtime
 
 if TYPE_CHECKING:
@@ -198,9 +198,9 @@ class EngineMetrics:
         engine.observe(self.on_commit)
 
     # ------------------------------------------------------------------ commit path
-    def track_sink(self, sink: object) -> None:
+    def track_sink(self, sink: ObservableSink) -> None:
         """Keep commit times of the stream ``sink`` reads (for its lag in seconds)."""
-        snap: SinkSnapshot = sink.metrics_snapshot()  # type: ignore[attr-defined]
+        snap = sink.metrics_snapshot()
         with self._mutex:
             self.times.track(snap.stream)
 
@@ -282,9 +282,15 @@ class EngineMetrics:
                 holders = graph.consumers_of(name) + sorted(ledger.holders.get(name, ()))
                 view.streams[name] = (kind, ledger.frontier(name),
                                       len(nb.ids) if nb is not None else 0, rows, holders)
+            delivered: dict[str, int] = {}  # stream -> lowest watermark of its sinks
             for sink in self.engine.sinks():
-                snap: SinkSnapshot = sink.metrics_snapshot()  # type: ignore[attr-defined]
-                view.sinks[snap.name] = self._lag(rt, snap)
+                snap = sink.metrics_snapshot()
+                view.sinks[snap.name] = lag = self._lag(rt, snap)
+                delivered[snap.stream] = min(delivered.get(snap.stream, lag.watermark),
+                                             lag.watermark)
+            with self._mutex:  # every sink of the stream has these: their times can go
+                for stream, mark in delivered.items():
+                    self.times.forget_through(stream, mark)
         finally:
             rt.lock.release()
         self._view = view
@@ -297,7 +303,6 @@ class EngineMetrics:
         ids = _ids(rt, snap.stream)
         first = bisect.bisect_right(ids, mark)
         with self._mutex:
-            self.times.forget_through(snap.stream, mark)
             oldest = self.times.at(snap.stream, ids[first]) if first < len(ids) else None
         if first < len(ids) and oldest is None:
             oldest = _committed_at(rt, snap.stream, ids[first])
@@ -332,7 +337,7 @@ class EngineMetrics:
     def _sinks(self, live: Live, view: _LedgerView | None, now: float,
                now_wall: float) -> None:
         for sink in self.engine.sinks():
-            snap: SinkSnapshot = sink.metrics_snapshot()  # type: ignore[attr-defined]
+            snap = sink.metrics_snapshot()
             lag = view.sinks.get(snap.name) if view is not None else None
             if lag is None:
                 lag = _SinkLag(snap.watermark or 0, 0, None)

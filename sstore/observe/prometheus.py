@@ -42,20 +42,22 @@ class EngineCollector(Collector):
         yield from _sinks(live)
 
 
-def _gauge(name: str, doc: str, labels: list[str],
-           samples: list[tuple[list[str], float]]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
+def _family(kind: type[Metric], name: str, doc: str, labels: list[str],
+            samples: list[tuple[list[str], float]]) -> Metric:
+    family = kind(name, doc, labels=labels)  # type: ignore[call-arg]
     for values, value in samples:
-        family.add_metric(values, value)
+        family.add_metric(values, value)  # type: ignore[attr-defined]
     return family
+
+
+def _gauge(name: str, doc: str, labels: list[str],
+           samples: list[tuple[list[str], float]]) -> Metric:
+    return _family(GaugeMetricFamily, name, doc, labels, samples)
 
 
 def _counter(name: str, doc: str, labels: list[str],
-             samples: list[tuple[list[str], float]]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=labels)
-    for values, value in samples:
-        family.add_metric(values, value)
-    return family
+             samples: list[tuple[list[str], float]]) -> Metric:
+    return _family(CounterMetricFamily, name, doc, labels, samples)
 
 
 def _procedures(live: Live) -> Iterator[Metric]:
