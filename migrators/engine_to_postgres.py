@@ -57,6 +57,7 @@ from migrators.typemap import for_copy, for_target
 from sstore import interrupts
 from sstore.engine import Engine
 from sstore.errors import DeclarationError, SStoreError
+from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import Kind, call, first_line, kind_of
 from sstore.sql import qualified
 from sstore.subscriptions import Subscription
@@ -155,6 +156,9 @@ class StreamToPostgres:
     _stopping: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _subscription: Subscription | None = field(default=None, init=False)
+    _rows_moved: int = field(default=0, init=False)  # by this object, for metrics
+    _batches_moved: int = field(default=0, init=False)
+    _loop_retries: int = field(default=0, init=False)  # retries of the sink thread's loop
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "merge"):
@@ -167,6 +171,17 @@ class StreamToPostgres:
         self.key = tuple(self.key)
         if not self.engine.started and not self.engine.foreign:
             self.engine.consumer(self.stream, self.consumer)  # kept from the first batch on
+        self.engine.register_sink(self)  # seen by the engine's metrics and /status
+
+    def metrics_snapshot(self) -> SinkSnapshot:
+        """This sink's numbers for the engine's metrics (``sstore.observe.sinks``): read
+        from its own fields, no I/O and no engine call."""
+        thread = self._thread
+        return SinkSnapshot(self.consumer, self.stream, self.table, self._after,
+                            self._rows_moved, self._batches_moved,
+                            self.retry.retries_done + self._loop_retries, self.last_error,
+                            self.halted, (thread is not None and thread.is_alive())
+                            or self._subscription is not None)
 
     @property
     def consumer(self) -> str:
@@ -359,6 +374,8 @@ class StreamToPostgres:
         committed_at = time.perf_counter()
         self._after = chunk.last
         self._unacked = chunk.last
+        self._rows_moved += done.rows
+        self._batches_moved += chunk.batches
         self._acknowledge(force=False)  # step 7
         if self.on_delivered is not None and not done.skipped:
             ids = pc.unique(rows["_batch_id"]).to_pylist() if rows.num_rows else []
@@ -414,6 +431,7 @@ class StreamToPostgres:
     def _sink_loop(self) -> None:
         def remember(exc: BaseException, _attempt: int) -> None:
             self.last_error = f"{type(exc).__name__}: {first_line(exc)}"
+            self._loop_retries += 1
 
         forever = RetryPolicy(attempts=None, first_delay=self.retry.first_delay,
                               max_delay=self.retry.max_delay)  # for as long as the sink runs

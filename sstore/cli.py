@@ -38,6 +38,7 @@ from sstore.cli_format import (
 from sstore.engine import Engine
 from sstore.errors import SStoreError
 from sstore.readonly import ReadOnlyQueryError
+from sstore.observe.options import serve_options, start_serving
 from sstore.statefile import explain, file_status, query_file
 from sstore.stopping import command_stops
 
@@ -78,8 +79,9 @@ def main() -> None:
               help="Remove the lowest contestant every N valid votes.")
 @click.option("--window", "window_rows", type=click.IntRange(min=1), default=100,
               show_default=True, help="Trending leaderboard over the last N valid votes.")
+@serve_options
 def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_every: int,
-         window_rows: int) -> None:
+         window_rows: int, serve: int | None, serve_host: str) -> None:
     """Run the voter benchmark and show the leaderboard and throughput.
 
     S-Store's voter with leaderboard: generated votes are validated (unknown contestant,
@@ -103,6 +105,7 @@ def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_eve
         try:
             with Engine(path) as engine:
                 declare(engine, remove_every=remove_every, window_rows=window_rows)
+                start_serving(engine, serve, serve_host, console.print)
                 with _progress(console) as bar:
                     task = bar.add_task("votes", total=n_votes)
                     result = run_voter(engine, votes, batch_size, progress=lambda done, _:
@@ -126,9 +129,12 @@ def demo(n_votes: int, batch_size: int, state: str | None, seed: int, remove_eve
 def status_command(state: str, as_json: bool) -> None:
     """Show a state file's dataflow, progress, streams and recent errors.
 
-    Reads STATE read-only: procedures with the streams they read and write, the last batch
-    each one committed, stream and window sizes, and the latest errors. The file must not be
-    open in another process (DuckDB allows one writer and no readers meanwhile).
+    Reads STATE read-only: procedures in dataflow order with the streams they read and
+    write, the last batch each one committed and when, stream and window sizes, and the
+    latest errors. While a process runs the dataflow it holds the file (DuckDB allows one
+    writer and no readers meanwhile): if that process serves (--serve PORT, Engine.serve),
+    the status comes from it, live, with rates and sink lags; otherwise this fails and says
+    so.
     """
     try:
         status = file_status(state)

@@ -78,8 +78,26 @@ def arrow_table(table: pa.Table, title: str | None = None) -> Table:
     return out
 
 
+def when_text(iso: str | None, now: datetime.datetime | None = None) -> str:
+    """A commit time as local clock time and how long ago: ``09:01:56 (3 s ago)``; a day or
+    more ago with its date; empty when unknown."""
+    if not iso:
+        return ""
+    at = datetime.datetime.fromisoformat(iso)
+    now = now or datetime.datetime.now(datetime.UTC)
+    ago = max(0.0, (now - at).total_seconds())
+    local = at.astimezone()
+    clock = local.strftime("%H:%M:%S") if ago < 86_400 else local.strftime("%Y-%m-%d %H:%M")
+    for limit, unit, size in ((120, "s", 1), (7_200, "min", 60), (172_800, "h", 3_600)):
+        if ago < limit:
+            return f"{clock} ({ago / size:.0f} {unit} ago)"
+    return f"{clock} ({ago / 86_400:.0f} days ago)"
+
+
 def status_view(status: EngineStatus) -> RenderableType:
-    """The dataflow (procedures with what they read and write), streams and recent errors."""
+    """The dataflow (procedures in dataflow order, with what they read and write), progress
+    with the time of each last commit, streams, consumers, recent errors; and, when the status
+    came from a serving engine, its live numbers."""
     header = Text.assemble(("State file ", "bold"), status.path,
                            f"  (durability: {status.durability})")
     flow = Table(title="Dataflow", **TABLE_STYLE)  # type: ignore[arg-type]
@@ -89,12 +107,14 @@ def status_view(status: EngineStatus) -> RenderableType:
     progress.add_column("procedure", no_wrap=True)
     progress.add_column("last batch", justify="right")
     progress.add_column("pending", justify="right")
+    progress.add_column("last commit")
     progress.add_column("on error")
     progress.add_column("state")
     for p in status.procedures:
         flow.add_row(p.name, f"{', '.join(p.inputs)} → {', '.join(p.outputs) or '(tables)'}")
         state = Text(f"halted: {p.halted}", style="red") if p.halted else Text("ok", "green")
-        progress.add_row(p.name, str(p.last_batch), str(p.pending), p.on_error, state)
+        progress.add_row(p.name, str(p.last_batch), str(p.pending),
+                         when_text(p.last_commit_at), p.on_error, state)
     streams = Table(title="Streams and windows", **TABLE_STYLE)  # type: ignore[arg-type]
     streams.add_column("name", no_wrap=True)
     streams.add_column("kind")
@@ -103,7 +123,12 @@ def status_view(status: EngineStatus) -> RenderableType:
     for s in status.streams:
         streams.add_row(s.name, s.kind, str(s.last_batch),
                         "" if s.retained_rows is None else str(s.retained_rows))
-    parts: list[RenderableType] = [header, flow, progress, streams]
+    parts: list[RenderableType] = [header]
+    if status.live is not None:
+        parts.append(live_header(status.live))
+    parts += [flow, progress, streams]
+    if status.live is not None and status.live.get("sinks"):
+        parts.append(sinks_view(status.live["sinks"]))
     if status.consumers:
         parts.append(consumers_view(status.consumers))
     if status.errors:
@@ -117,6 +142,41 @@ def status_view(status: EngineStatus) -> RenderableType:
     else:
         parts.append(Text("No errors recorded.", style="green"))
     return Group(*parts)
+
+
+def live_header(live: Mapping[str, Any]) -> RenderableType:
+    """Where a live status came from, its rates, and what it could not read."""
+    lines = Text.assemble(("Live ", "bold green"),
+                          f"from the running engine (PID {live.get('pid')}) at "
+                          f"{live.get('url')}, {live.get('taken_at', '')}")
+    rates = ", ".join(f"{p['name']} {p['batches_per_s']:.1f} batches/s" +
+                      (f" ({p['te_ms_avg']:.1f} ms/TE)" if p.get("te_ms_avg") else "")
+                      for p in live.get("procedures", []))
+    if rates:
+        lines.append(f"\nRates over the last seconds: {rates}")
+    for note in (live.get("note"), live.get("skipped")):
+        if note:
+            lines.append(f"\n{note}", style="yellow")
+    return lines
+
+
+def sinks_view(sinks: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """Sinks of a live engine: how far each target is, how far behind, how fast."""
+    table = Table(title="Sinks", **TABLE_STYLE)  # type: ignore[arg-type]
+    for name, justify in (("sink", "left"), ("stream", "left"), ("watermark", "right"),
+                          ("lag", "right"), ("rows/s", "right"), ("retries", "right"),
+                          ("state", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for k in sinks:
+        lag = f"{k['lag_batches']:,} batches"
+        if k.get("lag_seconds") is not None:
+            lag += f", {k['lag_seconds']:.1f} s"
+        state = Text(f"halted: {k['halted']}", style="red") if k.get("halted") else \
+            Text(f"retrying: {k['last_error']}", style="yellow") if k.get("last_error") else \
+            Text("running" if k.get("running") else "not attached", style="green")
+        table.add_row(k["name"], k["stream"], str(k["watermark"]), lag,
+                      f"{k['rows_per_s']:,.0f}", str(k["retries"]), state)
+    return table
 
 
 def consumers_view(consumers: Sequence[ConsumerStatus]) -> RenderableType:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sstore.stopping import StopSignal, command_stops
+from sstore.observe.options import serve_options, start_serving
 from sstore.workloads.tpcdi.audit_cli import audit_command
 from sstore.workloads.tpcdi.generator.cli import generate_command
 
@@ -51,8 +52,9 @@ tpcdi.add_command(audit_command, name="audit")
 @click.option("--state", type=click.Path(dir_okay=False), default=None,
               help="Streaming: the engine's state file (default: STATE.duckdb in --input). "
                    "Running again on the same file changes nothing: exactly once.")
+@serve_options
 def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str,
-                state: str | None) -> None:
+                state: str | None, serve: int | None, serve_host: str) -> None:
     """Load DimTrade and its dimensions into the PostgreSQL warehouse.
 
     Both modes build the dimensions with PySpark. Streaming then sends Batch1's trades in
@@ -70,7 +72,8 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
     console = Console(highlight=False)
     with command_stops() as stop:
         stop.on_stop(_cancel_spark_jobs)
-        report = _run(stop, console, data_dir, url, mode, batch_size, schema, state)
+        report = _run(stop, console, data_dir, url, mode, batch_size, schema, state,
+                      serve, serve_host)
     table = Table(title=f"TPC-DI DimTrade, {mode} mode")
     table.add_column("phase")
     table.add_column("seconds", justify="right")
@@ -83,7 +86,8 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
 
 
 def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
-         batch_size: int, schema: str, state: str | None) -> Any:
+         batch_size: int, schema: str, state: str | None, serve: int | None,
+         serve_host: str) -> Any:
     """``run_command``'s work, inside its clean-stop block."""
     import os
 
@@ -100,6 +104,7 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
                                         state or os.path.join(data_dir, "STATE.duckdb"),
                                         schema, batch_size, progress)
                 try:
+                    start_serving(run.engine, serve, serve_host, bar.console.print)
                     report = run.run()
                     status = run.engine.status()
                     if status.halted():
@@ -128,8 +133,9 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the data, the engine state and the catalog go (default: a new "
                    "temporary directory).")
+@serve_options
 def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
-                 workdir: str | None) -> None:
+                 workdir: str | None, serve: int | None, serve_host: str) -> None:
     """A whole TPC-DI DimTrade run, streaming, then queries across the engine and PostgreSQL.
 
     Generates the data, builds the dimensions (Spark), streams Batch1 and Batch2 through the
@@ -170,7 +176,9 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
                     bar.console.print(f"[bold cyan]>[/] {message}")
 
                 report = run_demo(url, workdir, scale_factor, batch_size, schema, progress,
-                                  say, show=lambda q: bar.console.print() or show(q))
+                                  say, show=lambda q: bar.console.print() or show(q),
+                                  on_engine=lambda engine: start_serving(engine, serve,
+                                                                         serve_host, say))
         except SStoreError as exc:
             raise click.ClickException(str(exc)) from None
     console.print(report_table(report.audit))  # type: ignore[arg-type]

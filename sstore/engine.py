@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -46,6 +46,11 @@ from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Callback, Subscribers, Subscription
 from sstore.table_declarations import is_same_redeclaration, split_statements
 from sstore.transaction import Transaction
+
+if TYPE_CHECKING:
+    from sstore.observe.metrics import EngineMetrics
+    from sstore.observe.server import Server
+    from sstore.observe.sinks import ObservableSink
 
 log = logging.getLogger("sstore")
 
@@ -94,6 +99,9 @@ class Engine:
         self._observers: list[Callable[[CommitEvent], None]] = []
         self._declared_consumers: list[tuple[str, str]] = []
         self._interrupts = Interrupts()
+        self._sinks: dict[str, ObservableSink] = {}
+        self._metrics: EngineMetrics | None = None
+        self._server: Server | None = None
 
     def _identity(self) -> str:
         """This state's UUID (``sstore_sys.identity``), made when the state is first created.
@@ -326,6 +334,7 @@ class Engine:
         """
         pending = PendingCommit()
         logged: int | None = None
+        began = time.perf_counter()
         rt.con.begin()
         try:
             rt.store.append(stream, batch_id, table, pending)
@@ -344,8 +353,9 @@ class Engine:
         crash_point("ingest.after_commit")
         rt.finish(pending)
         if rt.observers:
-            rt.observe(CommitEvent("ingest", stream, batch_id, table.num_rows,
-                                   time.perf_counter()))
+            now = time.perf_counter()
+            rt.observe(CommitEvent("ingest", stream, batch_id, table.num_rows, now,
+                                   table.num_rows, now - began))
 
     def _replay_ingest(self, record: LogRecord) -> None:
         assert self._rt is not None and record.stream and record.batch_id and record.table is not None
@@ -609,6 +619,68 @@ class Engine:
         called before or after the engine starts."""
         self._observers.append(observer)
 
+    # ------------------------------------------------------------------ observing
+    def metrics(self) -> EngineMetrics:
+        """This engine's live metrics (``sstore.observe.metrics``), made on the first call:
+        from then on every commit updates a few counters and a latency histogram (no SQL).
+        Nothing is counted until something asks; ``serve`` does."""
+        with self._lock:
+            if self._metrics is None:
+                from sstore.observe.metrics import EngineMetrics
+                self._metrics = EngineMetrics(self)
+            return self._metrics
+
+    def serve(self, port: int = 0, host: str = "127.0.0.1") -> str:
+        """Serve live status, Prometheus metrics and a dashboard over HTTP from this process,
+        until ``close``; return the URL (``/`` the dashboard, ``/status`` JSON, ``/metrics``).
+
+        ``port`` 0 takes any free port. ``host`` 127.0.0.1 (the default) answers this machine
+        only; there is no authentication, so bind wider only on a network you trust. A state
+        file gets ``STATE.live.json`` beside it, so that ``sstore status STATE`` reaches this
+        process while it holds the file. Serving again returns the same URL."""
+        if self._closed:
+            raise SStoreError("the engine is closed")
+        with self._lock:
+            if self._server is not None:
+                if port not in (0, self._server.port) or host != self._server.host:
+                    raise DeclarationError(f"this engine already serves at "
+                                           f"{self._server.url}")
+                return self._server.url
+            from sstore.observe.server import Server
+            server = Server(self, self.metrics(), host, port)
+            self._server = server
+        return server.start()
+
+    @property
+    def serving_url(self) -> str | None:
+        """The URL ``serve`` answers on, or None when not serving."""
+        return self._server.url if self._server is not None else None
+
+    def register_sink(self, sink: ObservableSink) -> None:
+        """Show ``sink`` in this engine's metrics and status (see ``sstore.observe.sinks``).
+        A sink with the same consumer name replaces the one registered before."""
+        name = sink.metrics_snapshot().name
+        with self._lock:
+            self._sinks[name] = sink
+            if self._metrics is not None:
+                self._metrics.track_sink(sink)
+
+    def unregister_sink(self, sink: ObservableSink) -> None:
+        with self._lock:
+            for name, known in list(self._sinks.items()):
+                if known is sink:
+                    del self._sinks[name]
+
+    def sinks(self) -> list[ObservableSink]:
+        """The registered sinks, in registration order."""
+        return list(self._sinks.values())
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The started engine's shared state (None before the first ingest, run or query);
+        for ``sstore.observe``, which reads it under ``lock``."""
+        return self._rt
+
     def latest(self, stream: str) -> tuple[int, pa.Table] | None:
         """The newest committed batch of a stream: (batch_id, rows), or None (pull mode)."""
         rt = self._runtime()
@@ -764,6 +836,9 @@ class Engine:
         if self._closed:
             return
         self._interrupts.close()
+        if self._server is not None:  # first: its readers take the lock this close needs
+            self._server.stop()
+            self._server = None
         with self._lock:
             self._closed = True
             if self._input_log is not None:

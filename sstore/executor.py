@@ -90,6 +90,7 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
     pending = PendingCommit()
     _register_inputs(con, inputs)  # left registered: the next execution's register replaces it
     tx = Transaction(con, batch_id, decl.name)
+    began = time.perf_counter()
     con.begin()  # step 2
     guard.arm(con, decl.timeout)  # interruptible (stop, timeout) until just before COMMIT
     try:
@@ -123,8 +124,9 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
     rt.since_gc += 1
     rt.finish(pending)  # step 8
     if rt.observers:
-        rt.observe(CommitEvent("te", decl.name, batch_id, pending.records[-1][2],
-                               time.perf_counter()))
+        now = time.perf_counter()
+        rt.observe(CommitEvent("te", decl.name, batch_id, pending.records[-1][2], now,
+                               sum(t.num_rows for t in inputs.values()), now - began))
 
 
 def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> None:

@@ -30,13 +30,18 @@ CACHE_BATCHES = 256
 @dataclass(frozen=True)
 class CommitEvent:
     """One committed transaction: an ingest (``node`` = stream) or a transaction execution
-    (``node`` = procedure). ``at`` is ``time.perf_counter()`` right after COMMIT."""
+    (``node`` = procedure). ``at`` is ``time.perf_counter()`` right after COMMIT; ``rows`` are
+    the rows written (an ingest's batch, a TE's outputs), ``rows_in`` the rows read (a TE's
+    input batches); ``seconds`` is how long the transaction took, BEGIN to COMMIT (for a TE,
+    of its last attempt)."""
 
     kind: str  # "ingest" or "te"
     node: str
     batch_id: int
     rows: int
     at: float
+    rows_in: int = 0
+    seconds: float = 0.0
 
 
 @dataclass

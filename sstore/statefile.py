@@ -37,9 +37,9 @@ class StateFileError(TerminalError):
 def explain(path: str, exc: duckdb.Error) -> StateFileError:
     """The ``StateFileError`` that says in plain words why DuckDB could not use ``path``."""
     text = str(exc)
-    if "Conflicting lock" in text or "Could not set lock" in text:
-        pid = re.search(r"PID (\d+)", text)
-        holder = f" (PID {pid.group(1)})" if pid else ""
+    pid = _lock_holder(exc)
+    if pid is not None:
+        holder = f" (PID {pid})" if pid else ""
         return StateFileError(f"{path} is in use by another process{holder}: DuckDB lets one "
                               f"process write a file and nobody else read it meanwhile; stop "
                               f"that process, or query it through its engine")
@@ -105,15 +105,37 @@ class StateFileReader:
 
     def close(self) -> None:
         self._con.close()
+SERVE_HINT = ("to read its status while it runs, start it with --serve PORT (sstore demo, "
+              "sstore tpcdi run, sstore tpcdi demo) or call Engine.serve() in its program")
 
 
 def file_status(path: str) -> EngineStatus:
-    """``sstore.status.status_of_file`` with readable errors."""
+    """``sstore.status.status_of_file`` with readable errors; a file that a serving engine
+    holds is asked over HTTP instead (``sstore.observe.live``: the discovery file beside the
+    state file names the process and its URL)."""
     _check_exists(path)
     try:
         return status_of_file(path)
     except duckdb.Error as exc:
-        raise explain(path, exc) from None
+        error = explain(path, exc)
+        holder = _lock_holder(exc)
+        if holder is None:
+            raise error from None
+    from sstore.observe import live
+    found = live.find(path, lock_pid=holder or None)
+    if found is None:
+        raise StateFileError(f"{error}; {SERVE_HINT}") from None
+    return EngineStatus.from_dict(live.fetch_status(found))
+
+
+def _lock_holder(exc: duckdb.Error) -> int | None:
+    """For DuckDB's lock error: the PID holding the lock (0 when DuckDB does not name it);
+    None for any other error."""
+    text = str(exc)
+    if "Conflicting lock" not in text and "Could not set lock" not in text:
+        return None
+    pid = re.search(r"PID (\d+)", text)
+    return int(pid.group(1)) if pid else 0
 
 
 def query_file(path: str, sql: str, *args: Any,

@@ -1,8 +1,15 @@
-"""What an engine is doing, read from its system tables (so it works on a bare state file too)."""
+"""What an engine is doing, read from its system tables (so it works on a bare state file too).
+
+Procedures and streams are listed in dataflow order: a procedure after every procedure whose
+output it reads, a stream or window just before its first reader (``dataflow_nodes``), so a
+status reads from sources to sinks whatever order the program declared things in.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import duckdb
@@ -23,6 +30,7 @@ class ProcedureStatus:
     pending: int
     halted: str | None
     on_error: str
+    last_commit_at: str | None = None  # ISO time of ``last_batch``'s commit (None: unknown)
 
 
 @dataclass
@@ -31,6 +39,8 @@ class StreamStatus:
     kind: str  # "border", "derived", "window"
     last_batch: int
     retained_rows: int | None
+    last_commit_at: str | None = None  # ISO time of ``last_batch``'s commit (None: unknown)
+    source: str | None = None  # a window's stream
 
 
 @dataclass
@@ -42,6 +52,7 @@ class EngineStatus:
     errors: list[dict[str, Any]] = field(default_factory=list)
     engine_id: str | None = None
     consumers: list[ConsumerStatus] = field(default_factory=list)
+    live: dict[str, Any] | None = None  # what a serving engine adds (``sstore.observe``)
 
     def halted(self) -> dict[str, str]:
         """procedure -> why it is halted, for every halted procedure."""
@@ -56,10 +67,76 @@ class EngineStatus:
                 f"`sstore resume {where} {names}`)")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "durability": self.durability, "engine_id": self.engine_id,
-                "procedures": [vars(p) for p in self.procedures],
-                "streams": [vars(s) for s in self.streams],
-                "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
+        out = {"path": self.path, "durability": self.durability, "engine_id": self.engine_id,
+               "procedures": [vars(p) for p in self.procedures],
+               "streams": [vars(s) for s in self.streams],
+               "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
+        if self.live is not None:
+            out["live"] = self.live
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineStatus:
+        """The inverse of ``to_dict`` (a status read from a serving engine's ``/status``;
+        keys this version does not know, from a newer server, are left out)."""
+        return cls(data["path"], data["durability"],
+                   [_known(ProcedureStatus, p) for p in data.get("procedures", [])],
+                   [_known(StreamStatus, s) for s in data.get("streams", [])],
+                   list(data.get("errors", [])), data.get("engine_id"),
+                   [_known(ConsumerStatus, c) for c in data.get("consumers", [])],
+                   data.get("live"))
+
+
+def _known(kind: type[Any], values: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(kind)}
+    return kind(**{k: v for k, v in values.items() if k in names})
+
+
+def procedure_order(procedures: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+                    window_source: Mapping[str, str]) -> list[str]:
+    """Names of ``(name, inputs, outputs)`` in topological order: each procedure after every
+    procedure whose output it reads (directly or through a window); ties keep the given order.
+    A cycle cannot be declared (``Graph.validate``); should a file hold one, its procedures
+    follow the others in the given order rather than vanish."""
+    producer = {out: name for name, _, outputs in procedures for out in outputs}
+    needs = {name: {producer[window_source.get(i, i)] for i in inputs
+                    if window_source.get(i, i) in producer} - {name}
+             for name, inputs, _ in procedures}
+    order: list[str] = []
+    while len(order) < len(procedures):
+        ready = [n for n, _, _ in procedures if n not in order and needs[n] <= set(order)]
+        if not ready:
+            return order + [n for n, _, _ in procedures if n not in order]
+        order.append(ready[0])
+    return order
+
+
+def dataflow_nodes(status: EngineStatus) -> list[tuple[str, str]]:
+    """(kind, name) of every procedure and stream in dataflow order: procedures as ``status``
+    lists them (topological), each preceded by the inputs not listed yet (a window by its
+    source) and followed by its outputs; streams that no procedure touches come last."""
+    kinds = {s.name: s.kind for s in status.streams}
+    window_source = {s.name: s.source for s in status.streams if s.source is not None}
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+
+    def add(stream: str) -> None:
+        if stream in seen:
+            return
+        if stream in window_source:
+            add(window_source[stream])
+        seen.add(stream)
+        out.append((kinds.get(stream, "derived"), stream))
+
+    for p in status.procedures:
+        for name in p.inputs:
+            add(name)
+        out.append(("procedure", p.name))
+        for name in p.outputs:
+            add(name)
+    for s in status.streams:
+        add(s.name)
+    return out
 
 
 def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None = None,
@@ -71,15 +148,20 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
 
     A derived stream is complete through its producer's last batch and a window through its
     source's (their own commit records are garbage-collected once read); pending work of a
-    procedure is the retained input batches above its last one.
+    procedure is the retained input batches above its last one. ``last_commit_at`` is when
+    that last batch committed (``sstore_sys.commits.committed_at``; None in a file made
+    before commits had times).
     """
     status = EngineStatus(path, durability)
     halted = {**(halted or {}),  # the running engine's view, then what the state file keeps
               **{name: halt_text(b, e) for name, (b, e) in load_halts(con).items()}}
     commits: dict[str, list[int]] = {}
-    for node, batch_id in con.execute("SELECT node, batch_id FROM sstore_sys.commits "
-                                      "ORDER BY batch_id").fetchall():
+    at: dict[str, float | None] = {}  # node -> epoch seconds of its last commit record
+    when = "epoch(committed_at)" if systables.has_commit_times(con) else "NULL"
+    for node, batch_id, epoch in con.execute(f"SELECT node, batch_id, {when} FROM "
+                                             f"sstore_sys.commits ORDER BY batch_id").fetchall():
         commits.setdefault(node, []).append(int(batch_id))
+        at[node] = epoch
     last = {node: ids[-1] for node, ids in commits.items()}
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                         "WHERE table_schema = 'main'").fetchall()}
@@ -88,30 +170,45 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
                 for out in spec["outputs"]}
     source = {name: spec["source"] for name, kind, spec in graph if kind == "window"}
 
-    def complete_through(node: str) -> int:
+    def completed_by(node: str) -> str:
+        """The node whose commit records say how far ``node`` is complete."""
         stream = source.get(node, node)
-        return last.get(producer[stream], 0) if stream in producer else last.get(stream, 0)
+        return producer.get(stream, stream)
 
+    procedures: dict[str, ProcedureStatus] = {}
     for name, kind, spec in graph:
         if kind == "procedure":
             done = last.get(name, 0)
             waiting = {b for node in spec["inputs"] for b in commits.get(node, ()) if b > done}
-            status.procedures.append(ProcedureStatus(
+            procedures[name] = ProcedureStatus(
                 name, spec["inputs"], spec["outputs"], done, len(waiting),
-                halted.get(name), spec["on_error"]))
+                halted.get(name), spec["on_error"], _iso(at.get(name)))
         elif kind in ("stream", "window"):
             table = name if kind == "stream" else name + "__rows"
             rows = None
             if table in tables:
                 rows = con.execute(f"SELECT count(*) FROM {ident(table)}").fetchall()[0][0]
             sub = kind if kind == "window" else ("border" if spec.get("border") else "derived")
-            status.streams.append(StreamStatus(name, sub, complete_through(name), rows))
+            status.streams.append(StreamStatus(
+                name, sub, last.get(completed_by(name), 0), rows,
+                _iso(at.get(completed_by(name))), source.get(name)))
+    order = procedure_order([(p.name, p.inputs, p.outputs) for p in procedures.values()],
+                            source)
+    status.procedures = [procedures[name] for name in order]
+    position = {name: i for i, (_, name) in enumerate(dataflow_nodes(status))}
+    status.streams.sort(key=lambda s: position[s.name])
     _consumers(con, status, commits, last)
     errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "
                          "FROM sstore_sys.errors ORDER BY logged_at DESC LIMIT 20").fetchall()
     status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act, "error": e}
                      for a, p, b, act, e in errors]
     return status
+
+
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
 
 
 def _consumers(con: duckdb.DuckDBPyConnection, status: EngineStatus,

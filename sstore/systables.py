@@ -1,8 +1,11 @@
 """The engine's own tables, in schema ``sstore_sys`` of the state database.
 
-- ``commits(node, batch_id, n_rows)``: one row per committed batch of a stream or window and per
-  transaction execution of a procedure (and per acknowledgement of an external consumer such as
-  a migrator). Written in the same transaction as the data; the source of truth for recovery.
+- ``commits(node, batch_id, n_rows, committed_at)``: one row per committed batch of a stream or
+  window and per transaction execution of a procedure (and per acknowledgement of an external
+  consumer such as a migrator). Written in the same transaction as the data; the source of
+  truth for recovery. ``committed_at`` is DuckDB's ``current_timestamp`` of that transaction
+  (its start, milliseconds before its COMMIT), filled by the column's default so the insert
+  stays one statement; rows written before the column existed have NULL (unknown).
 - ``windows(name, next_seq, promoted, size)``: where each window stands.
 - ``errors(logged_at, procedure, batch_id, action, error)``: every failed transaction execution.
 - ``graph(name, kind, spec)``: the declarations of the last start, so that ``sstore status``
@@ -38,7 +41,8 @@ from sstore.graph import Graph
 DDL = """
 CREATE SCHEMA IF NOT EXISTS sstore_sys;
 CREATE TABLE IF NOT EXISTS sstore_sys.commits (
-    node VARCHAR NOT NULL, batch_id BIGINT NOT NULL, n_rows BIGINT NOT NULL);
+    node VARCHAR NOT NULL, batch_id BIGINT NOT NULL, n_rows BIGINT NOT NULL,
+    committed_at TIMESTAMPTZ DEFAULT current_timestamp);
 CREATE TABLE IF NOT EXISTS sstore_sys.windows (
     name VARCHAR PRIMARY KEY, next_seq BIGINT NOT NULL, promoted BIGINT NOT NULL,
     size BIGINT NOT NULL);
@@ -64,6 +68,28 @@ def create(con: duckdb.DuckDBPyConnection) -> None:
     for statement in DDL.split(";"):
         if statement.strip():
             con.execute(statement)
+    _add_commit_times(con)
+
+
+def _add_commit_times(con: duckdb.DuckDBPyConnection) -> None:
+    """A state file made before commits had times gets the column: NULL for its old rows
+    (when they committed is unknown; a default would stamp them all with today), the default
+    for new ones. Checked first, so an up-to-date file is not altered at every open."""
+    if has_commit_times(con):
+        return
+    con.execute("ALTER TABLE sstore_sys.commits ADD COLUMN IF NOT EXISTS "
+                "committed_at TIMESTAMPTZ")
+    con.execute("ALTER TABLE sstore_sys.commits ALTER COLUMN committed_at "
+                "SET DEFAULT current_timestamp")
+
+
+def has_commit_times(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``sstore_sys.commits`` has its ``committed_at`` column (a state file made by
+    an older sstore and only read since has not)."""
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'sstore_sys' AND table_name = 'commits' "
+        "AND column_name = 'committed_at'").fetchall()[0][0])
 
 
 def load_commits(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int]]:
@@ -76,7 +102,7 @@ def insert_commits(con: duckdb.DuckDBPyConnection, records: Iterable[tuple[str, 
     if not rows:
         return
     placeholders = ", ".join(["(?, ?, ?)"] * len(rows))
-    con.execute(f"INSERT INTO sstore_sys.commits VALUES {placeholders}",
+    con.execute(f"INSERT INTO sstore_sys.commits (node, batch_id, n_rows) VALUES {placeholders}",
                 [value for row in rows for value in row])
 
 

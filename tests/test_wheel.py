@@ -135,7 +135,7 @@ def test_shipped_code_does_not_locate_files_next_to_itself() -> None:
 def test_wheel_contents(built: tuple[Path, str]) -> None:
     wheel, output = built
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("sstore/py.typed", "migrators/py.typed",
+    for needed in ("sstore/py.typed", "migrators/py.typed", "sstore/observe/dashboard.html",
                    *(f"sstore/_schemas/{name}" for name in SCHEMAS)):
         assert needed in names, needed
     tops = {name.split("/")[0] for name in names if not name.startswith("sstore-")}

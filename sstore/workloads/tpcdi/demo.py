@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from sstore.engine import Engine
 from sstore.polystore import Polystore
 
 Say = Callable[[str], None]
@@ -72,8 +73,11 @@ def _timed(report: DemoReport, phase: str) -> Iterator[None]:
 def run_demo(url: str, workdir: str | None = None, scale_factor: float = 0.03,
              batch_size: int = 500, schema: str = "tpcdi_demo",
              progress: Progress | None = None, say: Say | None = None,
-             show: Callable[[QueryShown], None] | None = None) -> DemoReport:
-    """Run the demo against the PostgreSQL at ``url`` (schema ``schema`` is rebuilt)."""
+             show: Callable[[QueryShown], None] | None = None,
+             on_engine: Callable[[Engine], object] | None = None) -> DemoReport:
+    """Run the demo against the PostgreSQL at ``url`` (schema ``schema`` is rebuilt).
+    ``on_engine`` is called with the streaming engine once it exists (``sstore tpcdi demo
+    --serve`` serves it from there)."""
     from migrators.spark_session import get_spark
     from sstore.workloads.tpcdi import dimensions
     from sstore.workloads.tpcdi.audit import run_audit
@@ -101,6 +105,8 @@ def run_demo(url: str, workdir: str | None = None, scale_factor: float = 0.03,
             os.remove(stale)
     run = StreamingDimTrade(data, url, state, schema, batch_size, progress)
     try:
+        if on_engine is not None:
+            on_engine(run.engine)
         spark = get_spark()
         with _timed(report, "dimensions (Spark)"):
             tell("Building the dimensions with Spark (the first job starts a JVM)")

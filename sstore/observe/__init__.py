@@ -1,0 +1,19 @@
+"""A running engine is not a black box: live status, Prometheus metrics and a dashboard.
+
+Nothing here runs unless asked: ``Engine.serve(port, host)`` (or ``--serve PORT`` on the
+commands that run a dataflow) starts a small HTTP server in the engine's process:
+
+- ``/metrics``: Prometheus text (``prometheus_client``, one registry per engine);
+- ``/status``: ``Engine.status().to_dict()`` plus live numbers (rates, lags, sinks) as JSON;
+- ``/``: a dashboard page (one file, no external assets) that draws the dataflow.
+
+Modules: ``sinks`` (what a sink shows the engine), ``rates`` (rates over a sliding window),
+``metrics`` (the commit observer and the live snapshot), ``prometheus`` (the snapshot as
+metric families), ``livestatus`` (the ``/status`` document), ``server`` (HTTP), ``live``
+(the discovery file beside the state file, and the client ``sstore status`` uses when the
+file is locked by a serving engine).
+"""
+
+from sstore.observe.sinks import ObservableSink, SinkSnapshot
+
+__all__ = ["ObservableSink", "SinkSnapshot"]

@@ -1,0 +1,128 @@
+"""The HTTP side: ``/metrics``, ``/status`` and the dashboard, from a thread of the engine's
+process (``Engine.serve``).
+
+Lifecycle:
+
+1. ``Server.start``: bind ``host:port`` (port 0: any free port; default host 127.0.0.1, this
+   machine only), serve from a daemon thread (one more thread per request), and for a state
+   file write the discovery file beside it (``sstore.observe.live``).
+2. Requests read the engine through ``EngineMetrics`` and ``live_status``: counters without
+   the engine's lock, the rest with a short lock timeout, so a long transaction delays an
+   answer by a fraction of a second, never forever.
+3. ``Server.stop`` (from ``Engine.close``): stop serving, close the socket, remove the
+   discovery file. A process killed before step 3 leaves the file; readers see that its pid
+   is gone and ignore it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from sstore.errors import TerminalError
+from sstore.observe import live as discovery
+from sstore.observe.livestatus import live_status
+
+if TYPE_CHECKING:
+    from sstore.engine import Engine
+    from sstore.observe.metrics import EngineMetrics
+
+log = logging.getLogger("sstore.observe")
+
+
+class ServeError(TerminalError):
+    """The engine could not serve on the address asked for."""
+
+
+def dashboard_html() -> bytes:
+    """The dashboard page, shipped as package data (read the same way from a wheel)."""
+    return resources.files("sstore.observe").joinpath("dashboard.html").read_bytes()
+
+
+class Server:
+    """One engine's HTTP server (see the module docstring)."""
+
+    def __init__(self, engine: Engine, metrics: EngineMetrics, host: str, port: int) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        try:
+            kind = _HTTPServer6 if ":" in host else _HTTPServer
+            self.httpd = kind((host, port), _handler(self))
+        except OSError as exc:
+            raise ServeError(f"cannot serve status and metrics on {host}:{port}: "
+                             f"{exc.strerror or exc}") from None
+        self.host = host
+        self.port = int(self.httpd.server_address[1])
+        reach = discovery.connect_host(host)
+        self.url = f"http://[{reach}]:{self.port}/" if ":" in reach else \
+            f"http://{reach}:{self.port}/"
+        self._thread: threading.Thread | None = None
+        self._page = dashboard_html()
+
+    def start(self) -> str:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
+                                        name=f"sstore-serve-{self.port}")
+        self._thread.start()
+        if self.engine.path != ":memory:":
+            discovery.write(self.engine.path, self.host, self.port, self.engine.engine_id)
+        log.info("serving status, metrics and the dashboard on %s", self.url)
+        return self.url
+
+    def stop(self) -> None:
+        if self.engine.path != ":memory:":
+            discovery.remove(self.engine.path)
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ answers
+    def answer(self, path: str) -> tuple[int, str, bytes]:
+        """(HTTP status, content type, body) for a GET of ``path``."""
+        route = path.split("?", 1)[0]
+        if route == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+        if route == "/status":
+            doc = live_status(self.engine, self.metrics, self.url)
+            return 200, "application/json", json.dumps(doc, default=str).encode()
+        if route in ("/", "/index.html"):
+            return 200, "text/html; charset=utf-8", self._page
+        return 404, "text/plain; charset=utf-8", b"not found: try /, /status or /metrics\n"
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _HTTPServer6(_HTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            try:
+                code, kind, body = server.answer(self.path)
+            except Exception as exc:
+                log.exception("serving %s failed", self.path)
+                code, kind = 500, "text/plain; charset=utf-8"
+                body = f"{type(exc).__name__}: {exc}\n".encode()
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("%s %s", self.address_string(), format % args)
+
+    return Handler
