@@ -337,3 +337,27 @@ def test_a_stopped_program_with_a_sink_loses_and_repeats_nothing(tmp_path: Path,
         ).fetchone()
     assert rows == distinct == (committed + 30) * 100
     assert (low, high) == (100, (committed + 30) * 100 + 99)
+
+
+AFTER_A_STOP = """
+import cProfile, sys
+sys.path.insert(0, {root!r})
+from tests.test_stops import test_run_returns_promptly_when_stop_is_set
+test_run_returns_promptly_when_stop_is_set({state!r})
+profiler = cProfile.Profile()
+profiler.enable()
+sum(i for i in range(1000))
+profiler.disable()
+print("profiled", flush=True)
+"""
+
+
+def test_an_interruption_that_came_too_late_leaves_the_interpreter_sound(tmp_path: Path) -> None:
+    """An interruption sent into a TE's thread that was not raised (the statement ended first)
+    is consumed in that thread. Withdrawn with ``PyThreadState_SetAsyncExc(id, NULL)`` it left
+    CPython 3.11 flagged for good, and the next profiled call in the process spun forever."""
+    code = AFTER_A_STOP.format(root=str(Path(__file__).resolve().parents[1]),
+                               state=str(tmp_path / "s.duckdb"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False, env=env())
+    assert done.returncode == 0 and "profiled" in done.stdout, done.stderr
