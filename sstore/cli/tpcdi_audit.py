@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from migrators.urls import DEFAULT_URL, parse
-from sstore.cli_format import TABLE_STYLE
+from sstore.cli.format import TABLE_STYLE
 from sstore.errors import SStoreError
 from sstore.workloads.tpcdi.audit import AuditReport, run_audit
 

@@ -1,7 +1,7 @@
 """``sstore tpcdi generate``: the generator from the command line, with a progress bar.
 
 Only option parsing and presentation live here; ``generate`` does the work, so tests and
-benchmarks call the same code. Registered in ``sstore.cli`` as a subcommand of ``tpcdi``.
+benchmarks call the same code. Registered in ``sstore.cli.tpcdi`` as a subcommand of ``tpcdi``.
 """
 
 from __future__ import annotations
@@ -10,12 +10,18 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from .build import STEPS, generate
-from .report import GenerationReport
-from .scale import MIN_SCALE_FACTOR
+from sstore.workloads.tpcdi.generator.build import STEPS, generate
+from sstore.workloads.tpcdi.generator.report import GenerationReport
+from sstore.workloads.tpcdi.generator.scale import MIN_SCALE_FACTOR
 
 
 def _files(report: GenerationReport) -> Table:

@@ -1,6 +1,6 @@
 """The ``sstore`` command line: one click group, one small function per subcommand.
 
-Commands only parse options, call the library and hand results to ``sstore.cli_format``; what
+Commands only parse options, call the library and hand results to ``sstore.cli.format``; what
 they do lives in the library (``sstore.workloads``, ``sstore.statefile``) so that tests and
 benchmarks call the same code. Library errors become one-line ``Error: ...`` messages with
 exit status 1 instead of tracebacks.
@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from sstore import __version__
-from sstore.cli_format import (
+from sstore.cli.format import (
     arrow_table,
     consumers_view,
     leaderboard_view,
@@ -362,8 +362,8 @@ def consumers_drop(state: str, consumer: str, stream: str | None) -> None:
 
 
 def _attach_workloads() -> None:
-    from sstore.cli_polystore import polystore
-    from sstore.cli_tpcdi import tpcdi
+    from sstore.cli.polystore import polystore
+    from sstore.cli.tpcdi import tpcdi
     main.add_command(tpcdi)
     main.add_command(polystore)
 

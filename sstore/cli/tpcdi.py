@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sstore.cli.tpcdi_audit import audit_command
+from sstore.cli.tpcdi_generate import generate_command
 from sstore.stopping import StopSignal, command_stops
-from sstore.workloads.tpcdi.audit_cli import audit_command
-from sstore.workloads.tpcdi.generator.cli import generate_command
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -145,9 +145,9 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
     from rich.panel import Panel
     from rich.table import Table
 
-    from sstore.cli_format import arrow_table
+    from sstore.cli.format import arrow_table
+    from sstore.cli.tpcdi_audit import report_table
     from sstore.errors import SStoreError
-    from sstore.workloads.tpcdi.audit_cli import report_table
     from sstore.workloads.tpcdi.demo import QueryShown, run_demo
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     console = Console(highlight=False)
