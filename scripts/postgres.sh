@@ -24,8 +24,8 @@ if [ -n "${SSTORE_POSTGRES_URL:-}" ]; then
   exit 1
 fi
 default="${SSTORE_DEFAULT_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/postgres}"
-if ! answers "$default" && command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ] \
-    && [ -n "$(ls /etc/postgresql 2>/dev/null)" ]; then
+if [ -z "${SSTORE_DEFAULT_POSTGRES_URL:-}" ] && ! answers "$default" \
+    && command -v pg_ctlcluster >/dev/null 2>&1 && [ -n "$(ls /etc/postgresql 2>/dev/null)" ]; then
   echo "PostgreSQL is not answering at $default; starting the local Debian cluster" >&2
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start >&2 || true
   for _ in $(seq 1 30); do

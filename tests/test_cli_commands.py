@@ -20,7 +20,7 @@ from sstore import Engine
 from sstore.cli import main
 from sstore.cli.environment import VARIABLES
 from sstore.cli.options import POSTGRES_HELP
-from tests.test_cli_dead_letters import ROWS, program
+from tests.test_cli_dead_letters import dead_lettered, program
 
 ROOT = Path(__file__).resolve().parents[1]
 WAREHOUSE_COMMANDS = {("migrate",), ("tpcdi", "run"), ("tpcdi", "audit"), ("tpcdi", "demo"),
@@ -106,11 +106,7 @@ def test_the_readme_and_the_help_list_every_variable_the_code_reads() -> None:
 
 # ------------------------------------------------------------------ logs
 def test_logs_go_to_stderr_as_text_or_json_lines(tmp_path: Path) -> None:
-    path = str(tmp_path / "trades.duckdb")
-    with program(path, run=False) as eng:
-        for rows in ROWS.values():
-            eng.ingest("trades", rows)
-        eng.run_until_idle()
+    path = dead_lettered(str(tmp_path / "trades.duckdb"), fix=False)
 
     quiet = sstore("dead-letters", "replay", path, "trades", "--batch", "1")
     assert quiet.returncode == 0 and quiet.stderr == ""  # warning level: nothing to say

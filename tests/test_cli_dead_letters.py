@@ -48,16 +48,20 @@ def program(path: str, *, fixed: bool = False, run: bool = True) -> Engine:
     return eng
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> str:
-    """Four batches in, two of them (1 and 3) dead-lettered by ``count``; then fixed."""
-    path = str(tmp_path / "trades.duckdb")
+def dead_lettered(path: str, fix: bool = True) -> str:
+    """Four batches in, two of them (1 and 3) dead-lettered by ``count``; then ``fix``."""
     with program(path, run=False) as eng:
         for rows in ROWS.values():
             eng.ingest("trades", rows)
         eng.run_until_idle()
-        eng.execute("INSERT INTO fixes VALUES (true)")
+        if fix:
+            eng.execute("INSERT INTO fixes VALUES (true)")
     return path
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> str:
+    return dead_lettered(str(tmp_path / "trades.duckdb"))
 
 
 def sstore(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -128,18 +128,14 @@ def split(name: str, parts: tuple[str, ...], catalog: str) -> None:
 @json_option
 def list_command(catalog: str, as_json: bool) -> None:
     """Show the catalog: engines, objects and where their fragments live."""
-    import os
-
     from sstore.polystore import Catalog
 
-    if not os.path.exists(catalog):
-        raise click.ClickException(f"no catalog at {catalog}: create one with `sstore "
-                                   f"polystore add-postgres NAME [URL]` or `sstore polystore "
-                                   f"add-engine NAME STATE`")
     try:
         cat = Catalog(catalog)
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
+    if cat.missing():
+        raise click.ClickException(cat.missing())
     if as_json:
         from sstore.cli.format import to_json
         click.echo(to_json(cat.to_dict()))

@@ -86,7 +86,7 @@ class Catalog:
         try:
             return self.engines[name]
         except KeyError:
-            raise DeclarationError(self._no_file() or f"no engine {name!r} in the catalog "
+            raise DeclarationError(self.missing() or f"no engine {name!r} in the catalog "
                                    f"(known: {', '.join(sorted(self.engines)) or 'none'})"
                                    ) from None
 
@@ -147,12 +147,12 @@ class Catalog:
             prefix, dot, rest = name.partition(".")
             if dot and prefix in self.engines and rest:
                 return CatalogObject(name.lower(), [Fragment(prefix, rest)])
-            raise UnknownObjectError(self._no_file() or f"no object {name!r} in the catalog "
+            raise UnknownObjectError(self.missing() or f"no object {name!r} in the catalog "
                                      f"(known: {', '.join(sorted(self.objects)) or 'none'})")
         return obj
 
-    def _no_file(self) -> str | None:
-        """Why nothing is known, when the catalog's file does not exist (yet)."""
+    def missing(self) -> str | None:
+        """Why nothing is known, when the catalog's file does not exist (yet); else None."""
         if self.path is None or os.path.exists(self.path) or self.engines:
             return None
         return (f"no catalog at {self.path}: create one with `sstore polystore add-postgres "
