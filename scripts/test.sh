@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv, makes sure PostgreSQL answers, runs the whole suite.
+# The test command: sets up .venv and Java's PostgreSQL driver, runs the whole suite.
+# PostgreSQL: $SSTORE_POSTGRES_URL, else the server at the default address, else a private one
+# that the test session starts under .sstore/postgres and stops at its end (tests/conftest.py).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh test,bench,spark,airflow
 bash scripts/jdbc.sh
-bash scripts/postgres.sh
 exec "${SSTORE_VENV:-$root/.venv}/bin/python" -m pytest "$@"

@@ -283,14 +283,23 @@ class Engine:
             log.info("replayed %d input-log records", count)
 
     # ------------------------------------------------------------------ input
-    def ingest(self, stream: str, rows: RowsLike, batch_id: int | None = None) -> Ingested:
+    def ingest(self, stream: str, rows: RowsLike, batch_id: int | None = None, *,
+               along: Callable[[Transaction], None] | None = None) -> Ingested:
         """Append one atomic batch to a border stream; return its batch-id.
 
         Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
         no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
         with ``OutOfOrderBatchError``. Bad rows raise ``SchemaError`` and change nothing.
+
+        ``along(tx)``: more statements that must commit with this batch or not at all; they
+        run in the ingest's transaction after its rows (``sstore.dead_letters.replay`` deletes
+        the dead letters it sends again there). Not with weak durability: its input log keeps
+        the batch, not what ``along`` did, so a replay would lose it.
         """
         rt = self._runtime()
+        if along is not None and rt.input_log is not None:
+            raise DeclarationError("ingest(along=...) needs full durability: the input log of "
+                                   "weak durability records the batch, not along's statements")
         if stream not in rt.graph.streams:
             raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(rt.graph.streams)}")
         if not rt.graph.is_border(stream):
@@ -312,16 +321,18 @@ class Engine:
                 raise OutOfOrderBatchError(
                     f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
                     f"({last}) and was never ingested; batches must arrive in increasing order")
-            self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None)
+            self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
+                               along=along)
         rt.subscribers.publish(rt.take_outbox())
         return Ingested(batch_id, False, table.num_rows)
 
     def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table,
-                      log_it: bool) -> None:
+                      log_it: bool, along: Callable[[Transaction], None] | None = None) -> None:
         """Commit protocol of an ingest:
 
         1. BEGIN.
-        2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here.
+        2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here;
+           then ``along``'s statements, if any.
         3. Insert the commit records.
         4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
            when the engine has accepted every row, so the log never holds a batch that
@@ -338,6 +349,12 @@ class Engine:
         rt.con.begin()
         try:
             rt.store.append(stream, batch_id, table, pending)
+            if along is not None:
+                tx = Transaction(rt.con, batch_id)
+                along(tx)
+                if tx.failure is not None:  # caught inside along: DuckDB aborted the transaction
+                    raise TransactionStateError(f"a statement of ingest's along failed "
+                                                f"({tx.failure})") from tx.failure
             systables.insert_commits(rt.con, pending.records)
             if log_it and rt.input_log is not None:
                 crash_point("ingest.before_log")

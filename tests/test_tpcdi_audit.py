@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from sstore.cli.tpcdi_audit import audit_command
 from sstore.sql import ident
 from sstore.workloads.tpcdi.audit import AuditError, run_audit
-from sstore.workloads.tpcdi.audit_cli import audit_command
 from sstore.workloads.tpcdi.sources import read_audit
 from sstore.workloads.tpcdi.warehouse import (TABLES, create_warehouse, drop_warehouse,
                                               existing_tables, row_count, row_counts)

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sstore.cli.tpcdi_generate import generate_command
 from sstore.workloads.tpcdi.generator import GenerationReport, generate
-from sstore.workloads.tpcdi.generator.cli import generate_command
 from sstore.workloads.tpcdi.generator.finwire_layout import parse_record
 
 SF = 0.02

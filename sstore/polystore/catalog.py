@@ -86,8 +86,9 @@ class Catalog:
         try:
             return self.engines[name]
         except KeyError:
-            raise DeclarationError(f"no engine {name!r} in the catalog (known: "
-                                   f"{', '.join(sorted(self.engines)) or 'none'})") from None
+            raise DeclarationError(self.missing() or f"no engine {name!r} in the catalog "
+                                   f"(known: {', '.join(sorted(self.engines)) or 'none'})"
+                                   ) from None
 
     # ------------------------------------------------------------------ objects
     def register(self, name: str, engine: str, physical: str | None = None,
@@ -146,9 +147,17 @@ class Catalog:
             prefix, dot, rest = name.partition(".")
             if dot and prefix in self.engines and rest:
                 return CatalogObject(name.lower(), [Fragment(prefix, rest)])
-            raise UnknownObjectError(f"no object {name!r} in the catalog (known: "
-                                     f"{', '.join(sorted(self.objects)) or 'none'})")
+            raise UnknownObjectError(self.missing() or f"no object {name!r} in the catalog "
+                                     f"(known: {', '.join(sorted(self.objects)) or 'none'})")
         return obj
+
+    def missing(self) -> str | None:
+        """Why nothing is known, when the catalog's file does not exist (yet); else None."""
+        if self.path is None or os.path.exists(self.path) or self.engines:
+            return None
+        return (f"no catalog at {self.path}: create one with `sstore polystore add-postgres "
+                f"NAME [URL]` or `sstore polystore add-engine NAME STATE` (or give --catalog / "
+                f"SSTORE_CATALOG)")
 
     def find(self, name: str) -> CatalogObject | None:
         return self.objects.get(name.lower())

@@ -135,12 +135,17 @@ class StreamingConnector:
         return self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
 
     def discover(self) -> list[tuple[str, str, dict[str, str]]]:
-        """The main schema's tables and streams (not sstore's schemas; nor the cache tables
-        older versions kept in main as ``sstore_cache__*``)."""
+        """The main schema's tables and streams, not the engine's internals: sstore's schemas,
+        a window's row table (``<window>__rows``: read the window's view), dead letters
+        (``<input>__dead_letter``: ``sstore dead-letters``), nor the cache tables older
+        versions kept in main as ``sstore_cache__*``."""
         rows = self.fetch(
             "SELECT table_name, column_name, data_type FROM information_schema.columns "
             "WHERE table_schema = 'main' AND table_catalog = current_database() "
-            "AND table_name NOT LIKE 'sstore_cache__%' ORDER BY table_name, ordinal_position")
+            "AND NOT starts_with(table_name, 'sstore_') "
+            "AND NOT suffix(table_name, '__dead_letter') "
+            "AND table_name NOT IN (SELECT name || '__rows' FROM sstore_sys.graph "
+            "WHERE kind = 'window') ORDER BY table_name, ordinal_position")
         return _group_columns(rows.to_pylist())
 
     def fingerprint(self, sql: str) -> str:

@@ -43,7 +43,7 @@ from sstore.polystore.connectors import (
     StreamingConnector,
 )
 from sstore.polystore.cost import CostModel
-from sstore.polystore.plan import ISLAND, Move, Plan
+from sstore.polystore.plan import ISLAND, Move, Plan, Run
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import REWRITES, RULES
 from sstore.polystore.scratch import (
@@ -52,7 +52,13 @@ from sstore.polystore.scratch import (
     cast_table,
     is_cast,
 )
-from sstore.polystore.sqltext import QueryError, parse, table_names
+from sstore.polystore.sqltext import (
+    ISLAND_DIALECT,
+    QueryError,
+    parse,
+    table_names,
+    to_sql,
+)
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
 from sstore.statefile import StateFileReader
@@ -215,6 +221,10 @@ class Polystore:
             parsed = parse_island(parsed)
         self._check_sql(parsed.sql)
         tree = parse(parsed.sql, self.dialect)
+        if not table_names(tree):  # SELECT 1, now(): nothing to fetch, the island answers
+            plan = Plan("island", "no_tables", (),
+                        Run(ISLAND, to_sql(tree, ISLAND_DIALECT), 0, 0, 1, 1))
+            return [self.costs.price(plan, {ISLAND: ISLAND})]
         objects = self._objects(tree, parsed.island)
         engines = {name: self.catalog.engine(name)
                    for obj in objects for name in obj.engines()}
@@ -248,8 +258,6 @@ class Polystore:
     # ------------------------------------------------------------------ internals
     def _objects(self, tree: exp.Expression, island: str) -> list[CatalogObject]:
         names = table_names(tree)
-        if not names:
-            raise QueryError("the query reads no table; nothing to plan")
         if any(self.catalog.find(n) is None for n in names):
             self._rediscover()  # a table a procedure created since the engine was attached
         objects = [self.catalog.lookup(name) for name in names]

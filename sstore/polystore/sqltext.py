@@ -7,11 +7,12 @@ the tree printed in its own dialect (``DIALECTS``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 from sstore.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
@@ -36,10 +37,39 @@ def parse(sql: str, dialect: str = "postgres") -> exp.Expression:
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except ParseError as exc:
-        raise QueryError(f"cannot parse the query: {exc}") from None
+        raise QueryError(syntax_error(exc)) from None
+    except TokenError:
+        raise QueryError("cannot parse the query: a quote or comment is not closed, or a "
+                         "character is not SQL") from None
     if len(statements) != 1:
         raise QueryError(f"expected one SQL statement, got {len(statements)}")
     return statements[0]
+
+
+#: sqlglot's names of incomplete parts, in SQL's words
+_PARTS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "=", "neq": "<>", "gt": ">",
+          "gte": ">=", "lt": "<", "lte": "<=", "and": "AND", "or": "OR", "not": "NOT"}
+
+
+def syntax_error(exc: ParseError) -> str:
+    """sqlglot's parse error as one line in SQL's words: where, near what, what is wrong
+    (its own text names Python classes: "Required keyword: 'this' missing for <class
+    'sqlglot.expressions.query.Where'>" reads "WHERE is incomplete")."""
+    first = exc.errors[0] if exc.errors else {}
+    what = str(first.get("description") or exc).splitlines()[0]
+    missing = re.match(r"Required keyword: '\w+' missing for <class '(?:[\w.]*\.)?(\w+)'>",
+                       what)
+    if missing:
+        part = missing.group(1)
+        what = f"{_PARTS.get(part.lower(), part.upper())} is incomplete"
+    elif what.startswith("Invalid expression / Unexpected token"):
+        what = "unexpected token"
+    elif what.startswith("Expecting "):
+        what = "expected " + what[len("Expecting "):]
+    what = re.sub(r"<class '(?:[\w.]*\.)?(\w+)'>", r"\1", what)
+    where = f" at line {first['line']}, column {first['col']}" if first.get("line") else ""
+    near = " ".join(str(first.get("highlight") or "").split())
+    return f"cannot parse the query{where}{f' (near {near!r})' if near else ''}: {what}"
 
 
 def to_sql(tree: exp.Expression, dialect: str) -> str:

@@ -6,15 +6,15 @@ Queries themselves run with ``sstore query SQL``; this group sets up what they n
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
+from sstore.cli.logs import progress_bars
+from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
+from sstore.cli.options import catalog_option as CATALOG
 from sstore.errors import SStoreError
 from sstore.extras import require
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-CATALOG = click.option("--catalog", envvar="SSTORE_CATALOG", default="sstore-catalog.json",
-                       show_default=True, help="Catalog file (default: $SSTORE_CATALOG).")
 
 
 @click.group(context_settings=CONTEXT)
@@ -23,11 +23,14 @@ def polystore() -> None:
 
     \b
     Set up a catalog, then query it with `sstore query`:
-      sstore polystore add-postgres pg postgresql://postgres@127.0.0.1/postgres
+      sstore polystore add-postgres pg            (--postgres URL; default: see below)
       sstore polystore add-engine stream state.duckdb
       sstore polystore split orders stream=orders_recent pg=public.orders
-      sstore polystore calibrate --postgres postgresql://postgres@127.0.0.1/postgres
+      sstore polystore calibrate
       sstore query --explain "SELECT count(*) FROM orders"
+
+    add-postgres and calibrate use --postgres URL, else $SSTORE_POSTGRES_URL, else the local
+    server or a private one (`sstore postgres --help`).
     """
 
 
@@ -40,17 +43,28 @@ def _run(work: object) -> None:
 
 @polystore.command(name="add-postgres", context_settings=CONTEXT)
 @click.argument("name")
-@click.argument("url")
+@click.argument("location", metavar="[URL]", required=False)
+@postgres_option
 @click.option("--schema", default="public", show_default=True,
               help="Register this schema's tables as objects.")
 @CATALOG
-def add_postgres(name: str, url: str, schema: str, catalog: str) -> None:
-    """Add a PostgreSQL database by URL (or env:VAR, read when used) and its tables."""
+def add_postgres(name: str, location: str | None, url: str | None, schema: str,
+                 catalog: str) -> None:
+    """Add a PostgreSQL database and register its tables.
+
+    URL (or --postgres) is stored in the catalog as given; env:VAR stores the variable's
+    name instead, read at each query (keeps a password out of the catalog file)."""
     from sstore.polystore import Polystore
+
+    given_twice = click.get_current_context().get_parameter_source("url") \
+        is ParameterSource.COMMANDLINE
+    if location and url and given_twice:
+        raise click.UsageError("give the URL once: as URL or as --postgres")
+    chosen = location or warehouse(url)
 
     def work() -> None:
         with Polystore(catalog) as ps:
-            names = ps.add_postgres(name, url, schema)
+            names = ps.add_postgres(name, chosen, schema)
         click.echo(f"{name}: {len(names)} tables registered ({', '.join(names[:8])}"
                    f"{', ...' if len(names) > 8 else ''})")
     _run(work)
@@ -111,11 +125,21 @@ def split(name: str, parts: tuple[str, ...], catalog: str) -> None:
 
 @polystore.command(name="list", context_settings=CONTEXT)
 @CATALOG
-def list_command(catalog: str) -> None:
+@json_option
+def list_command(catalog: str, as_json: bool) -> None:
     """Show the catalog: engines, objects and where their fragments live."""
     from sstore.polystore import Catalog
 
-    cat = Catalog(catalog)
+    try:
+        cat = Catalog(catalog)
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if cat.missing():
+        raise click.ClickException(cat.missing())
+    if as_json:
+        from sstore.cli.format import to_json
+        click.echo(to_json(cat.to_dict()))
+        return
     engines = Table(title="engines", title_justify="left")
     for column in ("name", "kind", "location"):
         engines.add_column(column)
@@ -133,31 +157,43 @@ def list_command(catalog: str) -> None:
 
 
 @polystore.command(context_settings=CONTEXT)
-@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL", required=True,
-              help="The PostgreSQL to measure (default: $SSTORE_POSTGRES_URL).")
+@postgres_option
 @click.option("--rows", type=click.IntRange(min=1000), default=200_000, show_default=True,
               help="Rows of the measuring table (TPC-C ORDERS).")
 @click.option("--spark", is_flag=True, help="Measure Spark too (starts a JVM; about a minute).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Where to store the constants (default: costs.json beside the catalog).")
 @CATALOG
-def calibrate(url: str, rows: int, spark: bool, output: str | None, catalog: str) -> None:
+@json_option
+def calibrate(url: str | None, rows: int, spark: bool, output: str | None, catalog: str,
+              as_json: bool) -> None:
     """Measure the cost model's constants on this machine and store them."""
     from sstore.polystore import Polystore
     from sstore.polystore.calibrate import calibrate as measure
     from sstore.workloads.tpcc.orders import create_in_engine, orders_rows
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=as_json)
 
     def work() -> None:
         if spark:
             require("spark")  # before the minute of measuring the other engines
-        with console.status("calibrating") as status:
-            model = measure(url, orders_rows(rows), spark=spark,
-                            progress=lambda step: status.update(f"calibrating: {step}"),
+        measured_url = warehouse(url)
+        if not progress_bars():
+            model = measure(measured_url, orders_rows(rows), spark=spark,
                             create_table=create_in_engine)
+        else:
+            with console.status("calibrating") as status:
+                model = measure(measured_url, orders_rows(rows), spark=spark,
+                                progress=lambda step: status.update(f"calibrating: {step}"),
+                                create_table=create_in_engine)
         path = output or Polystore(catalog).default_costs_path() or "costs.json"
         model.write(path)
+        if as_json:
+            from dataclasses import asdict
+
+            from sstore.cli.format import to_json
+            click.echo(to_json({"path": path, **asdict(model)}))
+            return
         table = Table(title=f"cost constants ({path})", title_justify="left")
         for column in ("engine", "fixed ms", "fetch ns/value", "load ns/value",
                        "process ns/value"):

@@ -7,16 +7,19 @@ and 1 with a one-line ``Error: ...`` when the audit cannot run at all.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-import psycopg
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from migrators.urls import DEFAULT_URL, parse
-from sstore.cli_format import TABLE_STYLE
+from sstore.cli.format import TABLE_STYLE
+from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
 from sstore.errors import SStoreError
-from sstore.workloads.tpcdi.audit import AuditReport, run_audit
+
+if TYPE_CHECKING:
+    from sstore.workloads.tpcdi.audit import AuditReport
 
 _OUTCOME = {"pass": Text("OK", "green"), "fail": Text("FAIL", "bold red"),
             "skip": Text("skipped", "yellow")}
@@ -40,27 +43,39 @@ def report_table(report: AuditReport) -> Table:
     return table
 
 
-@click.command("audit", context_settings={"help_option_names": ["-h", "--help"],
-                                          "max_content_width": 100})
-@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL", default=DEFAULT_URL,
-              show_default=True, metavar="URL",
-              help="PostgreSQL holding the warehouse (env SSTORE_POSTGRES_URL).")
+@click.command("audit", context_settings=CONTEXT)
+@postgres_option
 @click.option("--schema", default="tpcdi", show_default=True, help="Schema of the warehouse.")
 @click.option("--input", "data_dir", type=click.Path(exists=True, file_okay=False),
               default=None, metavar="DIR",
               help="Generator output (Batch1/, Batch2/, ... with *_audit.csv) for the expected "
                    "numbers. Default: the warehouse's audit table.")
-def audit_command(url: str, schema: str, data_dir: str | None) -> None:
+@json_option
+def audit_command(url: str | None, schema: str, data_dir: str | None, as_json: bool) -> None:
     """Check a TPC-DI warehouse's DimTrade the way TPC-DI Appendix A does.
 
     Row, canceled and alert counts against the generator's audit numbers; unique TradeIDs;
     every surrogate key joined to a dimension version valid on the create date; close dates
     inside the batch window; Status and Type names; alerts per batch in DImessages.
     """
+    import psycopg
+
+    from migrators.urls import parse
+    from sstore.workloads.tpcdi.audit import run_audit
+
+    url = warehouse(url)
     try:
         report = run_audit(url, schema, data_dir)
     except (SStoreError, psycopg.Error, ValueError) as exc:
         raise click.ClickException(f"{exc} (PostgreSQL {parse(url).redacted()})") from exc
+    if as_json:
+        from dataclasses import asdict
+
+        from sstore.cli.format import to_json
+        click.echo(to_json({**asdict(report), "ok": report.ok}))
+        if not report.ok:
+            click.get_current_context().exit(1)
+        return
     console = Console(highlight=False)
     if not console.is_terminal:     # logs and pipes: wide enough for one line per check
         console.width = 120

@@ -1,6 +1,6 @@
 """The ``sstore`` command line: one click group, one small function per subcommand.
 
-Commands only parse options, call the library and hand results to ``sstore.cli_format``; what
+Commands only parse options, call the library and hand results to ``sstore.cli.format``; what
 they do lives in the library (``sstore.workloads``, ``sstore.statefile``) so that tests and
 benchmarks call the same code. Library errors become one-line ``Error: ...`` messages with
 exit status 1 instead of tracebacks.
@@ -26,7 +26,8 @@ from rich.progress import (
 )
 
 from sstore import __version__
-from sstore.cli_format import (
+from sstore.cli.environment import epilog
+from sstore.cli.format import (
     arrow_table,
     consumers_view,
     leaderboard_view,
@@ -35,6 +36,14 @@ from sstore.cli_format import (
     to_csv,
     to_json,
 )
+from sstore.cli.logs import FORMATS, LEVELS, configure, level_of, progress_bars
+from sstore.cli.options import (
+    CONTEXT,
+    catalog_option,
+    json_option,
+    postgres_option,
+    warehouse,
+)
 from sstore.engine import Engine
 from sstore.errors import SStoreError
 from sstore.readonly import ReadOnlyQueryError
@@ -42,12 +51,17 @@ from sstore.observe.options import serve_options, start_serving
 from sstore.statefile import explain, file_status, query_file
 from sstore.stopping import command_stops
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-
-@click.group(context_settings=CONTEXT)
+@click.group(context_settings=CONTEXT, epilog=epilog())
 @click.version_option(__version__, "-V", "--version", prog_name="sstore")
-def main() -> None:
+@click.option("-v", "--verbose", count=True,
+              help="Log more to stderr: -v from info on, -vv from debug on.")
+@click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default=None,
+              help="Log from this level on (default: warning; overrides -v).")
+@click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text: plain lines; json: one JSON object per line (time, level, logger, "
+                   "message and the record's extra fields) for log collectors.")
+def main(verbose: int, log_level: str | None, log_format: str) -> None:
     """sstore: transactional streaming on DuckDB, in the style of S-Store, in front of a
     polystore (PostgreSQL, Spark) in the style of BigDAWG.
 
@@ -56,6 +70,10 @@ def main() -> None:
     state file, so a restart on the same file resumes where the last commit left off. Results
     move into PostgreSQL exactly once; `sstore query SQL` answers across the engines.
 
+    Commands that need PostgreSQL take --postgres URL (else $SSTORE_POSTGRES_URL); without
+    one they use the local server, or start a private one (`sstore postgres --help`). Logs go
+    to stderr (-v, --log-level, --log-format json); results to stdout, as JSON with --json.
+
     \b
     Try it:
       sstore tpcdi demo          (TPC-DI DimTrade streamed, audited, queried across engines)
@@ -63,6 +81,7 @@ def main() -> None:
       sstore status voter.duckdb
       sstore query voter.duckdb "SELECT * FROM vote_totals ORDER BY votes DESC"
     """
+    configure(level_of(verbose, log_level), log_format)
 
 
 @main.command(context_settings=CONTEXT)
@@ -149,7 +168,8 @@ def status_command(state: str, as_json: bool) -> None:
 @main.command(name="resume", context_settings=CONTEXT)
 @click.argument("state", type=click.Path(dir_okay=False))
 @click.argument("procedure")
-def resume_command(state: str, procedure: str) -> None:
+@json_option
+def resume_command(state: str, procedure: str, as_json: bool) -> None:
     """Let a halted procedure, or a halted sink (a consumer such as migrator:SCHEMA.TABLE),
     run again: its next start retries the failed batch.
 
@@ -170,21 +190,24 @@ def resume_command(state: str, procedure: str) -> None:
                     f"{state} has no procedure or consumer {procedure!r}; procedures: "
                     f"{', '.join(p.name for p in status.procedures) or 'none'}; consumers: "
                     f"{', '.join(sorted({c.consumer for c in status.consumers})) or 'none'}")
-            if not engine.resume(procedure):
-                click.echo(f"{procedure!r} is not halted; nothing to resume")
-                return
+            resumed = engine.resume(procedure)
     except duckdb.Error as exc:
         raise click.ClickException(str(explain(state, exc))) from None
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"resumed {procedure!r} (was halted at {halts[procedure]}); it runs again on "
-               f"its next start")
+    if as_json:
+        click.echo(to_json({"state": state, "name": procedure, "resumed": resumed,
+                            "was_halted_at": halts[procedure] if resumed else None}))
+    elif not resumed:
+        click.echo(f"{procedure!r} is not halted; nothing to resume")
+    else:
+        click.echo(f"resumed {procedure!r} (was halted at {halts[procedure]}); it runs again "
+                   f"on its next start")
 
 
 @main.command(name="query", context_settings=CONTEXT)
 @click.argument("args", nargs=-1, required=True, metavar="[STATE] SQL")
-@click.option("--catalog", envvar="SSTORE_CATALOG", default="sstore-catalog.json",
-              show_default=True, help="Polystore catalog (default: $SSTORE_CATALOG).")
+@catalog_option
 @click.option("--explain", is_flag=True, help="Print the plans and their estimated costs.")
 @click.option("--plan", "plan_name", default=None,
               help="Run this plan (a name --explain lists) instead of the cheapest.")
@@ -247,8 +270,7 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name:
 @main.command(context_settings=CONTEXT)
 @click.argument("state", type=click.Path(dir_okay=False))
 @click.option("--stream", required=True, help="The stream to move.")
-@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL", required=True,
-              help="PostgreSQL URL (default: $SSTORE_POSTGRES_URL).")
+@postgres_option
 @click.option("--table", required=True, help="Target table, SCHEMA.TABLE (created if missing).")
 @click.option("--mode", type=click.Choice(["append", "merge"]), default="append",
               show_default=True, help="append new rows, or merge rows by --key.")
@@ -263,8 +285,8 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name:
                    "acknowledgements) and deliver every batch the engine still has again. "
                    "The target's rows are left as they are: empty it first if it should "
                    "hold this state file's rows only.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
+@json_option
+def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key: str,
             chunk_rows: int, accept_gap: bool, reset: bool, as_json: bool) -> None:
     """Move a stream's committed batches into PostgreSQL, exactly once, then exit.
 
@@ -281,6 +303,9 @@ def migrate(state: str, stream: str, url: str, table: str, mode: str, key: str,
 
     console = Console(highlight=False, stderr=as_json)
     keys = tuple(k.strip() for k in key.split(",") if k.strip())
+    if not os.path.exists(state):  # before a private PostgreSQL is started for nothing
+        raise click.ClickException(f"no state file at {state}")
+    url = warehouse(url)
     try:
         with Engine.open_existing(state) as engine:
             migrator = StreamToPostgres(engine, stream, url, table, mode, keys, chunk_rows,
@@ -368,10 +393,14 @@ def consumers_drop(state: str, consumer: str, stream: str | None) -> None:
 
 
 def _attach_workloads() -> None:
-    from sstore.cli_polystore import polystore
-    from sstore.cli_tpcdi import tpcdi
+    from sstore.cli.dead_letters import dead_letters
+    from sstore.cli.polystore import polystore
+    from sstore.cli.postgres import postgres
+    from sstore.cli.tpcdi import tpcdi
     main.add_command(tpcdi)
     main.add_command(polystore)
+    main.add_command(dead_letters)
+    main.add_command(postgres)
 
 
 _attach_workloads()
@@ -390,7 +419,7 @@ def _state_path(state: str | None) -> Iterator[str]:
 def _progress(console: Console) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                    console=console, transient=False)
+                    console=console, transient=False, disable=not progress_bars())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How the ``sstore`` command line shows things: Arrow tables, engine status, voter results.
 
-Kept apart from ``sstore.cli`` so that the commands stay a list of steps and every command
+Kept apart from ``sstore.cli.app`` so that the commands stay a list of steps and every command
 formats values the same way (``value_text``).
 """
 

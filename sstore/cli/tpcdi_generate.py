@@ -1,21 +1,30 @@
 """``sstore tpcdi generate``: the generator from the command line, with a progress bar.
 
 Only option parsing and presentation live here; ``generate`` does the work, so tests and
-benchmarks call the same code. Registered in ``sstore.cli`` as a subcommand of ``tpcdi``.
+benchmarks call the same code. Registered in ``sstore.cli.tpcdi`` as a subcommand of ``tpcdi``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from .build import STEPS, generate
-from .report import GenerationReport
-from .scale import MIN_SCALE_FACTOR
+from sstore.cli.logs import progress_bars
+from sstore.cli.options import CONTEXT
+
+if TYPE_CHECKING:
+    from sstore.workloads.tpcdi.generator.report import GenerationReport
 
 
 def _files(report: GenerationReport) -> Table:
@@ -47,11 +56,9 @@ def _trades(report: GenerationReport) -> Table:
     return table
 
 
-@click.command("generate", context_settings={"help_option_names": ["-h", "--help"],
-                                             "max_content_width": 100})
-@click.option("--scale-factor", "-s", "scale_factor",
-              type=click.FloatRange(min=MIN_SCALE_FACTOR), default=1.0, show_default=True,
-              help="TPC-DI scale factor: 130,000 x SF Batch1 trades.")
+@click.command("generate", context_settings=CONTEXT)
+@click.option("--scale-factor", "-s", "scale_factor", type=float, default=1.0,
+              show_default=True, help="TPC-DI scale factor: 130,000 x SF Batch1 trades.")
 @click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path),
               required=True, help="Directory to write Batch1/, Batch2/, Batch3/ into.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
@@ -65,11 +72,17 @@ def generate_command(scale_factor: float, output: Path, seed: int, bad_rows: int
     2017-07-09): reference files, HR.csv, FINWIRE, CustomerMgmt.xml, Customer.txt,
     Account.txt, Trade.txt, TradeHistory.txt and the audit CSVs.
     """
+    from sstore.workloads.tpcdi.generator.build import STEPS, generate
+    from sstore.workloads.tpcdi.generator.scale import MIN_SCALE_FACTOR
+
+    if not scale_factor >= MIN_SCALE_FACTOR:
+        raise click.BadParameter(f"{scale_factor:g} is below the smallest scale factor, "
+                                 f"{MIN_SCALE_FACTOR:g}", param_hint="'--scale-factor'")
     console = Console(highlight=False)
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     try:
-        with Progress(*columns, console=console) as bar:
+        with Progress(*columns, console=console, disable=not progress_bars()) as bar:
             task = bar.add_task("starting", total=len(STEPS))
             report = generate(scale_factor, output, seed=seed, bad_rows=bad_rows,
                               progress=lambda step, done, total: bar.update(

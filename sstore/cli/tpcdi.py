@@ -1,7 +1,8 @@
 """``sstore tpcdi ...``: the TPC-DI DimTrade workload from the command line.
 
-A thin group: each subcommand lives beside the code it drives (the generator, the audit) and
-is only attached here.
+A thin group: generate and audit have modules of their own (``tpcdi_generate``,
+``tpcdi_audit``); the workload's library code (``sstore.workloads.tpcdi``) is imported only
+when a command runs, so ``sstore --help`` does not pay for it.
 """
 
 from __future__ import annotations
@@ -10,19 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
+from sstore.cli.tpcdi_audit import audit_command
+from sstore.cli.tpcdi_generate import generate_command
 from sstore.stopping import StopSignal, command_stops
 from sstore.observe.options import serve_options, start_serving
-from sstore.workloads.tpcdi.audit_cli import audit_command
-from sstore.workloads.tpcdi.generator.cli import generate_command
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from rich.console import Console
     from rich.progress import Progress, TaskID
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
 
 @click.group(context_settings=CONTEXT)
 def tpcdi() -> None:
@@ -31,7 +30,11 @@ def tpcdi() -> None:
     \b
     Try it:
       sstore tpcdi generate --scale-factor 0.1 --output /tmp/tpcdi
-      sstore tpcdi audit --postgres postgresql://postgres@127.0.0.1/postgres
+      sstore tpcdi run --input /tmp/tpcdi
+      sstore tpcdi audit --input /tmp/tpcdi
+
+    run, audit and demo use --postgres URL, else $SSTORE_POSTGRES_URL, else the local server
+    or a private one (`sstore postgres --help`).
     """
 
 
@@ -42,8 +45,7 @@ tpcdi.add_command(audit_command, name="audit")
 @tpcdi.command(name="run", context_settings=CONTEXT)
 @click.option("--input", "data_dir", required=True, type=click.Path(file_okay=False, exists=True),
               help="A TPC-DI data set (Batch1, Batch2, Batch3), e.g. from `sstore tpcdi generate`.")
-@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL", required=True,
-              help="The warehouse (default: $SSTORE_POSTGRES_URL).")
+@postgres_option
 @click.option("--mode", type=click.Choice(["streaming", "spark"]), default="streaming",
               show_default=True, help="The engine's dataflow of five procedures, or Spark bulk.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
@@ -52,9 +54,10 @@ tpcdi.add_command(audit_command, name="audit")
 @click.option("--state", type=click.Path(dir_okay=False), default=None,
               help="Streaming: the engine's state file (default: STATE.duckdb in --input). "
                    "Running again on the same file changes nothing: exactly once.")
+@json_option
 @serve_options
-def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str,
-                state: str | None, serve: int | None, serve_host: str) -> None:
+def run_command(data_dir: str, url: str | None, mode: str, batch_size: int, schema: str,
+                state: str | None, as_json: bool, serve: int | None, serve_host: str) -> None:
     """Load DimTrade and its dimensions into the PostgreSQL warehouse.
 
     Both modes build the dimensions with PySpark. Streaming then sends Batch1's trades in
@@ -69,11 +72,22 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=as_json)
+    on_command_line = click.get_current_context().get_parameter_source("url") \
+        is click.core.ParameterSource.COMMANDLINE
+    url = warehouse(url)
     with command_stops() as stop:
         stop.on_stop(_cancel_spark_jobs)
         report = _run(stop, console, data_dir, url, mode, batch_size, schema, state,
                       serve, serve_host)
+    if as_json:
+        from dataclasses import asdict
+
+        from sstore.cli.format import to_json
+        result = {k: v for k, v in asdict(report).items() if k != "batch_latencies"}
+        click.echo(to_json({"mode": mode, "schema": schema, "input": data_dir, **result,
+                            "seconds": round(report.seconds, 3)}))
+        return
     table = Table(title=f"TPC-DI DimTrade, {mode} mode")
     table.add_column("phase")
     table.add_column("seconds", justify="right")
@@ -81,8 +95,8 @@ def run_command(data_dir: str, url: str, mode: str, batch_size: int, schema: str
         table.add_row(phase, f"{seconds:.2f}")
     table.add_row("total", f"{report.seconds:.2f}")
     console.print(table)
-    console.print(f"Check it: sstore tpcdi audit --postgres URL --schema {schema} "
-                  f"--input {data_dir}", soft_wrap=True)
+    console.print(f"Check it: sstore tpcdi audit{' --postgres URL' if on_command_line else ''} "
+                  f"--schema {schema} --input {data_dir}", soft_wrap=True)
 
 
 def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
@@ -121,9 +135,7 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
 
 
 @tpcdi.command(name="demo", context_settings=CONTEXT)
-@click.option("--postgres", "url", envvar="SSTORE_POSTGRES_URL",
-              default="postgresql://postgres@127.0.0.1:5432/postgres", show_default=True,
-              help="The warehouse's PostgreSQL (env SSTORE_POSTGRES_URL).")
+@postgres_option
 @click.option("--scale-factor", type=click.FloatRange(min=0.01), default=0.03,
               show_default=True, help="TPC-DI scale factor (1 = 130,000 trades).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True,
@@ -134,7 +146,7 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
               help="Where the data, the engine state and the catalog go (default: a new "
                    "temporary directory).")
 @serve_options
-def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
+def demo_command(url: str | None, scale_factor: float, batch_size: int, schema: str,
                  workdir: str | None, serve: int | None, serve_host: str) -> None:
     """A whole TPC-DI DimTrade run, streaming, then queries across the engine and PostgreSQL.
 
@@ -151,9 +163,9 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
     from rich.panel import Panel
     from rich.table import Table
 
-    from sstore.cli_format import arrow_table
+    from sstore.cli.format import arrow_table
+    from sstore.cli.tpcdi_audit import report_table
     from sstore.errors import SStoreError
-    from sstore.workloads.tpcdi.audit_cli import report_table
     from sstore.workloads.tpcdi.demo import QueryShown, run_demo
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     console = Console(highlight=False)
@@ -165,6 +177,7 @@ def demo_command(url: str, scale_factor: float, batch_size: int, schema: str,
         console.print(f"  plan: {q.plan}; answered in {q.seconds * 1000:.0f} ms")
         console.print(arrow_table(q.rows))
 
+    url = warehouse(url)
     with command_stops() as stop:
         stop.on_stop(_cancel_spark_jobs)
         try:
@@ -199,9 +212,11 @@ def _phase_bar(console: Console) -> Progress:
     """One bar per phase of a run, with counts and the time taken."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from sstore.cli.logs import progress_bars
+
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                     TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
-                    console=console, transient=False)
+                    console=console, transient=False, disable=not progress_bars())
 
 
 def _phase_progress(bar: Progress, stop: StopSignal) -> Callable[[str, int, int], None]:

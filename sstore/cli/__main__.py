@@ -1,0 +1,5 @@
+"""``python -m sstore.cli``: the same command line as the ``sstore`` script."""
+
+from sstore.cli import main
+
+main()

@@ -1,0 +1,56 @@
+"""Every environment variable sstore reads, in one table: ``sstore --help`` prints it and the
+README's "Configuration" table must list the same names (tests/test_cli_environment.py checks
+both, and that no module reads a variable missing here)."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import NamedTuple
+
+EPILOG_WIDTH = 100
+
+
+class Variable(NamedTuple):
+    name: str
+    meaning: str
+    default: str
+
+
+VARIABLES = (
+    Variable("SSTORE_POSTGRES_URL",
+             "the warehouse of every command, the tests and the scripts; used as it is "
+             "(never probed or replaced)",
+             "none: SSTORE_DEFAULT_POSTGRES_URL if a server answers there, else a private "
+             "PostgreSQL (`sstore postgres --help`)"),
+    Variable("SSTORE_DEFAULT_POSTGRES_URL",
+             "where to look for a server when SSTORE_POSTGRES_URL is unset (tests point it at "
+             "a closed port to get the private server)",
+             "`postgresql://postgres@127.0.0.1:5432/postgres`"),
+    Variable("SSTORE_HOME", "the project's own directory: the private PostgreSQL's data is "
+             "in `$SSTORE_HOME/postgres`", "`.sstore` in the current directory"),
+    Variable("SSTORE_CATALOG", "the polystore catalog of `sstore query` and "
+             "`sstore polystore`", "`sstore-catalog.json`"),
+    Variable("SSTORE_COSTS", "the cost model's calibrated constants "
+             "(`sstore polystore calibrate`)", "`costs.json` beside the catalog"),
+    Variable("SSTORE_TPCDI_DIR", "the TPC-DI data directory of the Airflow DAGs",
+             "`/tmp/sstore/tpcdi`"),
+    Variable("SSTORE_SPARK_MASTER", "the Spark master for bulk work", "`local[*]`"),
+    Variable("SSTORE_JDBC_JAR", "the PostgreSQL JDBC driver for Spark",
+             "`/usr/share/java/postgresql.jar` (Debian `libpostgresql-jdbc-java`)"),
+    Variable("SSTORE_VENV", "where the scripts put the virtual environment", "`.venv`"),
+    Variable("SSTORE_CRASH_AT", "test-only: `point:n` kills the process the n-th time it "
+             "reaches a commit-protocol step", "unset"),
+    Variable("JAVA_HOME", "the Java that Spark runs on", "`java` on the PATH"),
+    Variable("SPARK_LOCAL_IP", "the address Spark's driver binds", "`127.0.0.1` (set when unset)"),
+)
+
+
+def epilog() -> str:
+    """The table for ``sstore --help`` (click keeps ``\\b`` paragraphs as written)."""
+    width = max(len(v.name) for v in VARIABLES)
+    lines = ["\b", "Environment variables (also in README.md, \"Configuration\"):"]
+    for v in VARIABLES:
+        text = f"{v.meaning}; default: {v.default}".replace("`", "")
+        for i, part in enumerate(textwrap.wrap(text, EPILOG_WIDTH - width - 6)):
+            lines.append(f"  {v.name if i == 0 else '':<{width}}  {part}")  # click adds 2
+    return "\n".join(lines)
