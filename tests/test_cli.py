@@ -263,7 +263,8 @@ def test_a_halt_shows_in_status_after_restart_until_sstore_resume(tmp_path) -> N
 
     unknown = sstore_process("resume", path, "no_such_procedure")
     assert unknown.returncode == 1
-    assert "has no procedure or consumer 'no_such_procedure'; procedures: count_votes" in unknown.stderr
+    assert ("has no procedure or consumer 'no_such_procedure'; procedures: validate_votes, "
+            "count_votes") in unknown.stderr
     resumed = sstore_process("resume", path, "update_trending")
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed 'update_trending' (was halted at batch 1: CatalogException" in resumed.stdout
