@@ -1,8 +1,9 @@
 """Benchmark of TPC-DI DimTrade into PostgreSQL: the sstore streaming pipeline against Spark, in
 bulk and as Spark Structured Streaming.
 
-Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 10: hours on 2 cores, most of it SF 10's data
-set, dimensions and Spark runs) or ``--quick`` (SF 0.1: 5 to 15 minutes, most of it Spark);
+Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 10: an hour or more on 2 cores, most of it
+Spark; SF 10 is 1.3M trades, 3.3M events, and its whole-batch runs put Batch1 in ONE batch:
+~12 GB peak RSS for sstore, ~6 GB for the reference, measured) or ``--quick`` (SF 0.1: 5 to 15 minutes, most of it Spark);
 ``--systems sstore reference`` leaves Spark's runs out (the dimensions are still built by
 Spark, once per SF). ``--profile``: a per-batch breakdown of the sstore runs by phase
 (``benchmarks.tpcdi_profile``). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
