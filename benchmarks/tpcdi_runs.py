@@ -191,8 +191,11 @@ class EngineFeed:
             self.engine.observe(profile.observe)
 
     def _observe(self, event: Any) -> None:
-        """Each commit's time since the previous one (same thread, closed loop): per node."""
-        self.te_ms.setdefault(event.node, []).append((event.at - self._mark) * 1000)
+        """Each commit's time per node: its own BEGIN-to-COMMIT time when the engine reports it
+        (a group commit gives its members one commit time, so gaps between commits would put
+        the whole group on its first member), else the time since the previous commit."""
+        took = event.seconds if event.seconds else event.at - self._mark
+        self.te_ms.setdefault(event.node, []).append(took * 1000)
         self._mark = event.at
         if event.kind == "te":
             self.last_te[event.batch_id] = event.at
