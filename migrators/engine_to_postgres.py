@@ -368,7 +368,7 @@ class StreamToPostgres:
         Batches listed as committed do not change and stay held until acknowledged, so
         reading them early reads the same rows."""
         groups = _groups(chunks)
-        if len(groups) < 2:
+        if len(groups) < 2 or self._engine_lock_may_be_held():
             for group in groups:
                 yield from _slices(group, self._read_group(group))
             return
@@ -383,6 +383,14 @@ class StreamToPostgres:
                     yield from _slices(group, rows)
             finally:
                 pending.cancel()  # an abandoned plan: a read not started is not needed
+
+    def _engine_lock_may_be_held(self) -> bool:
+        """True unless this thread surely does not hold the engine's lock: a sink moving
+        batches in the committing thread (``attach(background=False)``) may, and a helper
+        thread reading for it would then wait for that lock forever."""
+        runtime = self.engine.runtime
+        owned = getattr(runtime.lock, "_is_owned", None) if runtime is not None else None
+        return owned is None or bool(owned())
 
     def _read_group(self, group: list[Chunk]) -> pa.Table:
         """The rows of a group's batches, in batch order, read through ``Engine.query`` (a
