@@ -39,11 +39,13 @@ anything else matches nothing and takes the steps one by one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from migrators.errors import MigrationError
 from sstore.errors import TerminalError
@@ -189,18 +191,21 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
     kept it below a raw COPY at 10,000-row chunks."""
     if last < first:
         raise ValueError(f"empty batch range {first}..{last}")
+    if after is not None and planned_rows is not None and last > after:
+        with _own_begin(con):
+            if _advance(con, key, after, last, planned_rows):
+                with con.cursor() as cur:
+                    rows = write(cur, after)  # step 4, the watermark already advanced
+                    if rows != planned_rows:  # the caller's count was off: keep the total
+                        cur.execute(f"UPDATE {WATERMARKS} SET rows_total = rows_total + %s "
+                                    f"WHERE source = %s AND stream = %s AND target = %s",
+                                    (rows - planned_rows, key.source, key.stream, key.target))
+                if before_commit is not None:
+                    before_commit(con)
+                con.commit()  # step 6
+                return Delivery(rows, after, skipped=False)
+            con.rollback()  # nothing changed: the steps one by one, from the start
     with con.cursor() as cur:
-        if after is not None and planned_rows is not None and last > after and _advance(
-                cur, key, after, last, planned_rows):
-            rows = write(cur, after)  # step 4, the watermark already advanced (step 5)
-            if rows != planned_rows:  # the caller's count was wrong: keep the total honest
-                cur.execute(f"UPDATE {WATERMARKS} SET rows_total = rows_total + %s WHERE "
-                            f"source = %s AND stream = %s AND target = %s",
-                            (rows - planned_rows, key.source, key.stream, key.target))
-            if before_commit is not None:
-                before_commit(con)
-            con.commit()  # step 6
-            return Delivery(rows, after, skipped=False)
         watermark = lock(cur, key, prepare_target, shared_target)  # steps 1-2
         if after is not None and watermark.batch_id < after:  # step 3
             con.commit()  # keep what step 2 learnt (a recreated target's new OID)
@@ -218,20 +223,45 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
     return Delivery(rows, watermark.batch_id, skipped=False)
 
 
-def _advance(cur: psycopg.Cursor, key: SinkKey, after: int, last: int, rows: int) -> bool:
-    """Steps 1, 2, 3 and 5 in one statement when nothing is unusual: the watermark row exists,
-    stands at ``after`` and belongs to the table now under the target's name. The UPDATE
-    locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent writer queues, then finds
-    the watermark moved and matches nothing). False (nothing changed): take the full path,
-    which sees and handles whatever is unusual. The new watermark is only visible with the
-    rows, at COMMIT; a failed COPY rolls both back."""
-    row = cur.execute(
-        f"UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
-        f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
-        f"batch_id = %s AND target_oid = to_regclass(%s)::oid RETURNING batch_id",
-        (last, rows, key.source, key.stream, key.target, after, qualified(key.target))
-    ).fetchone()
-    return row is not None
+def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows: int) -> bool:
+    """BEGIN, then steps 1, 2, 3 and 5 in one statement when nothing is unusual: the
+    watermark row exists, stands at ``after`` and belongs to the table now under the target's
+    name. The UPDATE locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent writer
+    queues, then finds the watermark moved and matches nothing). False (nothing changed):
+    take the full path, which sees and handles whatever is unusual. The new watermark is
+    only visible with the rows, at COMMIT; a failed COPY rolls both back.
+
+    BEGIN and the UPDATE go in one message (psycopg's ``ClientCursor``: the parameters are
+    adapted and quoted by psycopg, then sent with the simple query protocol, which takes
+    two statements), so a chunk costs the round trips of a raw COPY: this one, COPY's two
+    and COMMIT. psycopg's own BEGIN would be one more, and on a loaded machine every
+    round trip waits for the scheduler twice."""
+    with psycopg.ClientCursor(con) as cur:
+        cur.execute(
+            f"BEGIN; UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
+            f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
+            f"batch_id = %s AND target_oid = to_regclass(%s)::oid RETURNING batch_id",
+            (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
+        return bool(cur.nextset()) and cur.fetchone() is not None
+
+
+@contextlib.contextmanager
+def _own_begin(con: psycopg.Connection) -> Iterator[None]:
+    """The connection in autocommit mode, so that ``_advance`` sends BEGIN itself; psycopg
+    then leaves the open transaction alone and ``commit`` or ``rollback`` ends it. On the
+    way out the connection is back in its usual mode with no transaction open, or closed:
+    a connection left in autocommit mode would commit each statement of the next delivery
+    on its own."""
+    con.autocommit = True
+    try:
+        yield
+    finally:
+        try:
+            if con.info.transaction_status != TransactionStatus.IDLE:
+                con.rollback()  # a failure in between: nothing of it is kept
+            con.autocommit = False
+        except psycopg.Error:
+            con.close()  # broken: the caller's session connects anew
 
 
 def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,

@@ -151,6 +151,8 @@ class StreamToPostgres:
     _target_types: dict[str, tuple[str, int | None, int | None]] = field(
         default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
+    # (rows' schema, id of _target_types) for which for_copy and for_target change nothing
+    _unchanged: tuple[pa.Schema, int] | None = field(default=None, init=False)
     _unacked: int = field(default=0, init=False)
     _acked_at: float = field(default=0.0, init=False)
     _mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -446,7 +448,12 @@ class StreamToPostgres:
             data = data.rename_columns([self.batch_column, *data.column_names[1:]])
         if self.mode == "merge":
             data = last_per_key(data, self.key)
-        return for_target(for_copy(data), self._target_types)
+        if self._unchanged == (data.schema, id(self._target_types)):
+            return data  # the conversions would rebuild the same table (checked once)
+        converted = for_target(for_copy(data), self._target_types)
+        if converted.schema.equals(data.schema):
+            self._unchanged = (data.schema, id(self._target_types))
+        return converted
 
     def _write(self, cur: psycopg.Cursor, data: pa.Table) -> int:
         """Step 4: converted rows into the target."""
