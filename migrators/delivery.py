@@ -127,23 +127,33 @@ def ensure_watermarks(con: psycopg.Connection) -> None:
     """Create ``sstore.watermarks`` if it is missing (own transaction, committed).
 
     A table left by an older sstore (without the source identity) is refused: its rows cannot
-    be matched to a state file safely, and guessing is how rows get skipped."""
-    try:
-        for statement in WATERMARK_DDL:
-            con.execute(statement)
-        con.commit()
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
-        con.rollback()  # a concurrent writer created it first
-    columns = {r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'sstore' "
-        "AND table_name = 'watermarks'").fetchall()}
-    con.rollback()
+    be matched to a state file safely, and guessing is how rows get skipped. The table is
+    looked for first: a sink starts often (each ``sstore migrate``), and the DDL of an existing
+    table still takes locks and a commit."""
+    columns = _watermark_columns(con)
+    if not columns:
+        try:
+            for statement in WATERMARK_DDL:
+                con.execute(statement)
+            con.commit()
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+            con.rollback()  # a concurrent writer created it first
+        columns = _watermark_columns(con)
     if "stream" not in columns or "target_oid" not in columns:
         raise MigrationError(
             "sstore.watermarks was made by an older sstore (no source identity or target "
             "check); its rows cannot be matched to a state file safely. Rename it (ALTER TABLE "
             "sstore.watermarks RENAME TO watermarks_old) and load the targets again, into "
             "emptied tables")
+
+
+def _watermark_columns(con: psycopg.Connection) -> set[str]:
+    """The columns of ``sstore.watermarks`` (none: it does not exist); no transaction left."""
+    columns = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'sstore' "
+        "AND table_name = 'watermarks'").fetchall()}
+    con.rollback()
+    return columns
 
 
 def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None = None,
