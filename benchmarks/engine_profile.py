@@ -55,7 +55,7 @@ class Phase:
 
 
 # The sstore function whose frame on the stack says what a DuckDB call is for.
-CONTEXTS = {"TE": "executor.run_te", "ingest": "engine._apply_ingest", "GC": "gc.collect"}
+CONTEXTS = {"TE": "group._run_group", "ingest": "engine._apply_ingest", "GC": "gc.collect"}
 
 PHASES: tuple[Phase, ...] = (
     Phase("ingest (whole call)", 0, "py", "engine.ingest"),
@@ -68,20 +68,21 @@ PHASES: tuple[Phase, ...] = (
     Phase("COMMIT", 1, "db", "commit", "engine._apply_ingest", "ingest"),
     Phase("run_until_idle (whole call)", 0, "py", "engine.run_until_idle"),
     Phase("scheduler.next", 1, "py", "scheduler.next"),
-    Phase("run_te (every TE of the batch)", 1, "py", "executor.run_te"),
-    Phase("read input batch", 2, "py", "runtime.input_batch", "executor.run_te"),
-    Phase("register input relation", 2, "py", "executor._register_inputs", "executor._attempt"),
-    Phase("BEGIN", 2, "db", "begin", "executor._attempt", "TE"),
+    Phase("group commits (every TE of the batch)", 1, "py", "group._run_group"),
+    Phase("read input batch", 2, "py", "runtime.input_batch", "group._run_member"),
+    Phase("register input relation", 2, "py", "executor.register_inputs", "group._run_member"),
+    Phase("BEGIN", 2, "db", "begin", "group._run_group", "TE"),
     Phase("procedure body", 2, "proc"),
     Phase("tx.sql (bind, run, to Arrow)", 3, "py", "transaction.sql"),
     Phase("tx.execute", 3, "py", "transaction.execute"),
-    Phase("check output schema", 2, "py", "executor._outputs", "executor._attempt"),
-    Phase("append output stream", 2, "py", "streams.append", "executor._attempt"),
-    Phase("insert commit records", 2, "py", "systables.insert_commits", "executor._attempt"),
-    Phase("COMMIT", 2, "db", "commit", "executor._attempt", "TE"),
-    Phase("apply to memory (finish)", 2, "py", "runtime.finish", "executor._attempt"),
+    Phase("check output schema", 2, "py", "executor.check_outputs", "group._run_member"),
+    Phase("append output stream", 2, "py", "streams.append", "group._run_member"),
+    Phase("store held-back rows", 2, "py", "group._store_held_back", "group._run_group"),
+    Phase("insert commit records", 2, "py", "systables.insert_commits", "group._run_group"),
+    Phase("COMMIT", 2, "db", "commit", "group._run_group", "TE"),
+    Phase("apply to memory (finish)", 2, "py", "runtime.finish", "group._apply"),
     Phase("commit observers (this benchmark's probe)", 2, "py", "runtime.observe",
-          "executor._attempt"),
+          "group._apply"),
     Phase("garbage collection (own txn)", 1, "py", "gc.collect", optional=True),
     Phase("publish to subscribers", 1, "py", "subscriptions.publish", "engine.run_until_idle"),
 )

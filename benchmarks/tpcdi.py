@@ -1,8 +1,12 @@
 """Benchmark of TPC-DI DimTrade into PostgreSQL: the sstore streaming pipeline against Spark, in
 bulk and as Spark Structured Streaming.
 
-Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 2: 25 to 50 minutes on 2 cores, depending on
-what else runs on them) or ``--quick`` (SF 0.1: 3 to 15 minutes, most of it Spark). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
+Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 10: an hour or more on 2 cores, most of it
+Spark; SF 10 is 1.3M trades, 3.3M events, and its whole-batch runs put Batch1 in ONE batch:
+~12 GB peak RSS for sstore, ~6 GB for the reference, measured) or ``--quick`` (SF 0.1: 5 to 15 minutes, most of it Spark);
+``--systems sstore reference`` leaves Spark's runs out (the dimensions are still built by
+Spark, once per SF). ``--profile``: a per-batch breakdown of the sstore runs by phase
+(``benchmarks.tpcdi_profile``). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
 server); each scale factor gets its own database ``bench_tpcdi_<pid>_<sf>``, dropped at the end.
 
 Systems, per scale factor (each into its own fresh warehouse schema, from the same data set):
@@ -11,15 +15,22 @@ Systems, per scale factor (each into its own fresh warehouse schema, from the sa
   ``apply_batch``): each TPC-DI batch is one job and one PostgreSQL transaction.
 - ``sstore``: the five-procedure streaming dataflow (``streaming.pipeline.StreamingDimTrade``)
   with its exactly-once sinks, fed trade events in batches of 100, 1,000 and 10,000 trades.
+- ``reference``: the same five steps written by hand (``benchmarks.tpcdi_reference``): one
+  DuckDB transaction and one PostgreSQL transaction (binary COPY + merge, watermark row) per
+  chunk, fed the same batches; the floor sstore's machinery is measured against.
 - ``spark-sss``: the same five steps as a Spark user writes them in Structured Streaming
   (``benchmarks.tpcdi_sss``: file source, foreachBatch, COPY + merge into PostgreSQL,
   exactly once by batchId), fed the same batches.
 
 Dimensions are built once per scale factor by Spark and copied into each run's warehouse
-(``benchmarks.tpcdi_setup``); the numbers count the trade phases only. How runs are fed and
+(``benchmarks.tpcdi_setup``); the numbers count the trade phases only. Batch size 0 means
+"every TPC-DI batch as one chunk" (sstore and reference only: Spark bulk is that case for
+Spark). Each run's peak RSS (``benchmarks.peak_rss``: this process, and apart Spark's JVM) is
+in the table and the JSON. How runs are fed and
 how latency is taken without slowing the run down: ``benchmarks.tpcdi_runs``. The definitions
 of every number: ``benchmarks.tpcdi_report.DEFINITIONS`` (also in the JSON). Results go to
-``benchmarks/results/tpcdi.{json,png}`` (``tpcdi-quick.*`` for ``--quick``).
+``benchmarks/results/tpcdi.{json,png}`` (``tpcdi-quick.*`` for ``--quick``), and
+``tpcdi-batches.png`` (``tpcdi-quick-batches.png``): per-batch time over each whole run.
 """
 
 from __future__ import annotations
@@ -45,12 +56,16 @@ from rich.progress import (
 
 from benchmarks.common import RESULTS, machine_info, require_extras
 from benchmarks.engine import write_report
+from benchmarks.peak_rss import PeakRss
+from benchmarks.tpcdi_profile import profile_table
+from benchmarks.tpcdi_reference import run_reference
 from benchmarks.tpcdi_report import (
     DEFINITIONS,
     add_ratios,
     breakdown_table,
     check_same_rows,
     plot,
+    plot_batches,
     ratios_table,
     results_table,
     to_record,
@@ -61,6 +76,7 @@ from benchmarks.tpcdi_runs import (
     run_engine,
     run_spark_bulk,
     run_spark_streaming,
+    whole_batch_events,
 )
 from benchmarks.tpcdi_setup import (
     DataSet,
@@ -71,7 +87,8 @@ from benchmarks.tpcdi_setup import (
     make_data,
 )
 
-SYSTEMS = ("spark-bulk", "sstore", "spark-sss")
+SYSTEMS = ("spark-bulk", "sstore", "reference", "spark-sss")
+WHOLE = 0  # batch size: every TPC-DI batch as one chunk (sstore and reference)
 
 
 @dataclass(frozen=True)
@@ -81,18 +98,23 @@ class Plan:
     budget: Budget
     systems: tuple[str, ...] = SYSTEMS
     warm_up: bool = True  # a throwaway Structured Streaming query before the first run
+    profile: bool = False  # per-batch phase breakdown of the sstore runs (tpcdi_profile)
 
 
-FULL = Plan((1.0, 2.0), (100, 1_000, 10_000), Budget(phase_seconds=100.0))
-QUICK = Plan((0.1,), (100, 1_000, 10_000), Budget(phase_seconds=25.0))
+FULL = Plan((1.0, 10.0), (100, 1_000, 10_000, WHOLE), Budget(phase_seconds=100.0))
+QUICK = Plan((0.1,), (100, 1_000, 10_000, WHOLE), Budget(phase_seconds=25.0))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tpcdi", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="SF 0.1 only (a few minutes)")
-    parser.add_argument("--scale-factors", type=float, nargs="+", help="override the plan's")
-    parser.add_argument("--batch-trades", type=int, nargs="+", help="override the plan's")
+    parser.add_argument("--scale-factors", type=float, nargs="+",
+                        help="override the plan's (full: 1 10; quick: 0.1)")
+    parser.add_argument("--batch-trades", type=int, nargs="+",
+                        help="override the plan's; 0 = every TPC-DI batch as one chunk")
+    parser.add_argument("--profile", action="store_true",
+                        help="per-batch phase breakdown of the sstore runs (a little slower)")
     parser.add_argument("--phase-seconds", type=float, help="time budget of a measured phase")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="a subset of systems")
     parser.add_argument("--out", default=RESULTS, help="directory for the json and png")
@@ -102,13 +124,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def make_plan(args: argparse.Namespace) -> Plan:
     plan = QUICK if args.quick else FULL
     return Plan(tuple(args.scale_factors or plan.scale_factors),
-                tuple(args.batch_trades or plan.batch_trades),
+                tuple(plan.batch_trades if args.batch_trades is None else args.batch_trades),
                 Budget(args.phase_seconds or plan.budget.phase_seconds),
-                tuple(args.systems or plan.systems))
+                tuple(args.systems or plan.systems), profile=args.profile)
 
 
 def batch_events(data: DataSet, trades: int) -> int:
-    """A batch of ``trades`` trades as trade events (see DEFINITIONS["batch_trades"])."""
+    """A batch of ``trades`` trades as trade events (see DEFINITIONS["batch_trades"]); 0:
+    every TPC-DI batch in one chunk."""
+    if trades == WHOLE:
+        return whole_batch_events(data)
     return max(1, round(trades * data.total_events / data.trades))
 
 
@@ -127,24 +152,32 @@ def run_scale_factor(spark: Any, data: DataSet, url: str, plan: Plan, workdir: s
     jobs: list[tuple[str, int | None]] = []
     if "spark-bulk" in plan.systems:
         jobs.append(("spark-bulk", None))
-    for size in plan.batch_trades:  # the two streaming systems side by side, per batch size
-        jobs += [(s, size) for s in ("sstore", "spark-sss") if s in plan.systems]
+    for size in plan.batch_trades:  # the streaming systems side by side, per batch size
+        jobs += [(s, size) for s in ("sstore", "reference", "spark-sss")
+                 if s in plan.systems and not (s == "spark-sss" and size == WHOLE)]
     overall = progress.add_task(f"SF {sf}: runs", total=len(jobs))
     runs = []
     for system, size in jobs:
-        label = f"SF {sf} {system}" + (f" batch {size:,}" if size else "")
+        label = f"SF {sf} {system}" + ("" if size is None else " whole batches"
+                                       if size == WHOLE else f" batch {size:,}")
         task = progress.add_task(label, total=data.total_events)
         tick: Callable[[int], None] = lambda n, t=task: progress.advance(t, n)
         schema = f"run_{system.replace('-', '_')}_{size or 0}"
         state_dir = tempfile.mkdtemp(prefix=f"{schema}-", dir=workdir)
+        memory = PeakRss()
+        memory.start()
         if system == "spark-bulk":
             run = run_spark_bulk(spark, data, url, schema, tick)
         elif system == "sstore":
             run = run_engine(data, url, schema, state_dir, size or 0,
-                             batch_events(data, size or 0), plan.budget, tick)
+                             batch_events(data, size or 0), plan.budget, tick, plan.profile)
+        elif system == "reference":
+            run = run_reference(data, url, schema, size or 0, batch_events(data, size or 0),
+                                plan.budget, tick)
         else:
             run = run_spark_streaming(spark, data, url, schema, state_dir, size or 0,
                                       batch_events(data, size or 0), plan.budget, tick)
+        run.extra.update(memory.stop())
         run.extra["loadavg_after"] = os.getloadavg()
         runs.append(run)
         drop_schema(url, schema)
@@ -245,15 +278,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_spark()
     console.print(results_table(report["records"]))
     console.print(ratios_table(report["ratios"]))
-    console.print(breakdown_table([r for r in report["records"] if r["system"] != "spark-bulk"]))
+    console.print(breakdown_table([r for r in report["records"]
+                                   if r["system"] in ("sstore", "spark-sss")]))
+    if plan.profile:
+        console.print(profile_table(report["records"]))
     mismatched = [r for r in report["records"] if not r.get("matches")]
     for r in mismatched:
         console.print(f"[red]SF {r['scale_factor']:g} {r['system']} batch {r['batch_trades']}: "
                       f"not the same rows as the reference: {r['result']}")
+    report["command"] = " ".join(["python -m benchmarks.tpcdi",
+                                  *(sys.argv[1:] if argv is None else argv)])
     name = "tpcdi-quick" if args.quick else "tpcdi"
     path = write_report(report, args.out, name)
     plot(report["records"], os.path.splitext(path)[0] + ".png")
-    console.print(f"wrote {path} and {name}.png in {report['seconds']} s")
+    plot_batches(report["records"], os.path.splitext(path)[0] + "-batches.png")
+    console.print(f"wrote {path}, {name}.png and {name}-batches.png in {report['seconds']} s")
     return 1 if mismatched else 0
 
 

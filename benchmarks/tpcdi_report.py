@@ -14,20 +14,23 @@ from typing import Any
 from rich.table import Table
 
 from benchmarks.common import percentile
-from benchmarks.tpcdi_runs import Run
+from benchmarks.tpcdi_runs import Run, series
 from benchmarks.tpcdi_setup import DataSet
 from sstore.extras import needs
 
-LABELS = {"sstore": "sstore streaming", "spark-sss": "Spark Structured Streaming",
-          "spark-bulk": "Spark bulk"}
-COLORS = {"sstore": "C1", "spark-sss": "C2", "spark-bulk": "C0"}
+LABELS = {"sstore": "sstore streaming", "reference": "hand-written DuckDB + PG",
+          "spark-sss": "Spark Structured Streaming", "spark-bulk": "Spark bulk"}
+COLORS = {"sstore": "C1", "reference": "C3", "spark-sss": "C2", "spark-bulk": "C0"}
+STREAMING = ("sstore", "reference", "spark-sss")
 DEFINITIONS = {
     "trade": "one DimTrade row; the data set's trades are its I (insert) events",
     "events_per_trade": "all trade events of Batch1-3 / trades (Batch1: one event per "
                         "TradeHistory.txt row, ~2.5 per trade; Batch2/3: one per Trade.txt row)",
     "batch_trades": "batch size in trades; a batch is batch_trades * events_per_trade "
-                    "consecutive trade events (batch_events), one engine batch or one Spark "
-                    "micro-batch; Spark bulk has no batch size (a batch is a TPC-DI batch)",
+                    "consecutive trade events (batch_events), one engine batch, one chunk of "
+                    "the hand-written reference or one Spark micro-batch; 0: every TPC-DI "
+                    "batch is one chunk (sstore, reference); Spark bulk has no batch size (a "
+                    "batch is a TPC-DI batch)",
     "seconds": "wall-clock seconds of the trade phases' measured parts (dimension phases "
                "excluded), first arrival to everything visible in PostgreSQL",
     "trades_per_s": "events of the measured parts / events_per_trade / seconds: trades end "
@@ -45,8 +48,18 @@ DEFINITIONS = {
     "capped": "a phase ran out of its time budget: only its first part is measured, the rest "
               "went as one unmeasured batch so the warehouse is still complete and checked",
     "matches": "dimtrade and dimessages have the same rows (md5 over every column, sorted) "
-               "as the reference run (the first sstore run of the scale factor)",
+               "as the baseline run (the first sstore run of the scale factor)",
     "vs_sstore": "this run's trades/s (or latency) / sstore's at the same SF and batch size",
+    "peak_rss_mb": "peak resident memory of the benchmark process during the run (VmHWM "
+                   "reset before it; peak_rss_scope says if the reset failed and it is the "
+                   "process's lifetime peak); peak_rss_children_mb: the same for its child "
+                   "processes (Spark's JVM)",
+    "service_series_ms": "per-batch wall time of sending a batch (the engine: ingest + "
+                         "run_until_idle; reference and Spark streaming: until in "
+                         "PostgreSQL) over the historical phase, as [first batch index, "
+                         "median ms] of consecutive buckets; latency_series_ms: the same for "
+                         "latency",
+    "profile": "--profile only, sstore runs: ms per batch by phase (benchmarks.tpcdi_profile)",
 }
 
 
@@ -70,13 +83,14 @@ def to_record(run: Run, data: DataSet) -> dict[str, Any]:
     return {
         "system": run.system, "scale_factor": run.scale_factor,
         "batch_trades": run.batch_trades, "batch_events": run.batch_events,
+        "batch_label": batch_label(run.batch_trades),
         "trades": data.trades, "events": data.total_events,
         "events_per_trade": round(per_trade, 3), "measured_events": measured,
         "batches": sum(p.batches for p in run.phases), "seconds": round(seconds, 3),
         "trades_per_s": round(measured / per_trade / seconds, 1),
         "events_per_s": round(measured / seconds, 1),
         "p50_ms": round(percentile(lat, 0.5), 2), "p99_ms": round(percentile(lat, 0.99), 2),
-        "latency_samples": len(lat),
+        "latency_samples": len(lat), "latency_series_ms": series(lat),
         "incr_latency_ms": [round(ms, 1) for ms in incr_lat],
         "hist_rows": data.source_rows[1], "hist_seconds": round(sum(p.seconds for p in hist), 3),
         "hist_rows_per_s": round(_rate(hist, data.source_rows), 1),
@@ -90,6 +104,11 @@ def to_record(run: Run, data: DataSet) -> dict[str, Any]:
         "dimension_seconds": {k: round(v, 3) for k, v in run.dimension_seconds.items()},
         "result": run.result, **run.extra,
     }
+
+
+def batch_label(batch_trades: int | None) -> str:
+    return "TPC-DI batch" if batch_trades is None else "whole TPC-DI batch" \
+        if batch_trades == 0 else f"{batch_trades:,}"
 
 
 def check_same_rows(records: list[dict[str, Any]]) -> None:
@@ -116,18 +135,23 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ratios = []
     for r in records:
         base = engine.get((r["scale_factor"], r["batch_trades"]))
-        if r["system"] != "spark-sss" or base is None:
+        if r["system"] not in ("spark-sss", "reference") or base is None:
             continue
         r["vs_sstore"] = {"trades_per_s": _div(r["trades_per_s"], base["trades_per_s"]),
                           "p50_ms": _div(r["p50_ms"], base["p50_ms"]),
                           "p99_ms": _div(r["p99_ms"], base["p99_ms"])}
-    for (sf, size), e in sorted(engine.items()):
+    for (sf, size), e in sorted(engine.items(), key=lambda kv: (kv[0][0], kv[0][1] or 1e18)):
         sss = next((r for r in records if r["system"] == "spark-sss"
+                    and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
+        ref = next((r for r in records if r["system"] == "reference"
                     and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
         b = bulk.get(sf)
         ratios.append({
             "scale_factor": sf, "batch_trades": size,
             "sstore_over_sss_trades_per_s": _div(e["trades_per_s"], sss and sss["trades_per_s"]),
+            "sstore_over_reference_trades_per_s": _div(e["trades_per_s"],
+                                                       ref and ref["trades_per_s"]),
+            "sstore_over_reference_p50": _div(e["p50_ms"], ref and ref["p50_ms"]),
             "sstore_over_bulk_trades_per_s": _div(e["trades_per_s"], b and b["trades_per_s"]),
             "sss_over_sstore_p50": _div(sss and sss["p50_ms"], e["p50_ms"]),
             "sss_over_sstore_p99": _div(sss and sss["p99_ms"], e["p99_ms"]),
@@ -136,7 +160,7 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                      b and b["hist_rows_per_s"]),
             "sstore_over_bulk_incr_rows_per_s": _div(e["incr_rows_per_s"],
                                                      b and b["incr_rows_per_s"]),
-            "capped": e["capped"] or bool(sss and sss["capped"])})
+            "capped": e["capped"] or bool(sss and sss["capped"]) or bool(ref and ref["capped"])})
     return ratios
 
 
@@ -154,30 +178,38 @@ def results_table(records: list[dict[str, Any]]) -> Table:
                         "arrival -> its rows visible in PostgreSQL; TPC-DI rows/s = source "
                         "rows / phase seconds; * = capped by the time budget (see notes)")
     for name in ("SF", "system", "batch", "events/batch", "batches", "seconds", "trades/s",
-                 "vs sstore", "p50 ms", "p99 ms", "hist rows/s", "incr rows/s", "same rows"):
+                 "vs sstore", "p50 ms", "p99 ms", "hist rows/s", "incr rows/s", "peak RSS MB",
+                 "same rows"):
         table.add_column(name, justify="left" if name == "system" else "right")
     for r in records:
         star = "*" if r["capped"] else ""
-        batch = "TPC-DI batch" if r["batch_trades"] is None else f"{r['batch_trades']:,}"
+        batch = batch_label(r["batch_trades"])
+        rss = "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}" + (
+            f" (+JVM {r['peak_rss_children_mb']:,.0f})" if r.get("peak_rss_children_mb") and
+            r["system"].startswith("spark") else "")
         table.add_row(
             f"{r['scale_factor']:g}", LABELS[r["system"]], batch,
             "-" if r["batch_events"] is None else f"{r['batch_events']:,}",
             f"{r['batches']:,}", f"{r['seconds']:,.1f}{star}", f"{r['trades_per_s']:,.0f}{star}",
             _x(r.get("vs_sstore", {}).get("trades_per_s")), f"{r['p50_ms']:,.0f}",
             f"{r['p99_ms']:,.0f}", f"{r['hist_rows_per_s']:,.0f}{star}",
-            f"{r['incr_rows_per_s']:,.0f}", "yes" if r.get("matches") else "[red]NO")
+            f"{r['incr_rows_per_s']:,.0f}", rss, "yes" if r.get("matches") else "[red]NO")
     return table
 
 
 def ratios_table(ratios: list[dict[str, Any]]) -> Table:
     table = Table(title="Ratios at the same SF and batch size (sstore's throughput as a "
-                        "multiple of the other's; the other's latency as a multiple of sstore's)")
-    for name in ("SF", "batch", "trades/s vs Spark SS", "trades/s vs bulk", "Spark SS p50",
+                        "multiple of the other's; the other's latency as a multiple of sstore's; "
+                        "vs reference: sstore's p50 as a multiple of the reference's)")
+    for name in ("SF", "batch", "trades/s vs reference", "p50 vs reference",
+                 "trades/s vs Spark SS", "trades/s vs bulk", "Spark SS p50",
                  "Spark SS p99", "bulk p50", "hist rows/s vs bulk", "incr rows/s vs bulk"):
         table.add_column(name, justify="right")
     for r in ratios:
         star = "*" if r["capped"] else ""
-        table.add_row(f"{r['scale_factor']:g}", f"{r['batch_trades']:,}{star}",
+        table.add_row(f"{r['scale_factor']:g}", f"{batch_label(r['batch_trades'])}{star}",
+                      _x(r["sstore_over_reference_trades_per_s"]),
+                      _x(r["sstore_over_reference_p50"]),
                       _x(r["sstore_over_sss_trades_per_s"]),
                       _x(r["sstore_over_bulk_trades_per_s"]), _x(r["sss_over_sstore_p50"]),
                       _x(r["sss_over_sstore_p99"]), _x(r["bulk_over_sstore_p50"]),
@@ -193,36 +225,53 @@ def breakdown_table(records: list[dict[str, Any]]) -> Table:
     for r in records:
         for part, ms in r.get("breakdown_ms_p50", {}).items():
             table.add_row(f"{r['scale_factor']:g}", LABELS[r["system"]],
-                          f"{r['batch_trades']:,}", part, f"{ms:,.1f}")
+                          batch_label(r["batch_trades"]), part, f"{ms:,.1f}")
     return table
 
 
-def plot(records: list[dict[str, Any]], path: str) -> None:
-    """Per SF: trades/s and p50/p99 latency against batch size; Spark bulk as a line."""
+def _x_position(r: dict[str, Any]) -> float:
+    """Where a run sits on the batch-size axis: a whole-TPC-DI-batch run at Batch1's trades."""
+    if r["batch_trades"]:
+        return float(r["batch_trades"])
+    return r["batch_events"] / r["events_per_trade"]
+
+
+def _pyplot() -> Any:
     with needs("bench"):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+    return plt
 
+
+def plot(records: list[dict[str, Any]], path: str) -> None:
+    """Per SF: trades/s and p50 latency against batch size for every streaming system (the
+    rightmost point of sstore and reference: every TPC-DI batch as one chunk); Spark bulk as
+    a line."""
+    plt = _pyplot()
     sfs = sorted({r["scale_factor"] for r in records})
-    fig, axes = plt.subplots(2, len(sfs), figsize=(6 * len(sfs), 8), squeeze=False)
+    fig, axes = plt.subplots(2, len(sfs), figsize=(6.5 * len(sfs), 8.5), squeeze=False)
     for col, sf in enumerate(sfs):
         top, bottom = axes[0][col], axes[1][col]
-        for system in ("sstore", "spark-sss"):
-            rs = sorted((r for r in records if r["scale_factor"] == sf and r["system"] == system),
-                        key=lambda r: r["batch_trades"])
-            if not rs:
+        for system in STREAMING:
+            mine = [r for r in records if r["scale_factor"] == sf and r["system"] == system]
+            if not mine:
                 continue
-            x = [r["batch_trades"] for r in rs]
+            rs = sorted((r for r in mine if r["batch_trades"]), key=_x_position)
+            whole = [r for r in mine if r["batch_trades"] == 0]
+            x = [_x_position(r) for r in rs]
             top.plot(x, [r["trades_per_s"] for r in rs], "o-", color=COLORS[system],
                      label=LABELS[system])
-            for r in rs:
-                if r["capped"]:
-                    top.annotate("capped", (r["batch_trades"], r["trades_per_s"]), fontsize=7)
             bottom.plot(x, [r["p50_ms"] for r in rs], "o-", color=COLORS[system],
                         label=f"{LABELS[system]} p50")
-            bottom.plot(x, [r["p99_ms"] for r in rs], "s--", color=COLORS[system],
-                        label=f"{LABELS[system]} p99")
+            for r in whole:  # a point of its own: its size is the data set's, not a setting
+                top.plot([_x_position(r)], [r["trades_per_s"]], "*", ms=12,
+                         color=COLORS[system], label=f"{LABELS[system]}, whole TPC-DI batches")
+                bottom.plot([_x_position(r)], [r["p50_ms"]], "*", ms=12, color=COLORS[system],
+                            label=f"{LABELS[system]}, whole TPC-DI batches (Batch1 at once)")
+            for r in rs + whole:
+                if r["capped"]:
+                    top.annotate("capped", (_x_position(r), r["trades_per_s"]), fontsize=7)
         for r in records:
             if r["scale_factor"] == sf and r["system"] == "spark-bulk":
                 top.axhline(r["trades_per_s"], color=COLORS["spark-bulk"], ls=":",
@@ -231,12 +280,46 @@ def plot(records: list[dict[str, Any]], path: str) -> None:
                                label="Spark bulk (Batch1 is one batch)")
         top.set(xscale="log", yscale="log", title=f"SF {sf:g}: trades/s into PostgreSQL",
                 xlabel="batch size (trades)", ylabel="trades/s")
-        bottom.set(xscale="log", yscale="log", title=f"SF {sf:g}: batch latency",
+        bottom.set(xscale="log", yscale="log", title=f"SF {sf:g}: p50 batch latency",
                    xlabel="batch size (trades)", ylabel="arrival -> visible in PostgreSQL (ms)")
-        top.legend(fontsize=7)
-        bottom.legend(fontsize=7)
-        top.grid(True, which="both", alpha=0.3)
-        bottom.grid(True, which="both", alpha=0.3)
+        for ax in (top, bottom):
+            ax.legend(fontsize=7)
+            ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_batches(records: list[dict[str, Any]], path: str) -> None:
+    """Per SF and batch size: each streaming system's per-batch time over the whole
+    historical phase (``service_series_ms``, medians of consecutive buckets), to see whether
+    a batch's cost stays flat as the state grows; dashed: the latency series."""
+    plt = _pyplot()
+    keys = sorted({(r["scale_factor"], r["batch_trades"]) for r in records
+                   if r["system"] in STREAMING and r["batch_trades"]})
+    if not keys:
+        return
+    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 3.2 * len(keys)), squeeze=False)
+    for ax, (sf, size) in zip((a[0] for a in axes), keys, strict=True):
+        for r in records:
+            if (r["scale_factor"], r["batch_trades"]) != (sf, size) or \
+                    r["system"] not in STREAMING:
+                continue
+            # closed loop: the others' send is their latency; sstore's sinks lag behind it
+            series_of = (("service_series_ms", "-", "send"),) + (
+                (("latency_series_ms", "--", "latency"),) if r["system"] == "sstore" else ())
+            for key, style, what in series_of:
+                points = r.get(key) or []
+                if points:
+                    ax.plot([p[0] for p in points], [p[1] for p in points], style,
+                            marker="." if len(points) < 30 else None,
+                            color=COLORS[r["system"]], lw=1,
+                            label=f"{LABELS[r['system']]} ({what})")
+        ax.set(yscale="log", title=f"SF {sf:g}, batches of {size:,} trades: per-batch time "
+                                   f"over the historical phase (Batch1)",
+               xlabel="batch number", ylabel="ms per batch")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)

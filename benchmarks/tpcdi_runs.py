@@ -29,6 +29,7 @@ marked ``capped``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from benchmarks.common import percentile
+from benchmarks.tpcdi_profile import EngineProfile
 from benchmarks.tpcdi_setup import (
     TPCDI_BATCHES,
     DataSet,
@@ -52,6 +54,7 @@ from sstore.workloads.tpcdi.streaming.events import BatchEvents
 
 Tick = Callable[[int], None]  # events just sent
 CATCH_UP_EVENTS = 1_000_000  # the unmeasured rest of a capped phase goes in batches this large
+SERIES_POINTS = 400  # per-batch series in the JSON are medians of at most this many buckets
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Phase:
 
 @dataclass
 class Run:
-    system: str  # "spark-bulk", "sstore", "spark-sss"
+    system: str  # "spark-bulk", "sstore", "reference", "spark-sss"
     scale_factor: float
     batch_trades: int | None
     batch_events: int | None
@@ -94,15 +97,20 @@ class Feed(Protocol):
 
 
 def feed_phase(feed: Feed, events: BatchEvents, batch_events: int, budget: Budget,
-               tick: Tick) -> Phase:
-    """Send one TPC-DI batch's events closed loop in batches of ``batch_events``."""
+               tick: Tick, service_ms: list[float] | None = None) -> Phase:
+    """Send one TPC-DI batch's events closed loop in batches of ``batch_events``.
+    ``service_ms``: gets the wall time of each measured ``send`` (the per-batch cost, to see
+    whether it stays flat as the state grows)."""
     lines, name = events.lines, _phase_name(events.tpcdi_batch)
     began = time.perf_counter()
     feed.begin(events)
     done = batches = 0
     while done < lines.num_rows and time.perf_counter() - began < budget.phase_seconds:
         chunk = lines.slice(done, batch_events)
+        t0 = time.perf_counter()
         feed.send(chunk, measured=True)
+        if service_ms is not None:
+            service_ms.append((time.perf_counter() - t0) * 1000)
         done, batches = done + chunk.num_rows, batches + 1
         tick(chunk.num_rows)
     feed.finish()
@@ -118,6 +126,29 @@ def feed_phase(feed: Feed, events: BatchEvents, batch_events: int, budget: Budge
         feed.finish()
         phase.capped, phase.catch_up_seconds = True, time.perf_counter() - t0
     return phase
+
+
+def series(values: list[float], points: int = SERIES_POINTS) -> list[list[float]]:
+    """``values`` (one per batch, in order) as at most ``points`` pairs [index of the first
+    batch of a bucket, median ms of the bucket's consecutive batches]: small enough for the
+    JSON, fine enough for a chart of per-batch cost over a run."""
+    if not values:
+        return []
+    step = max(1, -(-len(values) // points))
+    return [[i, round(percentile(values[i:i + step], 0.5), 3)]
+            for i in range(0, len(values), step)]
+
+
+def phase_service(service: dict[int, list[float]]) -> dict[str, Any]:
+    """Run.extra fields from the per-batch ``send`` times of each TPC-DI batch."""
+    hist = service.get(1, [])
+    return {"service_ms_p50": round(percentile(hist, 0.5), 3),
+            "service_series_ms": series(hist)}
+
+
+def whole_batch_events(data: DataSet) -> int:
+    """A batch size at which every TPC-DI batch is one chunk (``batch_trades`` 0)."""
+    return max(e.lines.num_rows for e in data.events.values())
 
 
 def _phase_name(tpcdi_batch: int) -> str:
@@ -144,8 +175,9 @@ class EngineFeed:
     """Feeds the streaming DimTrade dataflow as ``StreamingDimTrade.stream`` does (ingest, run
     the procedures until idle; sinks catch up in their threads), timing every batch."""
 
-    def __init__(self, pipeline: Any) -> None:
+    def __init__(self, pipeline: Any, profile: EngineProfile | None = None) -> None:
         self.pipeline = pipeline
+        self.profile = profile
         self.engine = pipeline.engine
         self.probe = CommitProbe(pipeline.sinks)
         self.arrivals: dict[int, tuple[int, float]] = {}  # engine batch -> TPC-DI batch, time
@@ -155,10 +187,15 @@ class EngineFeed:
         self._batch = 0
         self._tpcdi_batch = 0
         self.engine.observe(self._observe)
+        if profile is not None:
+            self.engine.observe(profile.observe)
 
     def _observe(self, event: Any) -> None:
-        """Each commit's time since the previous one (same thread, closed loop): per node."""
-        self.te_ms.setdefault(event.node, []).append((event.at - self._mark) * 1000)
+        """Each commit's time per node: its own BEGIN-to-COMMIT time when the engine reports it
+        (a group commit gives its members one commit time, so gaps between commits would put
+        the whole group on its first member), else the time since the previous commit."""
+        took = event.seconds if event.seconds else event.at - self._mark
+        self.te_ms.setdefault(event.node, []).append(took * 1000)
         self._mark = event.at
         if event.kind == "te":
             self.last_te[event.batch_id] = event.at
@@ -172,6 +209,8 @@ class EngineFeed:
         self._mark = t0 = time.perf_counter()
         self.engine.ingest("trade_lines", chunk, batch_id=self._batch)
         self.engine.run_until_idle()
+        if self.profile is not None:
+            self.profile.end_batch(self._batch, time.perf_counter() - t0)
         if measured:
             self.arrivals[self._batch] = (self._tpcdi_batch, t0)
 
@@ -197,9 +236,18 @@ class EngineFeed:
         out["last TE commit -> visible in PostgreSQL (sinks)"] = round(percentile(waits, 0.5), 1)
         return out
 
+    def profile_summary(self) -> dict[str, Any]:
+        """The profile (``tpcdi_profile``) over the historical phase's measured batches."""
+        assert self.profile is not None
+        hist = sorted(b for b, (tpcdi_batch, _) in self.arrivals.items() if tpcdi_batch == 1)
+        waits = {b: self.probe.visible[b] - self.last_te[b] for b in hist
+                 if b in self.probe.visible and b in self.last_te}
+        return self.profile.summary(hist, waits)
+
 
 def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trades: int,
-               batch_events: int, budget: Budget, tick: Tick) -> Run:
+               batch_events: int, budget: Budget, tick: Tick, profile: bool = False) -> Run:
+    """``profile``: also time every batch by phase (``tpcdi_profile``; a little slower)."""
     from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
 
     fresh_warehouse(url, schema)
@@ -207,29 +255,37 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
     pipeline = StreamingDimTrade(data.path, url, os.path.join(state_dir, "state.duckdb"), schema,
                                  batch_size=batch_events)
     phases: list[Phase] = []
+    service: dict[int, list[float]] = {}
+    profiler = EngineProfile() if profile else None
     try:
         t0 = time.perf_counter()
         pipeline.refresh_lookups()
         dims["lookups Batch1"] = time.perf_counter() - t0
-        feed = EngineFeed(pipeline)
+        feed = EngineFeed(pipeline, profiler)
         for sink in pipeline.sinks:
             sink.attach()
         try:
-            for batch in TPCDI_BATCHES:
-                if batch > 1:
-                    dims[f"copy Batch{batch}"] = install_dimensions(url, schema, batch)
-                    t0 = time.perf_counter()
-                    pipeline.refresh_lookups()
-                    dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
-                phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick))
+            with profiler.installed() if profiler else contextlib.nullcontext():
+                for batch in TPCDI_BATCHES:
+                    if batch > 1:
+                        dims[f"copy Batch{batch}"] = install_dimensions(url, schema, batch)
+                        t0 = time.perf_counter()
+                        pipeline.refresh_lookups()
+                        dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
+                    service[batch] = []
+                    phases.append(feed_phase(feed, data.events[batch], batch_events, budget,
+                                             tick, service[batch]))
         finally:
             for sink in pipeline.sinks:
                 sink.detach()
     finally:
         pipeline.close()
+    extra: dict[str, Any] = {"breakdown_ms_p50": feed.breakdown(), "engine_batches": feed._batch,
+                             **phase_service(service)}
+    if profiler is not None:
+        extra["profile"] = feed.profile_summary()
     return Run("sstore", data.scale_factor, batch_trades, batch_events, phases, dims,
-               feed.latencies_ms(), fingerprint(url, schema),
-               {"breakdown_ms_p50": feed.breakdown(), "engine_batches": feed._batch})
+               feed.latencies_ms(), fingerprint(url, schema), extra)
 
 
 # -- Spark Structured Streaming -------------------------------------------------------------------
@@ -267,6 +323,7 @@ def run_spark_streaming(spark: Any, data: DataSet, url: str, schema: str, workdi
                                       f"tpcdi_sss_{schema}")
     feed = SparkStreamingFeed(job, data)
     phases: list[Phase] = []
+    service: dict[int, list[float]] = {}
     try:
         t0 = time.perf_counter()
         job.load_dimensions(1)
@@ -277,10 +334,12 @@ def run_spark_streaming(spark: Any, data: DataSet, url: str, schema: str, workdi
                 t0 = time.perf_counter()
                 job.load_dimensions(batch)
                 dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
-            phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick))
+            service[batch] = []
+            phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick,
+                                     service[batch]))
         extra = {"breakdown_ms_p50": job.breakdown(lambda b: b in feed.measured),
                  "micro_batches": job.sent, "replayed_batches": job.replays,
-                 "spark_version": spark.version}
+                 "spark_version": spark.version, **phase_service(service)}
     finally:
         job.close()
     return Run("spark-sss", data.scale_factor, batch_trades, batch_events, phases, dims,

@@ -53,7 +53,7 @@ from benchmarks.common import (
     require_extras,
     write_results,
 )
-from migrators.urls import default_url
+from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine
 from sstore.extras import needs
 from sstore.polystore import Polystore
@@ -210,14 +210,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="50,000 rows, 4 shares")
     parser.add_argument("--no-spark", action="store_true", help="leave the Spark plan out")
     parser.add_argument("--rows", type=int, default=None, help="rows of ORDERS")
-    parser.add_argument("--postgres", default=default_url(), help="PostgreSQL server URL")
+    parser.add_argument("--postgres", default=None,
+                        help="PostgreSQL server URL (default: $SSTORE_POSTGRES_URL, else the "
+                             "server at the default address, else a private one)")
     args = parser.parse_args(argv)
     require_extras("bench", *(() if args.no_spark else ("spark",)))
     rows_n = args.rows or (50_000 if args.quick else 200_000)
     shares = [0.0, 0.3, 0.6, 1.0] if args.quick else [i / 10 for i in range(11)]
     runs, spark_runs = (3, 1) if args.quick else (7, 3)
     console = Console()
-    url = bench_url(args.postgres)
+    url = bench_url(resolve_warehouse(args.postgres).url)
     folder = tempfile.mkdtemp(prefix="sstore-union-")
     rows = orders_rows(rows_n)
     started = time.perf_counter()

@@ -22,17 +22,29 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-
-from sstore.duck import connect, registered
 import pyarrow as pa
 
-from sstore import consumers, gc, recovery, systables
+from sstore import consumers, gc, group, recovery, systables
+from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
 from sstore.consumers import ConsumerStatus
-from sstore.errors import DeclarationError, OutOfOrderBatchError, SStoreError, \
-    TransactionStateError, UnknownStreamError
+from sstore.duck import connect, registered
+from sstore.errors import (
+    DeclarationError,
+    OutOfOrderBatchError,
+    SStoreError,
+    TransactionStateError,
+    UnknownStreamError,
+)
 from sstore.executor import run_te
 from sstore.faults import crash_point
-from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
+from sstore.graph import (
+    ErrorPolicy,
+    Graph,
+    ProcedureDecl,
+    StreamDecl,
+    TriggerDecl,
+    WindowDecl,
+)
 from sstore.inputlog import InputLog, LogRecord
 from sstore.interrupts import Interrupts, Stopped
 from sstore.ledger import Ledger
@@ -63,7 +75,7 @@ class Ingested(int):
     duplicate: bool
     rows: int
 
-    def __new__(cls, batch_id: int, duplicate: bool, rows: int) -> "Ingested":
+    def __new__(cls, batch_id: int, duplicate: bool, rows: int) -> Ingested:
         obj = super().__new__(cls, batch_id)
         obj.duplicate = duplicate
         obj.rows = rows
@@ -74,13 +86,20 @@ class Engine:
     """A transactional streaming engine over one DuckDB database."""
 
     def __init__(self, path: str = ":memory:", *, input_log: str | None = None,
-                 fsync: bool = True, gc_every: int = GC_EVERY) -> None:
+                 fsync: bool = True, gc_every: int = GC_EVERY, group_commit: bool = True,
+                 checkpoint_wal_bytes: int = WAL_LIMIT_BYTES) -> None:
         if input_log is not None and path != ":memory:":
             raise DeclarationError("input_log is for weak durability, whose state is in memory: "
                                    "use Engine(':memory:', input_log=...)")
         self.path = path
         self.durability = "full" if path != ":memory:" else "weak" if input_log else "none"
         self.gc_every = gc_every
+        #: run the TEs of one batch as one DuckDB transaction (``sstore.group``); False: one
+        #: transaction per TE (same results, slower; for comparing and for debugging)
+        self.group_commit = group_commit
+        #: a file-backed engine checkpoints after a commit once the WAL is this big, and when
+        #: idle; never inside a transaction (``sstore.checkpoints``)
+        self.checkpoint_wal_bytes = checkpoint_wal_bytes
         if path != ":memory:":
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
@@ -122,7 +141,7 @@ class Engine:
         return found
 
     @classmethod
-    def open_existing(cls, path: str) -> "Engine":
+    def open_existing(cls, path: str) -> Engine:
         """Open a state file with the graph its program declared last time, to read its
         streams, migrate them or inspect them. Its procedures are known (for ordering and
         garbage collection) but never run here: their code lives in that program."""
@@ -266,6 +285,8 @@ class Engine:
         rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
                      self._lock, threading.Condition(self._lock), self._input_log)
         rt.observers = self._observers  # shared: observers added later are seen too
+        if self.path != ":memory:":
+            rt.checkpoints = Checkpoints(con, self.path, self.checkpoint_wal_bytes)
         rt.interrupts = self._interrupts
         systables.create_halts(con)
         for name, (batch_id, error) in systables.load_halts(con).items():
@@ -278,7 +299,7 @@ class Engine:
                 rt.scheduler.halted[name] = FOREIGN
         self._rt = rt
         if self._input_log is not None:
-            count = recovery.replay(rt, self._input_log, lambda: self._run_one(rt),
+            count = recovery.replay(rt, self._input_log, lambda most: self._run_one(rt, most),
                                     self._replay_ingest, self._replay_oltp)
             log.info("replayed %d input-log records", count)
 
@@ -323,6 +344,8 @@ class Engine:
                     f"({last}) and was never ingested; batches must arrive in increasing order")
             self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
                                along=along)
+            if rt.checkpoints is not None:
+                rt.checkpoints.after_commit()
         rt.subscribers.publish(rt.take_outbox())
         return Ingested(batch_id, False, table.num_rows)
 
@@ -385,19 +408,25 @@ class Engine:
                 tx.execute(sql, params=params)
 
     # ------------------------------------------------------------------ running
-    def _run_one(self, rt: Runtime) -> bool:
-        """Run the next transaction execution, if any. Caller holds the lock. Raises
+    def _run_one(self, rt: Runtime, most: int | None = None) -> bool:
+        """Run the next transaction execution, if any, with the ones of the same batch that
+        follow it as one group commit (at most ``most`` in all). Caller holds the lock. Raises
         ``Stopped`` instead when a stop was requested (``interrupt``)."""
         if rt.interrupts.stopping():
             raise Stopped("stopped between transaction executions")
         nxt = rt.scheduler.next()
         if nxt is None:
             return False
-        run_te(rt, *nxt)
+        if self.group_commit:
+            group.run_batch(rt, *nxt, limit=most)
+        else:
+            run_te(rt, *nxt)
         if rt.since_gc >= self.gc_every and not rt.replaying:
             following = rt.scheduler.next()
             if following is None or following[1] != nxt[1]:  # between batches, not inside one
                 gc.collect(rt)
+        if rt.checkpoints is not None:
+            rt.checkpoints.after_commit()
         return True
 
     def run_until_idle(self, max_executions: int | None = None) -> int:
@@ -414,7 +443,8 @@ class Engine:
             while max_executions is None or done < max_executions:
                 with rt.lock:
                     before = rt.te_seq
-                    if not self._run_one(rt):
+                    most = None if max_executions is None else max_executions - done
+                    if not self._run_one(rt, most):
                         break
                     done += rt.te_seq - before
                 rt.subscribers.publish(rt.take_outbox())
@@ -445,6 +475,8 @@ class Engine:
                     if rt.scheduler.next() is None and not rt.interrupts.stopping():
                         if rt.since_gc:
                             gc.collect(rt)  # idle: a good moment to tidy up
+                        if rt.checkpoints is not None:
+                            rt.checkpoints.when_idle()
                         rt.wakeup.wait(poll_seconds)
         except Stopped:
             pass  # asked to stop (``stop``, ``interrupt()``, a signal): serving ends
@@ -862,7 +894,7 @@ class Engine:
                 self._input_log.close()
             self._con.close()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:

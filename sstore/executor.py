@@ -51,7 +51,8 @@ BACKOFF_SECONDS = 0.05  # first wait before retrying a transient failure; double
 MAX_BACKOFF_SECONDS = 2.0
 
 
-def run_te(rt: Runtime, name: str, batch_id: int) -> bool:
+def run_te(rt: Runtime, name: str, batch_id: int,
+           first_failure: Exception | None = None) -> bool:
     """Run procedure ``name`` on ``batch_id``. True if the batch is done (committed or
     dead-lettered), False if the procedure halted. Caller holds ``rt.lock``.
 
@@ -60,14 +61,23 @@ def run_te(rt: Runtime, name: str, batch_id: int) -> bool:
     procedure's error policy (``_fail``). An interruption is no failure: when the engine is
     stopping, the TE rolls back, nothing is recorded and ``Stopped`` is raised; Ctrl-C that
     reached the procedure or DuckDB without a stop handler is raised as ``KeyboardInterrupt``.
+
+    ``first_failure``: how this TE failed a moment ago inside a group commit (``sstore.group``);
+    that was its first attempt, so a terminal failure applies the error policy at once and a
+    transient one has one retry fewer.
     """
     decl = rt.graph.procedures[name]
     inputs = {node: rt.input_batch(node, batch_id) for node in decl.inputs}  # step 1
     policy = RetryPolicy(attempts=decl.retries + 1, first_delay=BACKOFF_SECONDS,
                          max_delay=MAX_BACKOFF_SECONDS)
+    tried = int(first_failure is not None)
     try:
+        if first_failure is not None and (decl.retries < 1 or
+                                          not retry.is_transient(first_failure)):
+            raise first_failure
         retry.call(lambda: _attempt(rt, decl, batch_id, inputs), policy,
-                   f"procedure {name} batch {batch_id}", stop=rt.interrupts.stop_requested)
+                   f"procedure {name} batch {batch_id}", stop=rt.interrupts.stop_requested,
+                   tried=tried)
         return True
     except Stopped:
         raise
@@ -88,17 +98,17 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
     con = rt.con
     guard = rt.interrupts
     pending = PendingCommit()
-    _register_inputs(con, inputs)  # left registered: the next execution's register replaces it
     tx = Transaction(con, batch_id, decl.name)
     began = time.perf_counter()
     con.begin()  # step 2
+    register_inputs(con, inputs)  # left registered: the next execution's register replaces it
     guard.arm(con, decl.timeout)  # interruptible (stop, timeout) until just before COMMIT
     try:
         guard.check()
         with guard.procedure_code():
             result = decl.fn(tx, inputs[decl.inputs[0]] if len(inputs) == 1
                              else dict(inputs))  # step 3
-        outputs = _outputs(rt, decl, batch_id, result)  # step 4
+        outputs = check_outputs(rt, decl, batch_id, result)  # step 4
         for stream, table in outputs.items():  # step 5
             rt.store.append(stream, batch_id, table, pending)
         pending.records.append((decl.name, batch_id, sum(t.num_rows for t in outputs.values())))
@@ -118,6 +128,10 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
         if reason is Reason.STOP:
             raise Stopped(f"stopped: procedure {decl.name!r} batch {batch_id} rolled back") \
                 from exc
+        if tx.failure is not None and tx.failure is not exc and isinstance(exc, Exception):
+            # the procedure caught a failed statement and went on: DuckDB had aborted the
+            # transaction, so what failed next only says so; the caught error is the cause
+            raise tx.failure from exc
         raise
     crash_point("te.after_commit")
     rt.te_seq += 1
@@ -129,7 +143,7 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
                                sum(t.num_rows for t in inputs.values()), now - began))
 
 
-def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> None:
+def register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]) -> None:
     """Make the input batches visible to SQL. They stay registered after the execution (an
     unregister costs half a millisecond); the next execution's register replaces them."""
     for node, table in inputs.items():
@@ -143,7 +157,8 @@ def _register_inputs(con: duckdb.DuckDBPyConnection, inputs: dict[str, pa.Table]
                 pass
 
 
-def _outputs(rt: Runtime, decl: ProcedureDecl, batch_id: int, result: Any) -> dict[str, pa.Table]:
+def check_outputs(rt: Runtime, decl: ProcedureDecl, batch_id: int,
+                  result: Any) -> dict[str, pa.Table]:
     if not decl.outputs:
         if result is not None:
             raise ProcedureError(decl.name, batch_id, "returned rows but declares no output")

@@ -60,6 +60,8 @@ class Ledger:
         self.last_ingested: dict[str, int] = {}
         self.holders: dict[str, set[str]] = {}
         self.collected: dict[str, int] = {}  # stream -> highest batch-id GC removed
+        #: undo entries of records not yet committed (group commit), None outside a group
+        self._journal: list[tuple[bool, str, int | None]] | None = None
 
     def load(self, rows: Iterable[tuple[str, int, int]]) -> None:
         """Rebuild from ``sstore_sys.commits`` rows (any order)."""
@@ -70,12 +72,43 @@ class Ledger:
         graph = self.graph
         if node in graph.procedures or node not in graph.streams and node not in graph.windows:
             # procedures, and external consumers such as migrators, only advance
+            if self._journal is not None:
+                self._journal.append((True, node, self.progress.get(node)))
             self.progress[node] = max(self.progress.get(node, 0), batch_id)
             return
+        if self._journal is not None:
+            if graph.is_border(node):
+                raise AssertionError("ingests are never part of a group commit")
+            self._journal.append((False, node, batch_id))
         self.batches.setdefault(node, NodeBatches()).add(batch_id, number)
         if graph.is_border(node):
             self.ingested.setdefault(node, set()).add(batch_id)
             self.last_ingested[node] = max(self.last_ingested.get(node, 0), batch_id)
+
+    # -- group commit: records made visible to the scheduler before their COMMIT -------------
+    def begin_journal(self) -> None:
+        """Records from now on may be taken back (``rollback_journal``) until ``end_journal``:
+        a group commit records each member's commits here so that the scheduler can pick the
+        next member, before the group's one COMMIT."""
+        if self._journal is not None:
+            raise AssertionError("a journal is already open")
+        self._journal = []
+
+    def end_journal(self) -> None:
+        """The group committed: its records stay."""
+        self._journal = None
+
+    def rollback_journal(self) -> None:
+        """The group rolled back: undo its records, newest first."""
+        journal, self._journal = self._journal or [], None
+        for is_progress, node, value in reversed(journal):
+            if not is_progress:  # a batch of a stream or window: it was the newest
+                self.batches[node].ids.pop()
+                self.batches[node].numbers.pop()
+            elif value is None:
+                self.progress.pop(node, None)
+            else:
+                self.progress[node] = value
 
     def rewind(self, consumer: str, batch_id: int) -> None:
         """An external consumer's progress goes back to ``batch_id`` (its target lost what it

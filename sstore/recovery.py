@@ -7,7 +7,8 @@ crash it is rebuilt here:
 1. ``load_snapshot`` (when the engine opens): copy the last checkpoint's database into memory.
 2. ``replay`` (when the engine starts, after the program declared its graph): for each log record
    newer than the snapshot, first run transaction executions until as many have committed as had
-   when the record was first applied, then apply the record. Procedures are deterministic, so
+   when the record was first applied (``run_one(most)`` runs at most that many more, a group
+   commit included), then apply the record. Procedures are deterministic, so
    this reproduces the state the crashed process had, batch for batch.
 
 ``checkpoint`` writes a new snapshot (to a temporary file, then renamed over the old one, so a
@@ -50,7 +51,7 @@ def load_snapshot(con: duckdb.DuckDBPyConnection, log_path: str) -> bool:
     return True
 
 
-def replay(rt: Runtime, log: InputLog, run_one: Callable[[], bool],
+def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
            apply_ingest: Callable[[LogRecord], None],
            apply_oltp: Callable[[LogRecord], None]) -> int:
     """Replay the log; returns the number of records applied."""
@@ -63,7 +64,7 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[], bool],
             if record.lsn <= skip_through or record.kind == "identity":
                 continue
             while rt.te_seq < record.te_seq:
-                if not run_one():
+                if not run_one(record.te_seq - rt.te_seq):  # a group must not run past it
                     break
             try:
                 if record.kind == "ingest":

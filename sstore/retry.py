@@ -116,14 +116,18 @@ def first_line(exc: BaseException) -> str:
 
 def call(fn: Callable[[], T], policy: RetryPolicy, what: str, *,
          on_retry: Callable[[BaseException, int], None] | None = None,
-         stop: threading.Event | None = None) -> T:
+         stop: threading.Event | None = None, tried: int = 0) -> T:
     """Run ``fn``; retry its transient failures by ``policy``; raise terminal ones at once.
+
+    ``tried``: attempts already made elsewhere (and failed transiently) that count against
+    ``policy.attempts`` (a TE that failed inside a group commit, ``sstore.group``).
 
     ``on_retry(exc, attempt)`` runs before each wait (close a broken connection, count the
     retry). ``stop``: when set, waiting ends and the last error is raised (a service shutting
     down must not sleep through its stop). Giving up raises ``GaveUp`` from the last error.
     """
-    stop_rules = [tenacity.stop_after_attempt(policy.attempts)] if policy.attempts else []
+    stop_rules = [tenacity.stop_after_attempt(max(1, policy.attempts - tried))] \
+        if policy.attempts else []
     if stop is not None:
         stop_rules.append(lambda _state: stop.is_set())
 
@@ -133,10 +137,10 @@ def call(fn: Callable[[], T], policy: RetryPolicy, what: str, *,
         policy.retries_done += 1
         limit = f"/{policy.attempts - 1}" if policy.attempts else ""
         log.warning("%s: transient failure (%s); retry %d%s in %.1fs", what, first_line(exc),
-                    state.attempt_number, limit, state.next_action.sleep if state.next_action
+                    state.attempt_number + tried, limit, state.next_action.sleep if state.next_action
                     else 0.0)
         if on_retry is not None:
-            on_retry(exc, state.attempt_number)
+            on_retry(exc, state.attempt_number + tried)
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(is_transient),
@@ -151,6 +155,6 @@ def call(fn: Callable[[], T], policy: RetryPolicy, what: str, *,
     except tenacity.RetryError as exc:
         last = exc.last_attempt.exception()
         assert last is not None
-        attempts = exc.last_attempt.attempt_number
+        attempts = exc.last_attempt.attempt_number + tried
         raise GaveUp(f"{what}: gave up after {attempts} attempt{'s' * (attempts != 1)}: "
                      f"{first_line(last)}") from last

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from sstore.checkpoints import Checkpoints
 from sstore.graph import Graph
 from sstore.inputlog import InputLog
 from sstore.interrupts import Interrupts
@@ -64,6 +65,7 @@ class Runtime:
     outbox: list[tuple[str, int, pa.Table]] = field(default_factory=list)
     observers: list[Callable[[CommitEvent], None]] = field(default_factory=list)
     interrupts: Interrupts = field(default_factory=Interrupts)  # stops and timeouts of TEs
+    checkpoints: Checkpoints | None = None  # a file-backed engine's (sstore.checkpoints)
 
     def observe(self, event: CommitEvent) -> None:
         """Tell observers (metrics, benchmarks) about a commit; called under the lock, so an
@@ -71,13 +73,19 @@ class Runtime:
         for observer in self.observers:
             observer(event)
 
-    def finish(self, pending: PendingCommit) -> None:
-        """Apply a committed transaction to memory: ledger, windows, cache, subscribers."""
+    def finish(self, pending: PendingCommit, *, recorded: bool = False,
+               consumed: frozenset[str] = frozenset()) -> None:
+        """Apply a committed transaction to memory: ledger, windows, cache, subscribers.
+
+        ``recorded``: the ledger has the records already (a group commit records them before
+        its COMMIT, ``sstore.group``); ``consumed``: streams whose batch every reader has read
+        already (in the same group), so it is not cached."""
         pending.apply()
-        for node, batch_id, number in pending.records:
-            self.ledger.record(node, batch_id, number)
+        if not recorded:
+            for node, batch_id, number in pending.records:
+                self.ledger.record(node, batch_id, number)
         for stream, batch_id, table in pending.published:
-            if self.graph.consumers_of(stream):
+            if self.graph.consumers_of(stream) and stream not in consumed:
                 self.cache[(stream, batch_id)] = table
                 while len(self.cache) > CACHE_BATCHES:
                     self.cache.popitem(last=False)

@@ -16,8 +16,14 @@ from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
 from sstore.sql import ident
-from sstore.windows import WindowState, WindowUpdate, create_window, feed_window, load_window, \
-    read_window
+from sstore.windows import (
+    WindowState,
+    WindowUpdate,
+    create_window,
+    feed_window,
+    load_window,
+    read_window,
+)
 
 NEW_ROWS = "new_rows"
 
@@ -93,12 +99,21 @@ class StreamStore:
             return table
         return to_arrow(rows, schema, what)
 
-    def append(self, stream: str, batch_id: int, table: pa.Table, pending: PendingCommit) -> None:
-        """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows."""
+    def append(self, stream: str, batch_id: int, table: pa.Table, pending: PendingCommit, *,
+               store_rows: bool = True) -> None:
+        """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows.
+
+        ``store_rows=False`` (group commit, ``sstore.group``): record the batch but leave its
+        rows out of the stream table; only for a stream that exists and has no triggers and no
+        windows. The caller inserts them later (``insert``) unless every reader of the batch
+        commits in the same transaction, in which case nobody will ever read them there."""
         con = self.con
         create = stream not in self.schemas and table.num_columns > 0
         triggers = self.graph.triggers_on(stream)
-        if table.num_rows or create:
+        if not store_rows:
+            if create or triggers or self.graph.windows_on(stream):
+                raise AssertionError(f"stream {stream!r}: its rows must be stored")
+        elif table.num_rows or create:
             with registered(con, NEW_ROWS, table, keep=True):
                 if create:
                     self._create_inferred(stream, batch_id, pending)
@@ -122,6 +137,13 @@ class StreamStore:
                     with registered(con, NEW_ROWS, contents, keep=True):
                         for trig in wtriggers:
                             _run_trigger(con, trig.sql, batch_id)
+
+    def insert(self, stream: str, batch_id: int, table: pa.Table) -> None:
+        """Store the rows of a batch that ``append(store_rows=False)`` recorded."""
+        if table.num_rows:
+            with registered(self.con, NEW_ROWS, table, keep=True):
+                self.con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
+                                 [batch_id])
 
     def _create_inferred(self, stream: str, batch_id: int, pending: PendingCommit) -> None:
         """Create an undeclared stream's table from its first batch (the relation

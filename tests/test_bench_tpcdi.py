@@ -1,5 +1,6 @@
 """The TPC-DI benchmark's smallest configuration, run for real: SF 0.01, one batch size, every
 system into PostgreSQL; the record has the promised shape and the systems load the same rows.
+The hand-written reference runs beside them (its own tests: test_bench_tpcdi_reference.py).
 Plus the parts whose failure would silently skew the numbers: the same-rows check and the
 Spark Structured Streaming parser rejecting exactly the lines the engine's SP1 rejects."""
 
@@ -53,6 +54,11 @@ def test_smallest_configuration_runs_and_the_systems_agree(spark: Any, pg_url: s
     assert len(rejects) == 1, f"the streaming systems rejected different lines: {rejects}"
     (ratio,) = report["ratios"]
     assert ratio["sstore_over_sss_trades_per_s"] and ratio["sstore_over_bulk_trades_per_s"]
+    assert ratio["sstore_over_reference_trades_per_s"] and ratio["sstore_over_reference_p50"]
+    for r in records:
+        assert r["peak_rss_mb"] > 0, f"{r['system']}: no peak RSS"
+    for r in streaming:
+        assert len(r["service_series_ms"]) == min(r["phases"][0]["batches"], 400)
 
 
 def _record(system: str, md5: str) -> dict[str, Any]:

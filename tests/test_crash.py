@@ -88,8 +88,8 @@ def test_random_sigkills_change_nothing(mode: str, wanted_kills: int, reference:
 
 CRASH_POINTS = {
     "full": ["ingest.before_commit:7", "ingest.after_commit:50", "te.before_commit:3",
-             "te.before_commit:222", "te.after_commit:101", "gc.before_commit:2"],
-    "weak": ["log.after_append:9", "ingest.before_commit:60", "te.before_commit:170",
+             "te.before_commit:97", "te.after_commit:101", "gc.before_commit:2"],
+    "weak": ["log.after_append:9", "ingest.before_commit:60", "te.before_commit:77",
              "te.after_commit:41", "checkpoint.after_snapshot:1", "checkpoint.after_snapshot:2"],
 }
 

@@ -1,7 +1,7 @@
 """The migrating process killed with SIGKILL at random points: PostgreSQL ends up exact.
 
 The real command line (`sstore migrate`) runs as a child process over a state file with
-200 committed batches; it is killed at random moments and started again until it finishes.
+400 committed batches; it is killed at random moments and started again until it finishes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sstore import Engine
 
-BATCHES, ROWS = 200, 500
+BATCHES, ROWS = 400, 500
 SSTORE = str(Path(sys.executable).with_name("sstore"))
 
 
@@ -48,7 +48,7 @@ def test_sigkill_during_migration_neither_loses_nor_duplicates(tmp_path: Path,
         proc = subprocess.Popen(migrate_cmd(path, pg_url), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         try:
-            proc.wait(timeout=rng.uniform(0.3, 1.2) if kills < 8 else 120)
+            proc.wait(timeout=rng.uniform(0.3, 1.0) if kills < 8 else 120)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

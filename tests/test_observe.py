@@ -195,6 +195,8 @@ def test_metrics_match_what_the_engine_did(state_path: str) -> None:
         assert sample(m, "sstore_stream_retained_rows", stream="m_clean", kind="derived") == kept
         assert sample(m, "sstore_stream_holders", stream="m_clean", kind="derived") == 1
         assert sample(m, "sstore_engine_stale") == 0
+        assert sample(m, "sstore_checkpoints_total") == 0  # far below the WAL limit
+        assert sample(m, "sstore_wal_bytes") > 0
         info = [k for k in m if k[0] == "sstore_engine_info"]
         assert dict(info[0][1])["engine_id"] == eng.engine_id
 

@@ -40,6 +40,16 @@ class EngineCollector(Collector):
         yield from _procedures(live)
         yield from _streams(live)
         yield from _sinks(live)
+        rt = engine.runtime
+        checkpoints = rt.checkpoints if rt is not None else None
+        if checkpoints is not None:  # a file-backed engine's own checkpoints
+            yield _counter("sstore_checkpoints", "DuckDB checkpoints the engine ran (after a "
+                           "commit once the WAL reached its limit, or idle)", [],
+                           [([], checkpoints.count)])
+            yield _counter("sstore_checkpoint_seconds", "Time spent in those checkpoints", [],
+                           [([], round(checkpoints.seconds, 6))])
+            yield _gauge("sstore_wal_bytes", "Size of the DuckDB write-ahead log now", [],
+                         [([], checkpoints.wal_bytes())])
 
 
 def _family(kind: type[Metric], name: str, doc: str, labels: list[str],

@@ -145,10 +145,15 @@ def airflow_connection_url(conn_id: str) -> str | None:
 
 def warehouse_url(conn_id: str | None = CONN_ID,
                   lookup: Callable[[str], str | None] | None = None) -> str:
-    """The connection ``conn_id`` (found by ``lookup``, default Airflow's), else
-    ``SSTORE_POSTGRES_URL``, else the local server."""
+    """The connection ``conn_id`` (found by ``lookup``, default Airflow's), else the one rule
+    of every command (``migrators.warehouse_url``): ``SSTORE_POSTGRES_URL``, else the server at
+    the default address, else a private PostgreSQL started for it."""
     found = (lookup or airflow_connection_url)(conn_id) if conn_id else None
-    return found or os.environ.get("SSTORE_POSTGRES_URL") or DEFAULT_URL
+    if found:
+        return found
+    from migrators.warehouse_url import resolve_warehouse
+
+    return resolve_warehouse().url
 
 
 def spark_session(settings: Settings) -> SparkSession:

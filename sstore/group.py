@@ -1,0 +1,240 @@
+"""Group commit: the transaction executions (TEs) of one batch, one after another, committed as
+one DuckDB transaction.
+
+A batch usually flows through a chain of procedures at once (the scheduler runs batch b through
+the whole graph before b+1). Committing each TE on its own costs a COMMIT (a WAL fsync), a
+commit-record statement and an intermediate stream append per procedure. A group runs the
+runnable TEs of batch b in schedule order inside one transaction and commits them together:
+
+1. BEGIN; open the ledger's journal.
+2. For each member, in the order the scheduler picks them (each time the smallest runnable
+   (batch, position), so the order is exactly the one-at-a-time order):
+   a. its inputs: a batch produced earlier in the group comes from memory, any other one as in
+      a single TE (``Runtime.input_batch``);
+   b. call the procedure, check its outputs;
+   c. append its outputs (triggers, windows). The rows of a stream read only by procedures are
+      held back in memory (``StreamStore.append(store_rows=False)``);
+   d. record its commits in the ledger's journal, so the scheduler sees it done and can pick
+      the next member. The group ends when the next runnable TE belongs to another batch, at
+      ``limit`` members, or after a member that created a stream or moved a window (their
+      in-memory state is applied only after COMMIT).
+3. Store the held-back rows of every stream that has a reader outside the group.
+4. Insert all members' commit records in one statement.
+5. COMMIT; close the journal.
+6. Apply each member to memory (windows, cache, subscribers) and tell the observers.
+
+Every TE keeps its own guarantees: a member's effects are all in the group's COMMIT or none of
+them is; a crash before step 5 leaves nothing (every member runs again), after it the commit
+records say each member ran. A member that fails rolls the whole group back (DuckDB has no
+savepoints); then the members before it run again as a group of their own and the failing one
+runs alone (``executor.run_te``), with its retries and error policy, exactly as without groups.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from sstore import executor, systables
+from sstore.faults import crash_point
+from sstore.graph import ProcedureDecl
+from sstore.interrupts import Reason, Stopped, TimedOut
+from sstore.runtime import CommitEvent, Runtime
+from sstore.streams import PendingCommit
+from sstore.transaction import Transaction
+
+MAX_MEMBERS = 64  # a group never holds more TEs than this (bounds the work lost to a failure)
+
+
+@dataclass
+class _Member:
+    decl: ProcedureDecl
+    tx: Transaction
+    pending: PendingCommit
+    rows_in: int
+    rows_out: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class _Group:
+    batch_id: int
+    members: list[_Member] = field(default_factory=list)
+    produced: dict[str, pa.Table] = field(default_factory=dict)  # this batch of each output
+    held_back: dict[str, pa.Table] = field(default_factory=dict)  # outputs not stored yet
+
+    def names(self) -> set[str]:
+        return {m.decl.name for m in self.members}
+
+
+class _GroupFailed(Exception):
+    """The group rolled back because of ``error``; ``chain`` names its members in order, the
+    last one being the member that failed (or, for a failure after every member had run, the
+    last member)."""
+
+    def __init__(self, chain: list[str], error: Exception) -> None:
+        super().__init__(f"{chain[-1]} failed: {error}")
+        self.chain = chain
+        self.error = error
+
+
+def run_batch(rt: Runtime, name: str, batch_id: int, limit: int | None = None) -> None:
+    """Run TE (``name``, ``batch_id``) and the TEs of the same batch that become runnable after
+    it, as one group (at most ``limit`` TEs: weak durability's replay must not run past a
+    logged input). Caller holds ``rt.lock``. Raises ``Stopped`` like ``executor.run_te``."""
+    most = MAX_MEMBERS if limit is None else min(limit, MAX_MEMBERS)
+    if most <= 1:
+        executor.run_te(rt, name, batch_id)
+        return
+    try:
+        _run_group(rt, name, batch_id, most, fixed=None)
+        return
+    except _GroupFailed as failed:
+        chain, error = failed.chain, failed.error
+    if len(chain) > 1:
+        try:
+            _run_group(rt, name, batch_id, len(chain) - 1, fixed=chain[:-1])
+        except _GroupFailed:
+            # members that succeeded a moment ago failed now: no group, one TE at a time
+            executor.run_te(rt, name, batch_id)
+            return
+    executor.run_te(rt, chain[-1], batch_id, first_failure=error)
+
+
+def _run_group(rt: Runtime, name: str, batch_id: int, most: int,
+               fixed: list[str] | None) -> None:
+    """Steps 1-6 of the module docstring; raises ``_GroupFailed`` after rolling back."""
+    con = rt.con
+    group = _Group(batch_id)
+    rt.ledger.begin_journal()
+    con.begin()  # step 1
+    try:
+        current: str | None = name
+        while current is not None:  # step 2
+            member = _run_member(rt, group, rt.graph.procedures[current])
+            group.members.append(member)
+            for node, batch, number in member.pending.records:  # d.
+                rt.ledger.record(node, batch, number)
+            current = _next_member(rt, group, most, fixed)
+        _store_held_back(rt, group)  # step 3
+        systables.insert_commits(con, [r for m in group.members for r in m.pending.records])
+        crash_point("te.before_commit")
+        con.commit()  # step 5
+    except BaseException as exc:
+        reason = rt.interrupts.disarm(quiet=True)
+        con.rollback()
+        rt.ledger.rollback_journal()
+        for member in group.members:
+            member.tx._mark_rolled_back()
+            rt.store.forget(member.pending)
+        chain = [m.decl.name for m in group.members]
+        if isinstance(exc, _MemberRun):
+            chain.append(exc.name)
+            exc = exc.error
+        if reason is Reason.STOP or isinstance(exc, Stopped) or rt.interrupts.stopping():
+            raise Stopped(f"stopped: the group of batch {batch_id} rolled back") from exc
+        if not isinstance(exc, Exception):
+            raise exc  # noqa: TRY201 (exc is the member's own error, unwrapped above)
+        raise _GroupFailed(chain, exc) from exc
+    rt.ledger.end_journal()
+    crash_point("te.after_commit")
+    _apply(rt, group)  # step 6
+
+
+class _MemberRun(Exception):
+    """A member's own failure, as opposed to one of the group's closing steps."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.name = name
+        self.error = error
+
+
+def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
+    con, guard, batch_id = rt.con, rt.interrupts, group.batch_id
+    inputs = {node: group.produced[node] if node in group.produced
+              else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
+    member = _Member(decl, Transaction(con, batch_id, decl.name), PendingCommit(),
+                     sum(t.num_rows for t in inputs.values()))
+    began = time.perf_counter()
+    try:
+        executor.register_inputs(con, inputs)
+        guard.arm(con, decl.timeout)
+        guard.check()
+        with guard.procedure_code():  # b.
+            result = decl.fn(member.tx, inputs[decl.inputs[0]] if len(inputs) == 1
+                             else dict(inputs))
+        if member.tx.failure is not None:  # it caught a failed statement: DuckDB aborted
+            raise member.tx.failure
+        outputs = executor.check_outputs(rt, decl, batch_id, result)
+        for stream, table in outputs.items():  # c.
+            hold = _can_hold_back(rt, stream)
+            rt.store.append(stream, batch_id, table, member.pending, store_rows=not hold)
+            if hold:
+                group.held_back[stream] = table
+            group.produced[stream] = table
+        member.rows_out = sum(t.num_rows for t in outputs.values())
+        member.pending.records.append((decl.name, batch_id, member.rows_out))
+        guard.disarm()  # raises if the member was interrupted meanwhile
+    except BaseException as exc:
+        reason = guard.disarm(quiet=True)
+        rt.store.forget(member.pending)
+        error: BaseException = exc
+        if member.tx.failure is not None and isinstance(exc, Exception):
+            error = member.tx.failure  # the statement it caught, not what failed after it
+        if reason is Reason.TIMEOUT:
+            assert decl.timeout is not None
+            error = TimedOut(decl.name, batch_id, decl.timeout)
+        elif reason is Reason.STOP:
+            error = Stopped(f"stopped: procedure {decl.name!r} batch {batch_id} rolled back")
+        raise _MemberRun(decl.name, error) from exc
+    member.seconds = time.perf_counter() - began
+    return member
+
+
+def _can_hold_back(rt: Runtime, stream: str) -> bool:
+    """Whether the rows of ``stream`` may wait in memory until the group ends: only procedures
+    read it (no sink holds it, no subscriber, no trigger, no window, not ``retain="all"``)."""
+    graph = rt.graph
+    decl = graph.streams.get(stream)
+    return (stream in rt.store.schemas and bool(graph.consumers_of(stream))
+            and not graph.triggers_on(stream) and not graph.windows_on(stream)
+            and not rt.ledger.holders.get(stream) and not rt.subscribers.wants(stream)
+            and (decl is None or decl.retain != "all"))
+
+
+def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None) -> str | None:
+    if len(group.members) >= most:
+        return None
+    last = group.members[-1].pending
+    if last.created or last.window_updates:
+        return None  # their in-memory state is applied after COMMIT only
+    if fixed is not None:
+        return fixed[len(group.members)] if len(group.members) < len(fixed) else None
+    nxt = rt.scheduler.next()
+    if nxt is None or nxt[1] != group.batch_id:
+        return None
+    return nxt[0]
+
+
+def _store_held_back(rt: Runtime, group: _Group) -> None:
+    ran = group.names()
+    for stream, table in group.held_back.items():
+        if not set(rt.graph.consumers_of(stream)) <= ran:
+            rt.store.insert(stream, group.batch_id, table)
+
+
+def _apply(rt: Runtime, group: _Group) -> None:
+    ran = group.names()
+    consumed = frozenset(s for s in group.produced if set(rt.graph.consumers_of(s)) <= ran)
+    now = time.perf_counter()
+    for member in group.members:
+        member.tx._mark_committed()
+        rt.te_seq += 1
+        rt.since_gc += 1
+        rt.finish(member.pending, recorded=True, consumed=consumed)
+        if rt.observers:
+            rt.observe(CommitEvent("te", member.decl.name, group.batch_id, member.rows_out, now,
+                                   member.rows_in, member.seconds))
