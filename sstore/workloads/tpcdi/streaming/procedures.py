@@ -188,7 +188,11 @@ def declare(engine: Engine) -> None:
                      pc.is_in(batch["t_id"], value_set=changed["tradeid"]))
         applied = batch.filter(ok)
         rejected = batch.filter(pc.invert(ok))
-        alerts = _alerts(tx, applied)
+        if may_alert(applied):
+            tx.register("applied", applied)
+            alerts = tx.sql(ALERTS_SQL)
+        else:
+            alerts = NO_ALERTS
         reasons = pc.if_else(pc.is_null(rejected["reason"]),
                              pa.scalar("unknown trade (update before any insert)"),
                              rejected["reason"])
@@ -199,22 +203,21 @@ def declare(engine: Engine) -> None:
         return {"dimtrade_changes": changed, "dimessages_out": alerts, "trade_rejects": rejects}
 
 
-def _alerts(tx: Transaction, applied: pa.Table) -> pa.Table:
-    """The alerts of the applied rows (``ALERTS_SQL``). Few batches have any, so a statement
-    runs only if some row's commission or fee exceeds trade price times quantity (exact
-    decimal arithmetic, the same test ALERTS_SQL makes); otherwise the result is empty."""
+def may_alert(applied: pa.Table) -> bool:
+    """Whether ``ALERTS_SQL`` over these applied rows can return anything: some row's
+    commission or fee exceeds trade price times quantity (exact decimal arithmetic, the test
+    ALERTS_SQL makes). Few batches have an alert, so most skip that statement."""
     value = pc.multiply(applied["t_trade_price"],
                         applied["t_qty"].cast(pa.decimal128(10, 0)))
     suspect = pc.or_kleene(pc.greater(applied["t_comm"], value),
                            pc.greater(applied["t_chrg"], value))
-    if not pc.any(suspect).as_py():
-        return pa.table({name: pa.array([], _ARROW[sql_type])
-                         for name, sql_type in DIMESSAGES.items()})
-    tx.register("applied", applied)
-    return tx.sql(ALERTS_SQL)
+    return bool(pc.any(suspect).as_py())
 
 
 _ARROW = {"TIMESTAMP": pa.timestamp("us"), "INTEGER": pa.int32(), "VARCHAR": pa.string()}
+#: What ``ALERTS_SQL`` returns for a batch without alerts.
+NO_ALERTS = pa.table({name: pa.array([], _ARROW[sql_type])
+                      for name, sql_type in DIMESSAGES.items()})
 
 
 def _duck(arrow_type: pa.DataType) -> str:
