@@ -8,18 +8,24 @@ For chunks of 1,000, 10,000 and 100,000 rows, in append and merge mode:
   of 1,000 (so a chunk is 1, 10 or 100 batches). Per chunk: read the batches from DuckDB, binary
   COPY, the watermark row, COMMIT, then the acknowledgement to the engine.
 - ``raw_copy``: the same Arrow rows, chunk by chunk, each chunk one PostgreSQL transaction with
-  a binary COPY and nothing else: the floor the migrator is measured against.
+  a binary COPY and nothing else: the hand-written limit the migrator is measured against.
 - ``raw_merge`` (merge mode): raw COPY into a temporary table plus the same
   ``INSERT ... ON CONFLICT DO UPDATE``: what merge costs before any exactly-once bookkeeping.
 
-Reported: rows/s, the ratio to raw COPY, and per-chunk latency (p50/p99). PostgreSQL is the one
-at ``SSTORE_POSTGRES_URL``; the benchmark uses its own database ``sstore_bench``, created anew.
+Each configuration runs ``--rounds`` times (5), raw and migrator interleaved with the order
+alternating, so load from elsewhere on a shared machine hits both alike. Reported: the median
+rows/s, the ratio to raw COPY (of the medians; the median of each round's own ratio,
+"paired"; and of the best rounds, the least disturbed), per-chunk latency (p50/p99) and the
+load average. ``--chunks 10000 --modes append`` measures one configuration. PostgreSQL is the
+one at ``SSTORE_POSTGRES_URL``; the benchmark uses its own database ``sstore_bench``, created
+anew.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -117,27 +123,66 @@ def run_raw(url: str, rows: pa.Table, chunk: int, mode: str) -> tuple[float, lis
     return time.perf_counter() - began, latencies
 
 
-def record(system: str, mode: str, chunk: int, rows: int, seconds: float,
-           latencies: list[float]) -> dict[str, Any]:
-    return {"system": system, "mode": mode, "chunk_rows": chunk, "rows": rows,
-            "seconds": round(seconds, 4), "rows_per_s": round(rows / seconds),
-            "chunk_p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
-            "chunk_p99_ms": round(percentile(latencies, 0.99) * 1000, 2)}
+def record(system: str, mode: str, chunk: int, rows: int, seconds: list[float],
+           latencies: list[float], ratios: list[float] | None = None) -> dict[str, Any]:
+    """One system at one configuration over every round: the median round, and (for the
+    migrator) the median of its per-round ratios to the raw COPY measured next to it."""
+    median = statistics.median(seconds)
+    out = {"system": system, "mode": mode, "chunk_rows": chunk, "rows": rows,
+           "seconds": round(median, 4), "rows_per_s": round(rows / median),
+           "rounds_rows_per_s": [round(rows / s) for s in seconds],
+           "best_rows_per_s": round(rows / min(seconds)),
+           "chunk_p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
+           "chunk_p99_ms": round(percentile(latencies, 0.99) * 1000, 2)}
+    if ratios:
+        out["paired_ratios"] = [round(r, 3) for r in ratios]
+        out["paired_ratio_median"] = round(statistics.median(ratios), 3)
+    return out
 
 
-def results_table(records: list[dict[str, Any]]) -> Table:
-    table = Table(title="Engine -> PostgreSQL: migrator vs raw binary COPY")
-    for col in ("mode", "chunk rows", "system", "rows/s", "x raw COPY", "chunk p50 ms",
-                "chunk p99 ms"):
+def results_table(records: list[dict[str, Any]], rounds: int) -> Table:
+    table = Table(title=f"Engine -> PostgreSQL: migrator vs raw binary COPY (median of {rounds} "
+                        f"interleaved rounds)")
+    for col in ("mode", "chunk rows", "system", "rows/s", "x raw COPY", "paired x raw",
+                "best-of x raw", "chunk p50 ms", "chunk p99 ms"):
         table.add_column(col, justify="right" if col not in ("mode", "system") else "left")
-    raw = {(r["mode"], r["chunk_rows"]): r["rows_per_s"] for r in records
-           if r["system"] == "raw_copy"}
+    raw = {(r["mode"], r["chunk_rows"]): r for r in records
+           if r["system"] == "raw_copy"}  # in merge mode too: a raw append COPY, same rounds
     for r in records:
-        ratio = r["rows_per_s"] / raw[("append", r["chunk_rows"])]
+        base = raw[(r["mode"], r["chunk_rows"])]
+        ratio = r["rows_per_s"] / base["rows_per_s"]
         r["ratio_to_raw_copy"] = round(ratio, 3)
+        r["best_ratio_to_raw_copy"] = round(r["best_rows_per_s"] / base["best_rows_per_s"], 3)
+        paired = r.get("paired_ratio_median")
         table.add_row(r["mode"], f"{r['chunk_rows']:,}", r["system"], f"{r['rows_per_s']:,}",
-                      f"{ratio:.2f}", f"{r['chunk_p50_ms']:.1f}", f"{r['chunk_p99_ms']:.1f}")
+                      f"{ratio:.2f}", "" if paired is None else f"{paired:.2f}",
+                      f"{r['best_ratio_to_raw_copy']:.2f}",
+                      f"{r['chunk_p50_ms']:.1f}", f"{r['chunk_p99_ms']:.1f}")
     return table
+
+
+def measure(url: str, rows: pa.Table, mode: str, chunk: int, rounds: int, state_dir: str
+            ) -> list[dict[str, Any]]:
+    """``rounds`` rounds of raw COPY (and raw merge) and the migrator, interleaved, the order
+    alternating from round to round: on a shared machine, load that comes and goes hits both
+    sides alike, and each round's ratio compares runs made seconds apart."""
+    systems = ["raw_copy", "migrator"] if mode == "append" else ["raw_copy", "raw_merge",
+                                                                 "migrator"]
+    seconds: dict[str, list[float]] = {s: [] for s in systems}
+    latencies: dict[str, list[float]] = {s: [] for s in systems}
+    for r in range(rounds):
+        for system in (systems if r % 2 == 0 else systems[::-1]):
+            if system == "migrator":
+                took, lat = run_migrator(url, rows, chunk, mode,
+                                         os.path.join(state_dir, f"{mode}-{chunk}-{r}"))
+            else:
+                took, lat = run_raw(url, rows, chunk, "append" if system == "raw_copy"
+                                    else "merge")
+            seconds[system].append(took)
+            latencies[system].extend(lat)
+    ratios = [raw / mig for raw, mig in zip(seconds["raw_copy"], seconds["migrator"])]
+    return [record(s, mode, chunk, rows.num_rows, seconds[s], latencies[s],
+                   ratios if s == "migrator" else None) for s in systems]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,29 +190,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="200,000 rows instead of 1,000,000")
     parser.add_argument("--postgres", default=default_url(), help="PostgreSQL server URL")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    parser.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS),
+                        help="chunk sizes in rows (1000 10000 100000)")
+    parser.add_argument("--modes", nargs="+", choices=("append", "merge"),
+                        default=["append", "merge"], help="append and merge")
     args = parser.parse_args(argv)
     n = 200_000 if args.quick else 1_000_000
     console = Console()
     url = bench_url(args.postgres)
     rows = make_rows(n)
     records: list[dict[str, Any]] = []
-    plan = [(mode, chunk) for mode in ("append", "merge") for chunk in CHUNKS]
+    plan = [(mode, chunk) for mode in args.modes for chunk in args.chunks]
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sstore-bench-") as state_dir, \
             Progress(console=console, transient=True) as progress:
         task = progress.add_task("configurations", total=len(plan))
         for mode, chunk in plan:
-            seconds, lat = run_raw(url, rows, chunk, "append")
-            if mode == "append":
-                records.append(record("raw_copy", "append", chunk, n, seconds, lat))
-            else:
-                seconds, lat = run_raw(url, rows, chunk, "merge")
-                records.append(record("raw_merge", "merge", chunk, n, seconds, lat))
-            seconds, lat = run_migrator(url, rows, chunk, mode, state_dir)
-            records.append(record("migrator", mode, chunk, n, seconds, lat))
+            records.extend(measure(url, rows, mode, chunk, args.rounds, state_dir))
             progress.advance(task)
-    console.print(results_table(records))
+    load_after = os.getloadavg()
+    console.print(results_table(records, args.rounds))
+    console.print(f"load average before {', '.join(f'{x:.2f}' for x in load_before)}; "
+                  f"after {', '.join(f'{x:.2f}' for x in load_after)}")
     name = "migrate-quick" if args.quick else "migrate"
-    path = write_results(name, {"rows": n, "batch_rows": BATCH_ROWS, "records": records,
+    path = write_results(name, {"rows": n, "batch_rows": BATCH_ROWS, "rounds": args.rounds,
+                                "records": records, "loadavg_before": load_before,
                                 "machine": machine_info()})
     console.print(f"wrote {path}")
     return 0

@@ -13,8 +13,10 @@ Sources, all public or the benchmark's own:
   (``tpcdi_runs.CommitProbe``).
 
 Phases per batch (ms): ``ingest: append + commit records`` and ``ingest: COMMIT``; per
-procedure ``SQL``, ``outputs, stream appends, commit records`` (the TE's seconds minus its SQL
-and COMMIT) and ``COMMIT``; ``engine outside transactions`` (the feed's wall time minus every
+procedure ``SQL`` and ``outputs, stream appends`` (the TE's own seconds minus its SQL); the
+group commit's COMMIT and its other closing steps (held-back rows, commit records), once per
+group (with ``group_commit=False``: per procedure ``outputs, stream appends, commit records``
+and ``COMMIT``); ``engine outside transactions`` (the feed's wall time minus every
 transaction's seconds: scheduling, reading input batches, registering them, observers); and
 ``sinks: last commit -> visible in PostgreSQL`` (overlaps the next batches: the sinks run in
 their own threads). Off (the default), nothing is wrapped.
@@ -38,6 +40,8 @@ from sstore.transaction import Transaction
 OUTSIDE = "engine outside transactions (scheduling, input reads)"
 SINKS = "sinks: last commit -> visible in PostgreSQL"
 TOTAL = "ingest + run_until_idle (the feed's wall time)"
+GROUP_COMMIT = "group commit: COMMIT"
+GROUP_CLOSING = "group commit: held-back rows, commit records"
 
 
 class EngineProfile:
@@ -47,8 +51,9 @@ class EngineProfile:
         self.thread = threading.get_ident()
         self.batches: dict[int, dict[str, float]] = {}
         self.order: list[str] = []
-        self._sql = 0.0
+        self._sql: dict[str, float] = {}  # procedure (None: not a TE) -> SQL seconds
         self._commit = 0.0
+        self._group_at: float | None = None  # commit time of the group last counted
         self.active = False
 
     # -- collecting ------------------------------------------------------------------------------
@@ -76,7 +81,12 @@ class EngineProfile:
             try:
                 return fn(*args, **kwargs)
             finally:
-                setattr(self, slot, getattr(self, slot) + time.perf_counter() - t0)
+                took = time.perf_counter() - t0
+                if slot == "_sql":  # a group runs several procedures before one COMMIT
+                    key = getattr(args[0], "procedure", None) or ""
+                    self._sql[key] = self._sql.get(key, 0.0) + took
+                else:
+                    self._commit += took
         return timed
 
     def observe(self, event: CommitEvent) -> None:
@@ -84,16 +94,30 @@ class EngineProfile:
         COMMIT time accumulated since the previous one."""
         if not self.active or threading.get_ident() != self.thread:
             return
-        sql, commit, self._sql, self._commit = self._sql, self._commit, 0.0, 0.0
         if event.kind == "ingest":
+            commit, self._commit = self._commit, 0.0
+            self._sql.pop("", None)
             parts = {"ingest: append + commit records": event.seconds - commit,
                      "ingest: COMMIT": commit}
+            parts["_transactions"] = event.seconds
         else:
-            parts = {f"{event.node}: SQL": sql,
-                     f"{event.node}: outputs, stream appends, commit records":
-                         event.seconds - sql - commit,
-                     f"{event.node}: COMMIT": commit}
-        parts["_transactions"] = event.seconds
+            sql = self._sql.pop(event.node, 0.0)
+            parts = {f"{event.node}: SQL": sql}
+            if event.group:  # its own work; the group's closing steps are counted once
+                parts[f"{event.node}: outputs, stream appends"] = event.seconds - sql
+                parts["_transactions"] = event.seconds
+                if event.at != self._group_at:
+                    self._group_at = event.at
+                    commit, self._commit = self._commit, 0.0
+                    parts[GROUP_COMMIT] = commit
+                    parts[GROUP_CLOSING] = event.commit_seconds - commit
+                    parts["_transactions"] += event.commit_seconds
+            else:
+                commit, self._commit = self._commit, 0.0
+                parts[f"{event.node}: outputs, stream appends, commit records"] = \
+                    event.seconds - sql - commit
+                parts[f"{event.node}: COMMIT"] = commit
+                parts["_transactions"] = event.seconds
         batch = self.batches.setdefault(event.batch_id, {})
         for name, seconds in parts.items():
             if name not in batch and name not in self.order and not name.startswith("_"):

@@ -31,10 +31,12 @@ sink, records the error in the engine (``status`` shows it) and makes ``flush`` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,7 +61,7 @@ from sstore.engine import Engine
 from sstore.errors import DeclarationError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import Kind, call, first_line, kind_of
-from sstore.sql import qualified
+from sstore.sql import ident, qualified
 from sstore.subscriptions import Subscription
 
 log = logging.getLogger("sstore.migrators")
@@ -149,10 +151,13 @@ class StreamToPostgres:
     _target_types: dict[str, tuple[str, int | None, int | None]] = field(
         default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
+    # (rows' schema, id of _target_types) for which for_copy and for_target change nothing
+    _unchanged: tuple[pa.Schema, int] | None = field(default=None, init=False)
     _unacked: int = field(default=0, init=False)
     _acked_at: float = field(default=0.0, init=False)
     _mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
+    _ack_now: threading.Event = field(default_factory=threading.Event, init=False)  # flush
     _stopping: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _subscription: Subscription | None = field(default=None, init=False)
@@ -290,14 +295,19 @@ class StreamToPostgres:
         report.retries = self.retry.retries_done - retries_before
         return report
 
-    def run_pending(self) -> int:
-        """Move what has committed since the last delivery (one caller at a time)."""
+    def run_pending(self, ack: bool = True) -> int:
+        """Move what has committed since the last delivery (one caller at a time).
+
+        ``ack``: tell the engine at once; otherwise only once ``ack_every`` has passed (the
+        sink thread, woken by every commit: each acknowledgement is a DuckDB commit under
+        the engine's lock, and the watermark in PostgreSQL, not the acknowledgement, is what
+        a restart trusts)."""
         with self._mutex:
             if self._after is None:
                 self.start()
             report = MigrationReport()
             self._move_pending(report, None)
-            self._acknowledge(force=True)
+            self._acknowledge(force=ack)
             return report.rows
 
     def _move_pending(self, report: MigrationReport,
@@ -309,16 +319,8 @@ class StreamToPostgres:
             chunks = self._chunks(self._after)
             total = sum(c.rows for c in chunks)
             try:
-                for chunk, rows in self._read_ahead(chunks):
-                    t0 = time.perf_counter()
-                    moved = self._move_chunk(chunk, rows)
-                    report.chunk_seconds.append(time.perf_counter() - t0)
-                    report.chunks += 1
-                    report.rows += moved
-                    report.batches += chunk.batches
-                    report.watermark = chunk.last
-                    if progress is not None:
-                        progress(report.rows, total)
+                with contextlib.closing(self._read_ahead(chunks)) as planned:
+                    self._move_chunks(planned, report, progress, total)
                 return
             except TargetBehind as behind:
                 if attempt == 2:
@@ -326,6 +328,20 @@ class StreamToPostgres:
                 log.warning("%s; planning again from batch %d", behind,
                             behind.watermark.batch_id)
                 report.watermark = self.start()
+
+    def _move_chunks(self, planned: Iterator[tuple[Chunk, pa.Table]], report: MigrationReport,
+                     progress: Callable[[int, int], None] | None, total: int) -> None:
+        """Step 3 for each planned chunk, counted in ``report``."""
+        for chunk, rows in planned:
+            t0 = time.perf_counter()
+            moved = self._move_chunk(chunk, rows)
+            report.chunk_seconds.append(time.perf_counter() - t0)
+            report.chunks += 1
+            report.rows += moved
+            report.batches += chunk.batches
+            report.watermark = chunk.last
+            if progress is not None:
+                progress(report.rows, total)
 
     def _chunks(self, after: int) -> list[Chunk]:
         """Consecutive batches grouped up to ``chunk_rows`` rows (a bigger batch goes alone)."""
@@ -344,32 +360,73 @@ class StreamToPostgres:
         return chunks
 
     def _read_ahead(self, chunks: list[Chunk]) -> Iterator[tuple[Chunk, pa.Table]]:
-        """Read several chunks at once: one DuckDB query per ``READ_AHEAD_ROWS`` rows (a query
-        costs milliseconds whatever its size), sliced into chunks in memory."""
-        i = 0
-        while i < len(chunks):
-            group = [chunks[i]]
-            while (i + len(group) < len(chunks)
-                   and sum(c.rows for c in group) + chunks[i + len(group)].rows <= READ_AHEAD_ROWS):
-                group.append(chunks[i + len(group)])
-            rows = self.engine.read_batches(self.stream, group[0].first, group[-1].last)
-            ids = rows["_batch_id"].to_numpy()
-            for chunk in group:
-                lo = int(np.searchsorted(ids, chunk.first, side="left"))
-                hi = int(np.searchsorted(ids, chunk.last, side="right"))
-                yield chunk, rows.slice(lo, hi - lo)
-            i += len(group)
+        """Read several chunks at once: one DuckDB query (one hold of the engine's lock) per
+        group of up to ``READ_AHEAD_ROWS`` rows, sliced into chunks in memory.
+
+        With more than one group, the next group is read in a helper thread while the chunks
+        of the current one go to PostgreSQL: the read waits for the engine's lock and DuckDB,
+        the COPY for PostgreSQL, and done one after the other they were a fifth of a chunk's
+        time. The first group is a single chunk, so delivery starts after the smallest read.
+        Batches listed as committed do not change and stay held until acknowledged, so
+        reading them early reads the same rows."""
+        groups = _groups(chunks)
+        if len(groups) < 2 or self._engine_lock_may_be_held():
+            for group in groups:
+                yield from _slices(group, self._read_group(group))
+            return
+        with ThreadPoolExecutor(max_workers=1,
+                                thread_name_prefix=f"sstore-sink-read-{self.table}") as pool:
+            pending: Future[pa.Table] = pool.submit(self._read_group, groups[0])
+            try:
+                for i, group in enumerate(groups):
+                    rows = pending.result()
+                    if i + 1 < len(groups):
+                        pending = pool.submit(self._read_group, groups[i + 1])
+                    yield from _slices(group, rows)
+            finally:
+                pending.cancel()  # an abandoned plan: a read not started is not needed
+
+    def _engine_lock_may_be_held(self) -> bool:
+        """True unless this thread surely does not hold the engine's lock: a sink moving
+        batches in the committing thread (``attach(background=False)``) may, and a helper
+        thread reading for it would then wait for that lock forever."""
+        runtime = self.engine.runtime
+        owned = getattr(runtime.lock, "_is_owned", None) if runtime is not None else None
+        return owned is None or bool(owned())
+
+    def _read_group(self, group: list[Chunk]) -> pa.Table:
+        """The rows of a group's batches, in batch order, read through ``Engine.query`` (a
+        read-only cursor, committed state only, like ``Engine.read_batches``) but without
+        its ORDER BY: DuckDB returns a filtered scan in insertion order, which is batch
+        order, and sorting 100,000 rows again took a third of the read, under the engine's
+        lock. The order is checked, and restored (a stable sort) if it is ever not so."""
+        if self.engine.schema(self.stream) is None:
+            return pa.table({"_batch_id": pa.array([], pa.int64())})
+        rows = self.engine.query(f"SELECT * FROM {ident(self.stream)} WHERE _batch_id "
+                                 f"BETWEEN ? AND ?", group[0].first, group[-1].last)
+        return _in_batch_order(rows)
 
     def _move_chunk(self, chunk: Chunk, rows: pa.Table) -> int:
-        """Deliver one chunk (steps 1-6 of ``migrators.delivery``), then acknowledge it."""
+        """Deliver one chunk (steps 1-6 of ``migrators.delivery``), then acknowledge it.
+
+        The rows are converted for the target once, before the PostgreSQL transaction (and
+        its retries); the count lets ``delivery`` lock and advance the watermark in one
+        statement when it stands where the plan continues. A watermark elsewhere, or target
+        types learnt anew inside the transaction, convert again from the batches."""
         assert self._after is not None
         after = self._after
+        types = self._target_types
+        planned = self._rows_for_target(rows, after)
+
+        def write(cur: psycopg.Cursor, watermark: int) -> int:
+            same = watermark == after and self._target_types is types
+            return self._write(cur, planned if same else self._rows_for_target(rows, watermark))
+
         done = self.session.run(
             lambda con: delivery.deliver(
-                con, self.sink_key, chunk.first, chunk.last,
-                lambda cur, watermark: self._write(cur, rows, watermark), after=after,
+                con, self.sink_key, chunk.first, chunk.last, write, after=after,
                 prepare_target=self._prepare_target, shared_target=self.shared_target,
-                before_commit=self.before_commit),
+                before_commit=self.before_commit, planned_rows=planned.num_rows),
             f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
         committed_at = time.perf_counter()
         self._after = chunk.last
@@ -382,8 +439,8 @@ class StreamToPostgres:
             self.on_delivered(Delivered(chunk.first, chunk.last, ids, done.rows, committed_at))
         return done.rows
 
-    def _write(self, cur: psycopg.Cursor, rows: pa.Table, watermark: int) -> int:
-        """Step 4: the rows of batches above ``watermark``, converted for the target."""
+    def _rows_for_target(self, rows: pa.Table, watermark: int) -> pa.Table:
+        """The rows of batches above ``watermark``, converted for the target."""
         if watermark and rows.num_rows and rows["_batch_id"][0].as_py() <= watermark:
             rows = rows.filter(pc.greater(rows["_batch_id"], watermark))
         data = rows if self.batch_column else rows.drop_columns(["_batch_id"])
@@ -391,7 +448,15 @@ class StreamToPostgres:
             data = data.rename_columns([self.batch_column, *data.column_names[1:]])
         if self.mode == "merge":
             data = last_per_key(data, self.key)
-        data = for_target(for_copy(data), self._target_types)
+        if self._unchanged == (data.schema, id(self._target_types)):
+            return data  # the conversions would rebuild the same table (checked once)
+        converted = for_target(for_copy(data), self._target_types)
+        if converted.schema.equals(data.schema):
+            self._unchanged = (data.schema, id(self._target_types))
+        return converted
+
+    def _write(self, cur: psycopg.Cursor, data: pa.Table) -> int:
+        """Step 4: converted rows into the target."""
         if self.mode == "append":
             copy_arrow(cur, self.table, data)
         else:
@@ -436,13 +501,16 @@ class StreamToPostgres:
         forever = RetryPolicy(attempts=None, first_delay=self.retry.first_delay,
                               max_delay=self.retry.max_delay)  # for as long as the sink runs
         while not self._stopping.is_set():
-            self._wake.wait(timeout=1.0)
+            # an acknowledgement held back is sent after ack_every even if no batch commits
+            idle = min(1.0, max(self.ack_every, 0.01)) if self._unacked else 1.0
+            self._wake.wait(timeout=idle)
             self._wake.clear()
             if self._stopping.is_set():
                 break
             try:
-                call(self.run_pending, forever, f"sink {self.stream} -> {self.table}",
-                     on_retry=remember, stop=self._stopping)
+                call(lambda: self.run_pending(ack=self._ack_now.is_set()), forever,
+                     f"sink {self.stream} -> {self.table}", on_retry=remember,
+                     stop=self._stopping)
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - classified: terminal halts, else stopping
                 if self._stopping.is_set() and kind_of(exc) is Kind.TRANSIENT:
@@ -464,16 +532,26 @@ class StreamToPostgres:
         """Wait until every batch committed so far is in PostgreSQL; False on timeout. A
         halted sink raises its error (waiting would never end)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.halted is not None:
-                raise MigrationError(f"sink {self.stream} -> {self.table} is halted: "
-                                     f"{self.halted}")
-            pending = self.engine.batches(self.stream, self.engine.acknowledged(self.consumer))
-            if not pending:
-                return True
-            self._wake.set()
-            time.sleep(0.01)
-        return False
+        try:
+            while time.monotonic() < deadline:
+                if self.halted is not None:
+                    raise MigrationError(f"sink {self.stream} -> {self.table} is halted: "
+                                         f"{self.halted}")
+                acked = self.engine.acknowledged(self.consumer)
+                delivered = self._after
+                if not self.engine.batches(self.stream, max(acked, delivered or 0)):
+                    if delivered is None or acked >= delivered:
+                        return True
+                    if self._thread is None:  # no sink thread: acknowledge here
+                        with self._mutex:
+                            self._acknowledge(force=True)
+                    else:
+                        self._ack_now.set()  # the sink thread acknowledges at once
+                self._wake.set()
+                time.sleep(0.01)
+            return False
+        finally:
+            self._ack_now.clear()
 
     def detach(self, flush_seconds: float | None = None) -> None:
         """Stop feeding: first deliver what has committed (for at most ``flush_seconds``:
@@ -498,6 +576,35 @@ class StreamToPostgres:
         with self._mutex:
             self.close()
         self._after = None
+
+
+def _groups(chunks: list[Chunk]) -> list[list[Chunk]]:
+    """Chunks grouped for one read each: the first chunk alone (delivery starts early), then
+    up to ``READ_AHEAD_ROWS`` rows per group (a chunk bigger than that goes alone)."""
+    groups: list[list[Chunk]] = []
+    for i, chunk in enumerate(chunks):
+        if i > 1 and sum(c.rows for c in groups[-1]) + chunk.rows <= READ_AHEAD_ROWS:
+            groups[-1].append(chunk)
+        else:
+            groups.append([chunk])
+    return groups
+
+
+def _in_batch_order(rows: pa.Table) -> pa.Table:
+    """``rows`` sorted by ``_batch_id`` (stable: rows of one batch keep their order)."""
+    ids = rows["_batch_id"].to_numpy()
+    if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
+        rows = rows.take(pc.sort_indices(rows["_batch_id"]))
+    return rows
+
+
+def _slices(group: list[Chunk], rows: pa.Table) -> Iterator[tuple[Chunk, pa.Table]]:
+    """The rows of each chunk of a group read at once (rows are in batch order)."""
+    ids = rows["_batch_id"].to_numpy()
+    for chunk in group:
+        lo = int(np.searchsorted(ids, chunk.first, side="left"))
+        hi = int(np.searchsorted(ids, chunk.last, side="right"))
+        yield chunk, rows.slice(lo, hi - lo)
 
 
 def _exists(con: psycopg.Connection, table: str) -> bool:

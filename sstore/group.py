@@ -64,6 +64,7 @@ class _Group:
     members: list[_Member] = field(default_factory=list)
     produced: dict[str, pa.Table] = field(default_factory=dict)  # this batch of each output
     held_back: dict[str, pa.Table] = field(default_factory=dict)  # outputs not stored yet
+    commit_seconds: float = 0.0  # steps 3-5
 
     def names(self) -> set[str]:
         return {m.decl.name for m in self.members}
@@ -118,10 +119,12 @@ def _run_group(rt: Runtime, name: str, batch_id: int, most: int,
             for node, batch, number in member.pending.records:  # d.
                 rt.ledger.record(node, batch, number)
             current = _next_member(rt, group, most, fixed)
+        closing = time.perf_counter()
         _store_held_back(rt, group)  # step 3
         systables.insert_commits(con, [r for m in group.members for r in m.pending.records])
         crash_point("te.before_commit")
         con.commit()  # step 5
+        group.commit_seconds = time.perf_counter() - closing
     except BaseException as exc:
         reason = rt.interrupts.disarm(quiet=True)
         con.rollback()
@@ -237,4 +240,5 @@ def _apply(rt: Runtime, group: _Group) -> None:
         rt.finish(member.pending, recorded=True, consumed=consumed)
         if rt.observers:
             rt.observe(CommitEvent("te", member.decl.name, group.batch_id, member.rows_out, now,
-                                   member.rows_in, member.seconds))
+                                   member.rows_in, member.seconds, len(group.members),
+                                   group.commit_seconds))

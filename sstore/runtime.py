@@ -34,7 +34,9 @@ class CommitEvent:
     (``node`` = procedure). ``at`` is ``time.perf_counter()`` right after COMMIT; ``rows`` are
     the rows written (an ingest's batch, a TE's outputs), ``rows_in`` the rows read (a TE's
     input batches); ``seconds`` is how long the transaction took, BEGIN to COMMIT (for a TE,
-    of its last attempt)."""
+    of its last attempt). A TE committed in a group (``sstore.group``) has ``group`` > 0:
+    ``seconds`` is then its own work only, and ``commit_seconds`` the group's closing steps
+    (held-back rows, commit records, COMMIT), the same on each of the ``group`` members."""
 
     kind: str  # "ingest" or "te"
     node: str
@@ -43,6 +45,8 @@ class CommitEvent:
     at: float
     rows_in: int = 0
     seconds: float = 0.0
+    group: int = 0
+    commit_seconds: float = 0.0
 
 
 @dataclass
