@@ -3,15 +3,16 @@
 ``benchmarks.tpcdi`` compares the engine's five-procedure streaming DimTrade with, among
 others, this hand-written loop. It does the same five steps with the same rules, reusing the
 streaming procedures' SQL text (``streaming.parse.PARSE_SQL``, ``streaming.procedures``'
-``TIMED_SQL``, ``SECURED_SQL``, ``KEYED_SQL``, ``ACCEPTED_SQL``, ``UPSERT_SQL``,
-``ALERTS_SQL``), but with none of the engine's machinery: no streams between the steps, no
+``TIMED_SQL``, ``SECURED_SQL``, ``KEYED_SQL``, ``MERGE_SQL``, ``ALERTS_SQL``), but with
+none of the engine's machinery: no streams between the steps, no
 commit records, no scheduler, no sink threads. Per chunk (a batch of trade events):
 
 1. **One DuckDB transaction**: the chunk is registered as an Arrow relation; ONE query runs
-   steps 1-4 and SP5's acceptance as chained CTEs (parse -> status/type and date/time keys ->
-   security/company keys -> account/customer/broker keys -> accepted?); the accepted rows are
-   upserted into the DuckDB copy of DimTrade (``UPSERT_SQL``), the changed rows and the
-   alerts are read back. Four statements.
+   steps 1-4 as chained CTEs (parse -> status/type and date/time keys -> security/company
+   keys -> account/customer/broker keys); SP5's ``MERGE_SQL`` merges them into the DuckDB
+   copy of DimTrade and returns the changed rows (a row was applied exactly when its trade
+   came back), and the alerts are read only when a row may raise one
+   (``procedures.may_alert``), as SP5 does. Two statements, three with alerts.
 2. **One PostgreSQL transaction** (``migrators.delivery.deliver``, the protocol every
    exactly-once writer of the project uses): lock the watermark row of (``SOURCE``,
    ``chunks``, ``<schema>.dimtrade``), skip the chunk if the watermark is at or past it,
@@ -60,14 +61,15 @@ from sstore.workloads.tpcdi.streaming.events import BatchEvents
 from sstore.workloads.tpcdi.streaming.parse import PARSE_SQL
 from sstore.workloads.tpcdi.streaming.pipeline import ID_STRIDE, engine_batch_id
 from sstore.workloads.tpcdi.streaming.procedures import (
-    ACCEPTED_SQL,
     ALERTS_SQL,
     DIMTRADE,
     KEYED_SQL,
     LOOKUPS,
+    MERGE_SQL,
+    NO_ALERTS,
     SECURED_SQL,
     TIMED_SQL,
-    UPSERT_SQL,
+    may_alert,
 )
 
 SOURCE = "tpcdi DimTrade (hand-written reference)"
@@ -83,15 +85,15 @@ def over(query: str, relation: str) -> str:
     return out
 
 
-#: Steps 1-4 and SP5's acceptance in one query, over the chunk's lines (``chunk``).
+#: Steps 1-4 in one query, over the chunk's lines (``chunk``).
 JUDGE_SQL = f"""
 WITH parsed AS ({over(PARSE_SQL, "chunk")}),
      timed AS ({over(TIMED_SQL, "parsed")}),
-     secured AS ({over(SECURED_SQL, "timed")}),
-     keyed AS ({over(KEYED_SQL, "secured")})
-{over(ACCEPTED_SQL, "keyed")}
+     secured AS ({over(SECURED_SQL, "timed")})
+{over(KEYED_SQL, "secured")}
 """
-CHANGED_SQL = "SELECT d.* FROM dimtrade d SEMI JOIN applied a ON a.t_id = d.tradeid"
+#: SP5's merge over the keyed rows (``keyed``): returns the changed DimTrade rows.
+APPLY_SQL = over(MERGE_SQL, "keyed")
 UNKNOWN_TRADE = "unknown trade (update before any insert)"
 
 
@@ -174,14 +176,17 @@ class ReferenceDimTrade:
         try:
             con.register("chunk", chunk)
             judged = con.sql(JUDGE_SQL).to_arrow_table()
-            ok = judged["accepted"]
-            applied = judged.filter(ok).drop_columns(["accepted"])
+            con.register("keyed", judged)
+            changed = con.sql(APPLY_SQL).to_arrow_table()
+            ok = pc.and_(pc.is_null(judged["reason"]),
+                         pc.is_in(judged["t_id"], value_set=changed["tradeid"]))
+            applied = judged.filter(ok)
             rejected = judged.filter(pc.invert(ok))
-            con.register("applied", applied)
-            if applied.num_rows:
-                con.execute(UPSERT_SQL)
-            changed = con.sql(CHANGED_SQL).to_arrow_table()
-            alerts = con.sql(ALERTS_SQL).to_arrow_table()
+            if may_alert(applied):
+                con.register("applied", applied)
+                alerts = con.sql(ALERTS_SQL).to_arrow_table()
+            else:
+                alerts = NO_ALERTS
             reasons = pc.if_else(pc.is_null(rejected["reason"]), pa.scalar(UNKNOWN_TRADE),
                                  rejected["reason"])
             rejects = pa.table([rejected["source"], rejected["tpcdi_batch"],

@@ -17,8 +17,13 @@ import pytest
 
 from sstore import Engine
 from sstore.workloads.tpcdi.generator import generate
-from sstore.workloads.tpcdi.sources import read_audit, read_status_type, read_trade, \
-    read_trade_incremental, read_trade_type
+from sstore.workloads.tpcdi.sources import (
+    read_audit,
+    read_status_type,
+    read_trade,
+    read_trade_incremental,
+    read_trade_type,
+)
 from sstore.workloads.tpcdi.streaming.events import batch1_events, incremental_events
 from sstore.workloads.tpcdi.streaming.procedures import declare
 
@@ -78,7 +83,7 @@ def test_dimtrade_counts_match_the_audit_files(data: Path, tmp_path: Path) -> No
     declare(engine)
     stand_in_dimensions(engine, data)
     rejects = pa.concat_tables(run(engine, data, batch_size=200))
-    q = lambda sql: engine.query(sql).column(0)[0].as_py()  # noqa: E731
+    q = lambda sql: engine.query(sql).column(0)[0].as_py()
     new = sum(audit_value(data, b, "T_NEW") for b in (1, 2, 3))
     assert q("SELECT count(*) FROM dimtrade") == new
     assert q("SELECT count(DISTINCT tradeid) FROM dimtrade") == new
@@ -115,4 +120,109 @@ def test_alerts_and_exactly_once_rerun(data: Path, tmp_path: Path) -> None:
     declare(engine)
     run(engine, data, batch_size=500)
     assert engine.query("SELECT * FROM dimtrade ORDER BY tradeid").equals(before)
+    engine.close()
+
+
+GOOD = "I|1|7|2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42|Ann||||"
+
+
+def with_field(line: str, index: int, value: str) -> str:
+    fields = line.split("|")
+    fields[index] = value
+    return "|".join(fields)
+
+
+def lines_table(lines: list[str], tpcdi_batch: int = 2, first: int = 1) -> pa.Table:
+    return pa.table({"line": lines, "line_no": pa.array(range(first, first + len(lines)),
+                                                         pa.int64()),
+                     "source": ["Trade.txt"] * len(lines),
+                     "tpcdi_batch": pa.array([tpcdi_batch] * len(lines), pa.int32())})
+
+
+def test_sp1_names_the_first_bad_field_of_each_line() -> None:
+    """The parser's reasons, one line per rule: field count first, then field by field
+    (missing before bad); optional fields may be empty; fields are trimmed."""
+    import duckdb
+
+    from sstore.workloads.tpcdi.streaming.parse import PARSE_SQL
+
+    cases = [
+        (GOOD, None),
+        (" I | 1 | 7 |2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42| Ann |  |||", None),
+        (GOOD.rsplit("|", 1)[0], "expected 16 fields, found 15"),
+        (GOOD + "|", "expected 16 fields, found 17"),
+        ("", "expected 16 fields, found 1"),
+        (with_field(GOOD, 0, "X"), "bad CDC_FLAG: X"),
+        (with_field(GOOD, 1, " "), "missing CDC_DSN"),
+        (with_field(GOOD, 3, "2017-07-08 25:00:00"), "bad T_DTS: 2017-07-08 25:00:00"),
+        (with_field(GOOD, 4, ""), "missing T_ST_ID"),
+        (with_field(GOOD, 6, "2"), "bad T_IS_CASH: 2"),
+        (with_field(GOOD, 8, "99999999999"), "bad T_QTY: 99999999999"),  # over INTEGER
+        (with_field(GOOD, 9, "1234567.00"), "bad T_BID_PRICE: 1234567.00"),  # over (8,2)
+        (with_field(GOOD, 12, "abc"), "bad T_TRADE_PRICE: abc"),  # optional, but bad
+        (with_field(with_field(GOOD, 2, ""), 8, "x"), "missing T_ID"),  # the first one wins
+        (with_field(with_field(GOOD, 15, "y"), 13, "x"), "bad T_CHRG: x"),
+    ]
+    con = duckdb.connect()
+    con.register("batch", lines_table([line for line, _ in cases]))
+    parsed = con.sql(PARSE_SQL).to_arrow_table()
+    assert parsed["reason"].to_pylist() == [reason for _, reason in cases]
+    fine = parsed.slice(1, 1).to_pylist()[0]
+    assert (fine["cdc_flag"], fine["t_id"], fine["t_exec_name"], fine["t_trade_price"]) == \
+        ("I", 7, "Ann", None)
+    assert parsed.slice(2, 1).to_pylist()[0]["t_id"] is None  # a bad line has no values
+
+
+def test_sp5_applies_updates_of_known_trades_and_rejects_the_others(tmp_path: Path) -> None:
+    """SP5 over two engine batches: an update of a trade inserted in an earlier batch, or
+    later in the same batch, is applied; an update of a trade that exists nowhere is
+    rejected and raises no alert; alerts only for applied rows. (An update listed before its
+    trade's insert is applied: the batch's last event by CDC_DSN wins.)"""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    declare(engine)
+    engine.load_table("statustype", pa.table({"st_id": ["PNDG", "SBMT", "CMPT"],
+                                              "st_name": ["Pending", "Submitted", "Completed"]}))
+    engine.load_table("tradetype", pa.table({"tt_id": ["TLB", "TMB"],
+                                             "tt_name": ["Limit Buy", "Market Buy"]}))
+    always = {"effectivedate": [dt.date(1950, 1, 1)], "enddate": [dt.date(9999, 12, 31)],
+              "iscurrent": [True]}
+    engine.load_table("dimsecurity", pa.table({"sk_securityid": [5], "sk_companyid": [6],
+                                               "symbol": ["SYMB"], **always}))
+    engine.load_table("dimaccount", pa.table({"sk_accountid": [1], "sk_customerid": [2],
+                                              "sk_brokerid": [3], "accountid": [42], **always}))
+    got: dict[str, list[tuple[int, pa.Table]]] = {s: [] for s in (
+        "dimtrade_changes", "dimessages_out", "trade_rejects")}
+    for stream, tables in got.items():
+        engine.subscribe(stream, lambda b, t, tables=tables: tables.append((b, t)))
+    first = [
+        "I|1|100|2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42|Ann||||",
+        "U|2|200|2017-07-08 10:01:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|2000.00|0.50",
+        "U|4|300|2017-07-08 10:02:00|CMPT|TMB|0|SYMB|10|5.00|42|Bob|5.00|60.00|1.00|0.10",
+        "I|3|300|2017-07-08 10:00:30|SBMT|TMB|0|SYMB|10|5.00|42|Bob||||",
+    ]
+    second = [
+        "U|5|100|2017-07-09 11:00:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|1100.00|0.50",
+        "U|6|200|2017-07-09 11:01:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|1.00|0.50",
+    ]
+    engine.ingest("trade_lines", lines_table(first), batch_id=1)
+    engine.ingest("trade_lines", lines_table(second, first=5), batch_id=2)
+    engine.run_until_idle()
+    changed = {b: sorted(t["tradeid"].to_pylist()) for b, t in got["dimtrade_changes"]}
+    assert changed == {1: [100, 300], 2: [100]}
+    rejects = pa.concat_tables(t for _, t in got["trade_rejects"])
+    assert list(zip(rejects["line_number"].to_pylist(), rejects["reason"].to_pylist())) == [
+        (2, "unknown trade (update before any insert)"),
+        (6, "unknown trade (update before any insert)")]
+    alerts = pa.concat_tables(t for _, t in got["dimessages_out"])
+    assert list(zip(alerts["messagetext"].to_pylist(), alerts["messagedata"].to_pylist())) == [
+        ("Invalid trade fee", "T_ID = 300, T_CHRG = 60.00"),
+        ("Invalid trade commission", "T_ID = 100, T_COMM = 1100.00")]
+    rows = {r["tradeid"]: r for r in engine.query("SELECT * FROM dimtrade").to_pylist()}
+    assert sorted(rows) == [100, 300]
+    assert (rows[100]["status"], rows[100]["sk_createdateid"], rows[100]["sk_closedateid"],
+            str(rows[100]["commission"]), rows[100]["batchid"]) == \
+        ("Completed", 20170708, 20170709, "1100.00", 2)
+    assert (rows[300]["status"], rows[300]["type"], rows[300]["sk_createtimeid"],
+            rows[300]["sk_closetimeid"], str(rows[300]["fee"]), rows[300]["sk_brokerid"]) == \
+        ("Completed", "Market Buy", 100030, 100200, "60.00", 3)
     engine.close()

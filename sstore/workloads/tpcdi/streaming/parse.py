@@ -48,7 +48,8 @@ EVENT_COLUMNS: dict[str, str] = {**{f.name: f.sql_type for f in FIELDS}, **ORIGI
 
 
 def _raw(i: int) -> str:
-    return f"nullif(trim(f[{i + 1}]), '')"
+    """Field ``i``'s text, trimmed, NULL when empty: computed once per line (``r1`` ..)."""
+    return f"r{i + 1}"
 
 
 def _value(i: int, field: Field) -> str:
@@ -65,30 +66,42 @@ def _value(i: int, field: Field) -> str:
 
 
 def _checks(i: int, field: Field) -> list[str]:
+    """Why field ``i`` is bad, as CASE branches over the raw text and the typed column (each
+    typed once, in the previous step)."""
     raw, label = _raw(i), field.name.upper()
     checks = []
     if field.required:
         checks.append(f"WHEN {raw} IS NULL THEN {literal(f'missing {label}')}")
-    if field.parse != "text":
-        checks.append(f"WHEN {raw} IS NOT NULL AND {_value(i, field)} IS NULL THEN "
+    if field.parse != "text":  # a required field's NULL took the branch above
+        present = "" if field.required else f"{raw} IS NOT NULL AND "
+        checks.append(f"WHEN {present}{ident(field.name)} IS NULL THEN "
                       f"{literal(f'bad {label}: ')} || {raw}")
     return checks
 
 
 def parse_sql() -> str:
-    """One statement over the batch's lines: typed columns plus ``reason``."""
+    """One statement over the batch's lines: typed columns plus ``reason``.
+
+    Three steps, each computing its expressions once per line (a field used by the value and
+    by two checks used to be split, trimmed and cast up to four times): split the line, trim
+    each field, type each field; the reason then only compares what is already computed."""
     n = len(FIELDS)
-    values = ",\n       ".join(f"CASE WHEN len(f) = {n} THEN {_value(i, fld)} END "
+    raws = ",\n             ".join(f"nullif(trim(f[{i + 1}]), '') AS {_raw(i)}" for i in range(n))
+    values = ",\n       ".join(f"CASE WHEN nf = {n} THEN {_value(i, fld)} END "
                                f"AS {ident(fld.name)}" for i, fld in enumerate(FIELDS))
+    names = ", ".join(ident(fld.name) for fld in FIELDS)
     checks = "\n            ".join(c for i, fld in enumerate(FIELDS) for c in _checks(i, fld))
     return f"""
-WITH lines AS (SELECT *, string_split(line, '|') AS f FROM batch)
-SELECT {values},
+WITH split AS (SELECT tpcdi_batch, source, line_no, line, string_split(line, '|') AS f
+               FROM batch),
+     raw AS (SELECT tpcdi_batch, source, line_no, line, len(f) AS nf, {raws} FROM split),
+     typed AS (SELECT *, {values} FROM raw)
+SELECT {names},
        tpcdi_batch, source, line_no, line,
-       CASE WHEN len(f) <> {n} THEN 'expected {n} fields, found ' || len(f)
+       CASE WHEN nf <> {n} THEN 'expected {n} fields, found ' || nf
             {checks}
        END AS reason
-FROM lines ORDER BY line_no
+FROM typed ORDER BY line_no
 """
 
 
