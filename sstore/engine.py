@@ -285,6 +285,7 @@ class Engine:
         rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
                      self._lock, threading.Condition(self._lock), self._input_log)
         rt.observers = self._observers  # shared: observers added later are seen too
+        rt.reader = con.cursor()
         if self.path != ":memory:":
             rt.checkpoints = Checkpoints(con, self.path, self.checkpoint_wal_bytes)
         rt.interrupts = self._interrupts
@@ -602,15 +603,20 @@ class Engine:
         """
         check_query(sql, "duckdb")
         rt = self._runtime()
-        with rt.lock:
-            cursor = rt.con.cursor()
+        # the engine's reader cursor, a connection of its own: DuckDB's MVCC gives it a
+        # snapshot of what has committed while the engine's transactions go on, so a sink
+        # reading its batches does not wait for the next batch's TEs, nor they for it
+        with rt.reader_lock:
+            cursor = rt.reader
+            assert cursor is not None, "set when the engine starts"
+            cursor.execute("BEGIN TRANSACTION READ ONLY")
             try:
-                cursor.execute("BEGIN TRANSACTION READ ONLY")
                 table = cursor.sql(sql, params=bind(args, params)).to_arrow_table()
-                cursor.execute("COMMIT")
-                return table
-            finally:
-                cursor.close()
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+            return table
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -892,6 +898,9 @@ class Engine:
             self._closed = True
             if self._input_log is not None:
                 self._input_log.close()
+            if self._rt is not None and self._rt.reader is not None:
+                with self._rt.reader_lock:
+                    self._rt.reader.close()
             self._con.close()
 
     def __enter__(self) -> Engine:

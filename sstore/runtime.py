@@ -1,6 +1,6 @@
 """The state an engine shares between its parts once it has started.
 
-Everything here is guarded by ``lock``: one transaction at a time touches the DuckDB connection,
+Everything here but ``reader`` (guarded by ``reader_lock``) is guarded by ``lock``: one transaction at a time touches the DuckDB connection,
 which makes stream transactions and ad hoc transactions serializable by construction (H-Store's
 single-threaded partition, without the partitioning). ``finish`` is the one place where a
 committed transaction's effects reach memory.
@@ -70,6 +70,10 @@ class Runtime:
     observers: list[Callable[[CommitEvent], None]] = field(default_factory=list)
     interrupts: Interrupts = field(default_factory=Interrupts)  # stops and timeouts of TEs
     checkpoints: Checkpoints | None = None  # a file-backed engine's (sstore.checkpoints)
+    #: a cursor for ``Engine.query`` (read-only snapshots, concurrent with the engine's
+    #: transactions), used by one query at a time
+    reader: duckdb.DuckDBPyConnection | None = None
+    reader_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def observe(self, event: CommitEvent) -> None:
         """Tell observers (metrics, benchmarks) about a commit; called under the lock, so an

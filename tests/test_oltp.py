@@ -72,3 +72,37 @@ def test_transaction_handle_is_dead_after_commit(engine: Engine) -> None:
     with pytest.raises(TransactionStateError, match="committed"):
         tx.execute("INSERT INTO t VALUES (2)")
     assert engine.query("SELECT count(*) FROM t").column(0)[0].as_py() == 1
+
+
+def test_a_query_does_not_wait_for_a_running_transaction_execution(state_path: str) -> None:
+    """Queries read a committed snapshot on a cursor of their own: a sink reading its batches
+    is not held up by the next batch's TEs (and sees none of their uncommitted writes)."""
+    import threading
+    import time
+
+    engine = Engine(state_path)
+    engine.stream("inp", {"x": "INTEGER"})
+    engine.execute("CREATE TABLE IF NOT EXISTS seen (x INTEGER)")
+    inside = threading.Event()
+    release = threading.Event()
+
+    @engine.procedure(input="inp")
+    def slow(tx, batch):
+        tx.execute("INSERT INTO seen SELECT x FROM batch")
+        inside.set()
+        release.wait(10)
+
+    engine.ingest("inp", [(1,)])
+    runner = threading.Thread(target=engine.run_until_idle)
+    runner.start()
+    try:
+        assert inside.wait(10)
+        began = time.monotonic()
+        rows = engine.query("SELECT count(*) AS n FROM seen").to_pylist()
+        assert time.monotonic() - began < 2, "the query waited for the TE"
+        assert rows == [{"n": 0}]  # the TE has not committed
+    finally:
+        release.set()
+        runner.join()
+    assert engine.query("SELECT count(*) AS n FROM seen").to_pylist() == [{"n": 1}]
+    engine.close()
