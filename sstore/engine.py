@@ -286,6 +286,7 @@ class Engine:
                      self._lock, threading.Condition(self._lock), self._input_log)
         rt.observers = self._observers  # shared: observers added later are seen too
         rt.reader = con.cursor()
+        rt.load_committed()
         if self.path != ":memory:":
             rt.checkpoints = Checkpoints(con, self.path, self.checkpoint_wal_bytes)
         rt.interrupts = self._interrupts
@@ -805,9 +806,9 @@ class Engine:
         rt = self._runtime()
         if stream not in rt.graph.streams:
             raise UnknownStreamError(f"no stream {stream!r}")
-        with rt.lock:
-            nb = rt.ledger.node_batches(stream)
-            return [(b, n) for b, n in zip(nb.ids, nb.numbers) if b > after]
+        # from the committed view, not the ledger: no wait for the engine's lock while a
+        # group of TEs runs (the ledger has a group's batches before its COMMIT)
+        return rt.committed_batches(stream, after)
 
     def read_batches(self, stream: str, first: int, last: int) -> pa.Table:
         """Rows of batches ``first``..``last`` of ``stream`` with their ``_batch_id``, in

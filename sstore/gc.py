@@ -83,6 +83,7 @@ def collect(rt: Runtime) -> int:
         raise
     for name, keep_from in trims:
         ledger.node_batches(name).drop_through(keep_from - 1)
+        rt.drop_committed(name, keep_from - 1)
     for name, removed in collected:
         ledger.collected[name] = max(ledger.collected.get(name, 0), removed)
     for state, low in window_lows:

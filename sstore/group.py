@@ -18,7 +18,8 @@ runnable TEs of batch b in schedule order inside one transaction and commits the
       the next member. The group ends when the next runnable TE belongs to another batch, at
       ``limit`` members, or after a member that created a stream or moved a window (their
       in-memory state is applied only after COMMIT).
-3. Store the held-back rows of every stream that has a reader outside the group.
+3. Store the held-back rows of every stream that has a reader outside the group; record the
+   others as collected (a consumer that starts on such a stream later gets ``GapError``).
 4. Insert all members' commit records in one statement.
 5. COMMIT; close the journal.
 6. Apply each member to memory (windows, cache, subscribers) and tell the observers.
@@ -65,6 +66,7 @@ class _Group:
     produced: dict[str, pa.Table] = field(default_factory=dict)  # this batch of each output
     held_back: dict[str, pa.Table] = field(default_factory=dict)  # outputs not stored yet
     commit_seconds: float = 0.0  # steps 3-5
+    unstored: list[str] = field(default_factory=list)  # held back for good: collected
 
     def names(self) -> set[str]:
         return {m.decl.name for m in self.members}
@@ -223,13 +225,23 @@ def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None)
 
 
 def _store_held_back(rt: Runtime, group: _Group) -> None:
+    """Store the held-back batches that a reader outside the group still needs; the others
+    are never stored, so they are recorded as collected (``sstore_sys.collected``), exactly
+    as garbage collection records what it removes: a consumer that starts on the stream
+    later must get ``GapError`` for them, never an empty batch in their place."""
     ran = group.names()
     for stream, table in group.held_back.items():
         if not set(rt.graph.consumers_of(stream)) <= ran:
             rt.store.insert(stream, group.batch_id, table)
+        else:
+            group.unstored.append(stream)
+    if group.unstored:
+        systables.record_collected(rt.con, group.unstored, group.batch_id)
 
 
 def _apply(rt: Runtime, group: _Group) -> None:
+    for stream in group.unstored:
+        rt.ledger.collected[stream] = max(rt.ledger.collected.get(stream, 0), group.batch_id)
     ran = group.names()
     consumed = frozenset(s for s in group.produced if set(rt.graph.consumers_of(s)) <= ran)
     now = time.perf_counter()

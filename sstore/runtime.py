@@ -8,6 +8,7 @@ committed transaction's effects reach memory.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import threading
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from sstore.checkpoints import Checkpoints
 from sstore.graph import Graph
 from sstore.inputlog import InputLog
 from sstore.interrupts import Interrupts
-from sstore.ledger import Ledger
+from sstore.ledger import Ledger, NodeBatches
 from sstore.scheduler import Scheduler
 from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Subscribers
@@ -74,6 +75,35 @@ class Runtime:
     #: transactions), used by one query at a time
     reader: duckdb.DuckDBPyConnection | None = None
     reader_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: the committed batches of every stream, (batch-id, rows), guarded by ``committed_lock``
+    #: instead of ``lock``: a sink planning its next chunk reads them without waiting behind
+    #: the next batch's TEs. Only ``finish`` adds to it (after COMMIT: a group commit records
+    #: its members in the ledger before it) and only GC takes from it.
+    committed: dict[str, NodeBatches] = field(default_factory=dict)
+    committed_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def load_committed(self) -> None:
+        """At start: the ledger's stream batches, which are all committed then."""
+        with self.committed_lock:
+            for stream in self.graph.streams:
+                nb = self.ledger.node_batches(stream)
+                self.committed[stream] = NodeBatches(list(nb.ids), list(nb.numbers))
+
+    def committed_batches(self, stream: str, after: int) -> list[tuple[int, int]]:
+        """Committed batches of ``stream`` after ``after``, still stored: (batch-id, rows)."""
+        with self.committed_lock:
+            nb = self.committed.get(stream)
+            if nb is None:
+                return []
+            i = bisect.bisect_right(nb.ids, after)
+            return list(zip(nb.ids[i:], nb.numbers[i:]))
+
+    def drop_committed(self, stream: str, through: int) -> None:
+        """GC removed the batches of ``stream`` up to ``through``."""
+        with self.committed_lock:
+            nb = self.committed.get(stream)
+            if nb is not None:
+                nb.drop_through(through)
 
     def observe(self, event: CommitEvent) -> None:
         """Tell observers (metrics, benchmarks) about a commit; called under the lock, so an
@@ -92,6 +122,10 @@ class Runtime:
         if not recorded:
             for node, batch_id, number in pending.records:
                 self.ledger.record(node, batch_id, number)
+        with self.committed_lock:
+            for node, batch_id, number in pending.records:
+                if node in self.graph.streams:
+                    self.committed.setdefault(node, NodeBatches()).add(batch_id, number)
         for stream, batch_id, table in pending.published:
             if self.graph.consumers_of(stream) and stream not in consumed:
                 self.cache[(stream, batch_id)] = table

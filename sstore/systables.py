@@ -168,6 +168,15 @@ def collected_statement(stream: str, through: int) -> tuple[str, list[object]]:
             [stream, through])
 
 
+def record_collected(con: duckdb.DuckDBPyConnection, streams: list[str], through: int) -> None:
+    """One statement: ``streams`` are collected through ``through`` (a group commit's batches
+    that were never stored, ``sstore.group``)."""
+    values = ", ".join(["(?, ?)"] * len(streams))
+    con.execute(f"INSERT INTO sstore_sys.collected VALUES {values} ON CONFLICT (stream) DO "
+                f"UPDATE SET through = greatest(sstore_sys.collected.through, excluded.through)",
+                [v for stream in streams for v in (stream, through)])
+
+
 def insert_gap(con: duckdb.DuckDBPyConnection, consumer: str, stream: str, first: int,
                last: int) -> None:
     con.execute("INSERT INTO sstore_sys.gaps (consumer, stream, first_batch, last_batch) "

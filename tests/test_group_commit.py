@@ -185,3 +185,60 @@ def test_weak_durability_replays_groups_without_running_past_an_ingest(tmp_path)
     again.run_until_idle()
     assert log_rows(again) == before == expected([1, 2])
     again.close()
+
+
+def test_a_consumer_that_starts_after_batches_passed_in_memory_gets_a_gap(tmp_path) -> None:
+    """Batches held back in memory were never stored: for a consumer that starts later they
+    are collected (GapError, loud), never empty batches that would advance its watermark."""
+    from sstore.errors import GapError
+
+    path = str(tmp_path / "state.duckdb")
+    engine = Engine(path)
+    three_steps(engine)
+    for x in (1, 2, 3):
+        engine.ingest("inp", [(x,)])
+    engine.run_until_idle()
+    engine.close()
+    reopened = Engine.open_existing(path)
+    reopened.hold("s1", "late")
+    with pytest.raises(GapError):
+        reopened.continue_from("s1", "late", 0)
+    assert reopened.continue_from("s1", "late", 0, accept_gap=True) == 3
+    reopened.close()
+
+
+def test_batches_lists_only_committed_batches_and_does_not_wait_for_a_group(tmp_path) -> None:
+    """``Engine.batches`` (how a sink plans) reads the committed view: a group's batches appear
+    only after its COMMIT, and listing them does not wait for the group to finish."""
+    import threading
+    import time
+
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    engine.stream("inp", {"x": "INTEGER"})
+    engine.stream("mid", {"x": "INTEGER"})
+    engine.consumer("mid", "sink")  # held: stored, not passed in memory
+    inside, release = threading.Event(), threading.Event()
+
+    @engine.procedure(input="inp", output="mid")
+    def first(tx, batch):
+        return tx.sql("SELECT x FROM batch")
+
+    @engine.procedure(input="mid")
+    def slow(tx, batch):
+        inside.set()
+        release.wait(10)
+
+    engine.ingest("inp", [(1,), (2,)])
+    runner = threading.Thread(target=engine.run_until_idle)
+    runner.start()
+    try:
+        assert inside.wait(10)  # first@1 ran in the same group: recorded, not committed
+        began = time.monotonic()
+        assert engine.batches("mid") == []
+        assert engine.query("SELECT count(*) AS n FROM mid").to_pylist() == [{"n": 0}]
+        assert time.monotonic() - began < 2, "waited for the group"
+    finally:
+        release.set()
+        runner.join()
+    assert engine.batches("mid") == [(1, 2)]
+    engine.close()
