@@ -1,8 +1,9 @@
 """The state an engine shares between its parts once it has started.
 
-Everything here but ``reader`` (guarded by ``reader_lock``) is guarded by ``lock``: one transaction at a time touches the DuckDB connection,
-which makes stream transactions and ad hoc transactions serializable by construction (H-Store's
-single-threaded partition, without the partitioning). ``finish`` is the one place where a
+Everything here is guarded by ``lock`` (but ``reader`` and ``committed``, which have their own
+locks so that queries and sinks do not wait for a running transaction): one transaction at a
+time touches the DuckDB connection, which makes stream transactions and ad hoc transactions
+serializable by construction (H-Store's single-threaded partition, without the partitioning). ``finish`` is the one place where a
 committed transaction's effects reach memory.
 """
 
