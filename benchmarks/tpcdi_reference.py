@@ -66,10 +66,9 @@ from sstore.workloads.tpcdi.streaming.procedures import (
     KEYED_SQL,
     LOOKUPS,
     MERGE_SQL,
-    NO_ALERTS,
     SECURED_SQL,
     TIMED_SQL,
-    may_alert,
+    merge_outcome,
 )
 
 SOURCE = "tpcdi DimTrade (hand-written reference)"
@@ -94,7 +93,6 @@ WITH parsed AS ({over(PARSE_SQL, "chunk")}),
 """
 #: SP5's merge over the keyed rows (``keyed``): returns the changed DimTrade rows.
 APPLY_SQL = over(MERGE_SQL, "keyed")
-UNKNOWN_TRADE = "unknown trade (update before any insert)"
 
 
 class ReferenceDimTrade:
@@ -178,20 +176,13 @@ class ReferenceDimTrade:
             judged = con.sql(JUDGE_SQL).to_arrow_table()
             con.register("keyed", judged)
             changed = con.sql(APPLY_SQL).to_arrow_table()
-            ok = pc.and_(pc.is_null(judged["reason"]),
-                         pc.is_in(judged["t_id"], value_set=changed["tradeid"]))
-            applied = judged.filter(ok)
-            rejected = judged.filter(pc.invert(ok))
-            if may_alert(applied):
+
+            def alerts_of(applied: pa.Table) -> pa.Table:
                 con.register("applied", applied)
-                alerts = con.sql(ALERTS_SQL).to_arrow_table()
-            else:
-                alerts = NO_ALERTS
-            reasons = pc.if_else(pc.is_null(rejected["reason"]), pa.scalar(UNKNOWN_TRADE),
-                                 rejected["reason"])
-            rejects = pa.table([rejected["source"], rejected["tpcdi_batch"],
-                                rejected["line_no"], rejected["line"], reasons],
-                               schema=REJECT_SCHEMA)
+                return con.sql(ALERTS_SQL).to_arrow_table()
+
+            alerts, rejects = merge_outcome(judged, changed, alerts_of)
+            rejects = rejects.cast(REJECT_SCHEMA)
             rows = changed.select(DIMTRADE_ARROW.names).cast(DIMTRADE_ARROW)
             messages = alerts.select(DIMESSAGES_ARROW.names).cast(DIMESSAGES_ARROW)
 

@@ -58,17 +58,24 @@ def expected(batches: list[int]) -> list[tuple[str, int, int]]:
     return rows
 
 
+def run_three_batches(path: str, grouped: bool, declare: bool = True
+                      ) -> tuple[Engine, list[CommitEvent], tuple[list, list]]:
+    """Batches 1-3 through ``three_steps``: the engine, its commit events, what it wrote."""
+    engine = Engine(path, group_commit=grouped)
+    three_steps(engine, declare=declare)
+    events: list[CommitEvent] = []
+    engine.observe(events.append)
+    for x in (1, 2, 3):
+        engine.ingest("inp", [(x,)])
+    assert engine.run_until_idle() == 9
+    return engine, events, (log_rows(engine), engine.query("SELECT * FROM out").to_pylist())
+
+
 def test_a_chain_commits_as_one_group_and_equals_one_at_a_time(tmp_path) -> None:
     results = {}
     for grouped in (True, False):
-        engine = Engine(str(tmp_path / f"{grouped}.duckdb"), group_commit=grouped)
-        three_steps(engine)
-        events: list[CommitEvent] = []
-        engine.observe(events.append)
-        for x in (1, 2, 3):
-            engine.ingest("inp", [(x,)])
-        assert engine.run_until_idle() == 9
-        results[grouped] = (log_rows(engine), engine.query("SELECT * FROM out").to_pylist())
+        engine, events, results[grouped] = run_three_batches(
+            str(tmp_path / f"{grouped}.duckdb"), grouped)
         tes = [e for e in events if e.kind == "te"]
         assert [(e.node, e.batch_id) for e in tes] == [
             (p, b) for b in (1, 2, 3) for p in ("a", "b", "c")]  # the same order either way
@@ -82,14 +89,8 @@ def test_a_chain_commits_as_one_group_and_equals_one_at_a_time(tmp_path) -> None
 def test_a_stream_created_by_its_first_batch_ends_the_group(tmp_path) -> None:
     results = {}
     for grouped in (True, False):
-        engine = Engine(str(tmp_path / f"{grouped}.duckdb"), group_commit=grouped)
-        three_steps(engine, declare=False)
-        events: list[CommitEvent] = []
-        engine.observe(events.append)
-        for x in (1, 2, 3):
-            engine.ingest("inp", [(x,)])
-        assert engine.run_until_idle() == 9
-        results[grouped] = (log_rows(engine), engine.query("SELECT * FROM out").to_pylist())
+        engine, events, results[grouped] = run_three_batches(
+            str(tmp_path / f"{grouped}.duckdb"), grouped, declare=False)
         # batch 1 creates s1, s2 and out: three commits; then one per batch
         assert len({e.at for e in events if e.kind == "te"}) == (5 if grouped else 9)
         engine.close()

@@ -14,6 +14,8 @@ silently. Dimension lookups read DuckDB copies of the warehouse dimensions
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -184,23 +186,36 @@ def declare(engine: Engine) -> None:
     def apply_dimtrade(tx: Transaction, batch: pa.Table) -> dict[str, pa.Table]:
         """SP5: alerts, DimTrade upsert, the changed rows and the rejects of the batch."""
         changed = tx.sql(MERGE_SQL)
-        ok = pc.and_(pc.is_null(batch["reason"]),
-                     pc.is_in(batch["t_id"], value_set=changed["tradeid"]))
-        applied = batch.filter(ok)
-        rejected = batch.filter(pc.invert(ok))
-        if may_alert(applied):
+
+        def alerts_of(applied: pa.Table) -> pa.Table:
             tx.register("applied", applied)
-            alerts = tx.sql(ALERTS_SQL)
-        else:
-            alerts = NO_ALERTS
-        reasons = pc.if_else(pc.is_null(rejected["reason"]),
-                             pa.scalar("unknown trade (update before any insert)"),
-                             rejected["reason"])
-        rejects = pa.table({"source_file": rejected["source"],
-                            "batch_id": rejected["tpcdi_batch"],
-                            "line_number": rejected["line_no"], "raw_line": rejected["line"],
-                            "reason": reasons})
+            return tx.sql(ALERTS_SQL)
+
+        alerts, rejects = merge_outcome(batch, changed, alerts_of)
         return {"dimtrade_changes": changed, "dimessages_out": alerts, "trade_rejects": rejects}
+
+
+UNKNOWN_TRADE = "unknown trade (update before any insert)"
+
+
+def merge_outcome(batch: pa.Table, changed: pa.Table,
+                  alerts_of: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, pa.Table]:
+    """SP5 after its MERGE: a row of ``batch`` was applied exactly when it had no reason and
+    its trade came back in ``changed``. Returns (alerts, rejects): ``alerts_of(applied)`` runs
+    ``ALERTS_SQL`` only when ``may_alert`` finds a candidate; every other row is a reject
+    (an update of a trade that was never inserted, if it had no reason yet). Shared with the
+    hand-written reference (``benchmarks.tpcdi_reference``) so both apply the same rules."""
+    ok = pc.and_(pc.is_null(batch["reason"]),
+                 pc.is_in(batch["t_id"], value_set=changed["tradeid"]))
+    applied = batch.filter(ok)
+    rejected = batch.filter(pc.invert(ok))
+    alerts = alerts_of(applied) if may_alert(applied) else NO_ALERTS
+    reasons = pc.if_else(pc.is_null(rejected["reason"]), pa.scalar(UNKNOWN_TRADE),
+                         rejected["reason"])
+    rejects = pa.table({"source_file": rejected["source"], "batch_id": rejected["tpcdi_batch"],
+                        "line_number": rejected["line_no"], "raw_line": rejected["line"],
+                        "reason": reasons})
+    return alerts, rejects
 
 
 def may_alert(applied: pa.Table) -> bool:
