@@ -12,7 +12,9 @@ Sources, all public or the benchmark's own:
 - the feed's own clock around ``ingest`` + ``run_until_idle`` and the sinks' delivery times
   (``tpcdi_runs.CommitProbe``).
 
-Phases per batch (ms): ``ingest: append + commit records`` and ``ingest: COMMIT``; per
+Phases per batch (ms): ``ingest: append + commit records`` and ``ingest: COMMIT`` (the feed
+uses ``Engine.ingest_and_run``: the ingest then leads the batch's group, and its COMMIT is
+the group's); per
 procedure ``SQL`` and ``outputs, stream appends`` (the TE's own seconds minus its SQL); the
 group commit's COMMIT and its other closing steps (held-back rows, commit records), once per
 group (with ``group_commit=False``: per procedure ``outputs, stream appends, commit records``
@@ -94,7 +96,11 @@ class EngineProfile:
         COMMIT time accumulated since the previous one."""
         if not self.active or threading.get_ident() != self.thread:
             return
-        if event.kind == "ingest":
+        if event.kind == "ingest" and event.group > 1:  # it led a group: its own work only
+            self._sql.pop("", None)
+            parts = {"ingest: append + commit records": event.seconds,
+                     "_transactions": event.seconds}
+        elif event.kind == "ingest":
             commit, self._commit = self._commit, 0.0
             self._sql.pop("", None)
             parts = {"ingest: append + commit records": event.seconds - commit,

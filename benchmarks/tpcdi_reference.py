@@ -53,6 +53,7 @@ from benchmarks.tpcdi_setup import (
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.postgres_to_engine import read_postgres
+from sstore.duck import arrow
 from sstore.sql import ident, qualified
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMESSAGES as DIMESSAGES_ARROW
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMTRADE as DIMTRADE_ARROW
@@ -173,13 +174,13 @@ class ReferenceDimTrade:
         con.begin()
         try:
             con.register("chunk", chunk)
-            judged = con.sql(JUDGE_SQL).to_arrow_table()
+            judged = arrow(con, JUDGE_SQL)  # planned once, as sstore does
             con.register("keyed", judged)
-            changed = con.sql(APPLY_SQL).to_arrow_table()
+            changed = arrow(con, APPLY_SQL)
 
             def alerts_of(applied: pa.Table) -> pa.Table:
                 con.register("applied", applied)
-                return con.sql(ALERTS_SQL).to_arrow_table()
+                return arrow(con, ALERTS_SQL)
 
             alerts, rejects = merge_outcome(judged, changed, alerts_of)
             rejects = rejects.cast(REJECT_SCHEMA)

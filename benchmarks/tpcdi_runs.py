@@ -172,8 +172,9 @@ class CommitProbe:
 
 
 class EngineFeed:
-    """Feeds the streaming DimTrade dataflow as ``StreamingDimTrade.stream`` does (ingest, run
-    the procedures until idle; sinks catch up in their threads), timing every batch."""
+    """Feeds the streaming DimTrade dataflow as ``StreamingDimTrade.stream`` does
+    (``Engine.ingest_and_run``: the batch and its five TEs in one transaction; sinks catch up
+    in their threads), timing every batch."""
 
     def __init__(self, pipeline: Any, profile: EngineProfile | None = None) -> None:
         self.pipeline = pipeline
@@ -207,8 +208,7 @@ class EngineFeed:
     def send(self, chunk: pa.Table, measured: bool) -> None:
         self._batch += 1
         self._mark = t0 = time.perf_counter()
-        self.engine.ingest("trade_lines", chunk, batch_id=self._batch)
-        self.engine.run_until_idle()
+        self.engine.ingest_and_run("trade_lines", chunk, batch_id=self._batch)
         if self.profile is not None:
             self.profile.end_batch(self._batch, time.perf_counter() - t0)
         if measured:

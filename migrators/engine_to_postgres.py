@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from migrators import delivery
 from migrators.delivery import SinkKey, TargetBehind
 from migrators.errors import MigrationError
+from migrators.recent_batches import RecentBatches
 from migrators.postgres import (
     RetryPolicy,
     Session,
@@ -164,6 +165,8 @@ class StreamToPostgres:
     _rows_moved: int = field(default=0, init=False)  # by this object, for metrics
     _batches_moved: int = field(default=0, init=False)
     _loop_retries: int = field(default=0, init=False)  # retries of the sink thread's loop
+    #: batches handed over by the subscription that wakes the sink thread, not yet delivered
+    _recent: RecentBatches = field(default_factory=RecentBatches, init=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "merge"):
@@ -400,8 +403,13 @@ class StreamToPostgres:
         its ORDER BY: DuckDB returns a filtered scan in insertion order, which is batch
         order, and sorting 100,000 rows again took a third of the read, under the engine's
         lock. The order is checked, and restored (a stable sort) if it is ever not so."""
-        if self.engine.schema(self.stream) is None:
+        schema = self.engine.schema(self.stream)
+        if schema is None:
             return pa.table({"_batch_id": pa.array([], pa.int64())})
+        held = self._recent.take(group[0].first, group[-1].last, sum(c.batches for c in group),
+                                 sum(c.rows for c in group), schema)
+        if held is not None:
+            return held  # the same rows, as the subscription handed them over
         rows = self.engine.query(f"SELECT * FROM {ident(self.stream)} WHERE _batch_id "
                                  f"BETWEEN ? AND ?", group[0].first, group[-1].last)
         return _in_batch_order(rows)
@@ -431,6 +439,7 @@ class StreamToPostgres:
         committed_at = time.perf_counter()
         self._after = chunk.last
         self._unacked = chunk.last
+        self._recent.forget_through(chunk.last)
         self._rows_moved += done.rows
         self._batches_moved += chunk.batches
         self._acknowledge(force=False)  # step 7
@@ -491,7 +500,12 @@ class StreamToPostgres:
         self._thread = threading.Thread(target=self._sink_loop, daemon=True,
                                         name=f"sstore-sink-{self.table}")
         self._thread.start()
-        self._subscription = self.engine.subscribe(self.stream, lambda _b, _t: self._wake.set())
+        self._subscription = self.engine.subscribe(self.stream, self._committed)
+
+    def _committed(self, batch_id: int, rows: pa.Table) -> None:
+        """A batch of the stream committed: keep its rows for the sink thread, wake it."""
+        self._recent.remember(batch_id, rows)
+        self._wake.set()
 
     def _sink_loop(self) -> None:
         def remember(exc: BaseException, _attempt: int) -> None:

@@ -1,12 +1,23 @@
-"""DuckDB helpers: Arrow tables visible to SQL for the length of a block."""
+"""DuckDB helpers: Arrow tables visible to SQL for the length of a block, and query results as
+Arrow with one planning of the statement."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
+
+# ``con.sql(q).to_arrow_table()``, the form DuckDB 2.x recommends, binds the statement to build
+# a relation and binds and plans it again to run it: 2-4 ms per statement here whatever the
+# batch size (SP1 of TPC-DI: 8.7 ms that way, 6.0 ms via ``execute``, for 251 lines). The DB-API
+# form runs it once and pays an extra copy of the result, which is cheaper up to at least 25,000
+# rows (38 vs 34 ms). Its advice warning is silenced for that message only.
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result makes an extra copy",
+                        category=UserWarning)
 
 # DuckDB's Python client resolves unknown table names to Python variables of the calling frame
 # (a "replacement scan"). Inside an engine that would let a procedure's local variable shadow a
@@ -48,3 +59,10 @@ def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table,
                 con.unregister(name)
             except duckdb.Error:
                 pass
+
+
+def arrow(con: duckdb.DuckDBPyConnection, query: str,
+          params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+    """Run ``query`` (parameters bound) and return its rows as an Arrow table, planning it once
+    (see the note on the warning filter above)."""
+    return con.execute(query, params).to_arrow_table()

@@ -29,6 +29,8 @@ def collect(rt: Runtime) -> int:
     trims: list[tuple[str, int]] = []
     window_lows: list[tuple[WindowState, int]] = []
     collected: list[tuple[str, int]] = []
+    deleted: list[tuple[str, int]] = []
+    commit_trims: list[tuple[str, int]] = []  # (stream, keep_from): one statement for all
     graph, ledger = rt.graph, rt.ledger
     for name in graph.streams:
         if rt.store.schema(name) is None:
@@ -39,14 +41,20 @@ def collect(rt: Runtime) -> int:
             keep_from = ledger.frontier(name) + 1
         if not batches.ids or batches.ids[0] >= keep_from:
             continue
-        plan.append((f"DELETE FROM {ident(name)} WHERE _batch_id < ?", [keep_from]))
+        if rt.store.may_hold_rows_before(name, keep_from):  # else: all passed in memory
+            plan.append((f"DELETE FROM {ident(name)} WHERE _batch_id < ?", [keep_from]))
+            deleted.append((name, keep_from))
         removed = batches.ids[bisect.bisect_left(batches.ids, keep_from) - 1]
-        plan.append(systables.collected_statement(name, removed))
-        collected.append((name, removed))
+        if ledger.collected.get(name, 0) < removed:  # a group may have recorded it already
+            plan.append(systables.collected_statement(name, removed))
+            collected.append((name, removed))
         if not graph.is_border(name):
-            plan.append(("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id < ?",
-                         [name, keep_from]))
+            commit_trims.append((name, keep_from))
         trims.append((name, keep_from))
+    if commit_trims:
+        plan.append(("DELETE FROM sstore_sys.commits WHERE " + " OR ".join(
+            ["(node = ? AND batch_id < ?)"] * len(commit_trims)),
+            [v for trim in commit_trims for v in trim]))
     for name, state in rt.store.windows.items():
         batches = ledger.node_batches(name)
         readers = graph.consumers_of(name)
@@ -86,6 +94,8 @@ def collect(rt: Runtime) -> int:
         rt.drop_committed(name, keep_from - 1)
     for name, removed in collected:
         ledger.collected[name] = max(ledger.collected.get(name, 0), removed)
+    for name, keep_from in deleted:
+        rt.store.deleted_before(name, keep_from)
     for state, low in window_lows:
         state.collected_through = low
     rt.since_gc = 0

@@ -7,6 +7,7 @@ commit-record statement and an intermediate stream append per procedure. A group
 runnable TEs of batch b in schedule order inside one transaction and commits them together:
 
 1. BEGIN; open the ledger's journal.
+   b. ``ingest_and_run`` only: append the ingested batch (the group's lead) and record it.
 2. For each member, in the order the scheduler picks them (each time the smallest runnable
    (batch, position), so the order is exactly the one-at-a-time order):
    a. its inputs: a batch produced earlier in the group comes from memory, any other one as in
@@ -34,6 +35,7 @@ runs alone (``executor.run_te``), with its retries and error policy, exactly as 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -72,13 +74,33 @@ class _Group:
         return {m.decl.name for m in self.members}
 
 
+@dataclass
+class Lead:
+    """An ingest that opens a group (``ingest_and_run``): its batch is appended in the group's
+    transaction before the first member, and commits with the members or not at all."""
+
+    stream: str
+    table: pa.Table
+    pending: PendingCommit = field(default_factory=PendingCommit)
+    seconds: float = 0.0
+
+
+class _LeadFailed(Exception):
+    """The lead ingest itself failed (the batch breaks a constraint, say): the caller gets
+    ``error`` exactly as from a plain ingest."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _GroupFailed(Exception):
     """The group rolled back because of ``error``; ``chain`` names its members in order, the
     last one being the member that failed (or, for a failure after every member had run, the
     last member)."""
 
     def __init__(self, chain: list[str], error: Exception) -> None:
-        super().__init__(f"{chain[-1]} failed: {error}")
+        super().__init__(f"{chain[-1] if chain else 'the group'} failed: {error}")
         self.chain = chain
         self.error = error
 
@@ -106,15 +128,74 @@ def run_batch(rt: Runtime, name: str, batch_id: int, limit: int | None = None) -
     executor.run_te(rt, chain[-1], batch_id, first_failure=error)
 
 
-def _run_group(rt: Runtime, name: str, batch_id: int, most: int,
-               fixed: list[str] | None) -> None:
-    """Steps 1-6 of the module docstring; raises ``_GroupFailed`` after rolling back."""
+def ingest_and_run(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
+                   ingest_alone: Callable[[], None]) -> None:
+    """Ingest batch ``batch_id`` of border stream ``stream`` and run the TEs of that batch that
+    become runnable, all in one DuckDB transaction: the ingest is the group's lead (step 1b of
+    the module docstring) and its rows, when only the group's members read them, are never
+    stored. Caller holds ``rt.lock`` and has checked the batch-id (new, in order).
+
+    If anything fails, everything rolls back and the work is done the way ``ingest`` followed
+    by ``run_until_idle`` does it: a batch the stream refuses raises its error and nothing is
+    recorded; otherwise ``ingest_alone()`` commits the batch on its own, the members before
+    the failing one run again as a group and the failing one alone with its first failure
+    (``run_batch``'s recovery). A stop request (``Stopped``) also commits the batch alone
+    first: the client handed it over, the engine keeps it."""
+    lead = Lead(stream, table)
+    try:
+        _run_group(rt, None, batch_id, MAX_MEMBERS, fixed=None, lead=lead)
+        return
+    except _GroupFailed as failed:
+        chain, error = failed.chain, failed.error
+    except Stopped:
+        ingest_alone()
+        raise
+    ingest_alone()
+    if not chain:
+        return
+    if len(chain) > 1:
+        try:
+            _run_group(rt, chain[0], batch_id, len(chain) - 1, fixed=chain[:-1])
+        except _GroupFailed:
+            return  # the caller's run_until_idle runs them one at a time
+    executor.run_te(rt, chain[-1], batch_id, first_failure=error)
+
+
+def _append_lead(rt: Runtime, group: _Group, lead: Lead, most: int) -> str | None:
+    """Step 1b: append the lead's batch (held back like a member's output when only
+    procedures read it) and record it, so that the scheduler sees the batch; return the first
+    member, or None if no TE of this batch is runnable next."""
+    began = time.perf_counter()
+    hold = _can_hold_back(rt, lead.stream)
+    try:
+        rt.store.append(lead.stream, group.batch_id, lead.table, lead.pending,
+                        store_rows=not hold)
+    except BaseException as exc:
+        raise _LeadFailed(exc) from exc
+    if hold:
+        group.held_back[lead.stream] = lead.table
+    group.produced[lead.stream] = lead.table
+    for node, batch, number in lead.pending.records:
+        rt.ledger.record(node, batch, number)
+    lead.seconds = time.perf_counter() - began
+    if most < 1 or lead.pending.created or lead.pending.window_updates:
+        return None  # their in-memory state is applied after COMMIT only
+    nxt = rt.scheduler.next()
+    return nxt[0] if nxt is not None and nxt[1] == group.batch_id else None
+
+
+def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
+               fixed: list[str] | None, lead: Lead | None = None) -> None:
+    """Steps 1-6 of the module docstring; raises ``_GroupFailed`` after rolling back (the
+    lead's own error, unwrapped, if the lead ingest is what failed)."""
     con = rt.con
     group = _Group(batch_id)
     rt.ledger.begin_journal()
     con.begin()  # step 1
     try:
         current: str | None = name
+        if lead is not None:
+            current = _append_lead(rt, group, lead, most)
         while current is not None:  # step 2
             member = _run_member(rt, group, rt.graph.procedures[current])
             group.members.append(member)
@@ -123,7 +204,8 @@ def _run_group(rt: Runtime, name: str, batch_id: int, most: int,
             current = _next_member(rt, group, most, fixed)
         closing = time.perf_counter()
         _store_held_back(rt, group)  # step 3
-        systables.insert_commits(con, [r for m in group.members for r in m.pending.records])
+        records = [r for m in group.members for r in m.pending.records]
+        systables.insert_commits(con, records if lead is None else lead.pending.records + records)
         crash_point("te.before_commit")
         con.commit()  # step 5
         group.commit_seconds = time.perf_counter() - closing
@@ -134,6 +216,10 @@ def _run_group(rt: Runtime, name: str, batch_id: int, most: int,
         for member in group.members:
             member.tx._mark_rolled_back()
             rt.store.forget(member.pending)
+        if lead is not None:
+            rt.store.forget(lead.pending)
+            if isinstance(exc, _LeadFailed):
+                raise exc.error from None  # the batch itself was refused: nothing ran
         chain = [m.decl.name for m in group.members]
         if isinstance(exc, _MemberRun):
             chain.append(exc.name)
@@ -145,7 +231,7 @@ def _run_group(rt: Runtime, name: str, batch_id: int, most: int,
         raise _GroupFailed(chain, exc) from exc
     rt.ledger.end_journal()
     crash_point("te.after_commit")
-    _apply(rt, group)  # step 6
+    _apply(rt, group, lead)  # step 6
 
 
 class _MemberRun(Exception):
@@ -201,10 +287,13 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
 
 def _can_hold_back(rt: Runtime, stream: str) -> bool:
     """Whether the rows of ``stream`` may wait in memory until the group ends: only procedures
-    read it (no sink holds it, no subscriber, no trigger, no window, not ``retain="all"``)."""
+    read it (no sink holds it, no subscriber, no trigger, no window, not ``retain="all"``) and
+    its table has no constraint to check them against (rows never inserted are never checked:
+    a row breaking a CHECK must halt the procedure that wrote it, as without groups)."""
     graph = rt.graph
     decl = graph.streams.get(stream)
-    return (stream in rt.store.schemas and bool(graph.consumers_of(stream))
+    return (stream in rt.store.schemas and stream not in rt.store.constrained
+            and bool(graph.consumers_of(stream))
             and not graph.triggers_on(stream) and not graph.windows_on(stream)
             and not rt.ledger.holders.get(stream) and not rt.subscribers.wants(stream)
             and (decl is None or decl.retain != "all"))
@@ -236,15 +325,21 @@ def _store_held_back(rt: Runtime, group: _Group) -> None:
         else:
             group.unstored.append(stream)
     if group.unstored:
-        systables.record_collected(rt.con, group.unstored, group.batch_id)
+        systables.record_collected(rt.con, group.unstored, group.batch_id, rt.ledger.collected)
 
 
-def _apply(rt: Runtime, group: _Group) -> None:
+def _apply(rt: Runtime, group: _Group, lead: Lead | None = None) -> None:
     for stream in group.unstored:
         rt.ledger.collected[stream] = max(rt.ledger.collected.get(stream, 0), group.batch_id)
     ran = group.names()
     consumed = frozenset(s for s in group.produced if set(rt.graph.consumers_of(s)) <= ran)
     now = time.perf_counter()
+    if lead is not None:
+        rt.finish(lead.pending, recorded=True, consumed=consumed)
+        if rt.observers:
+            rt.observe(CommitEvent("ingest", lead.stream, group.batch_id, lead.table.num_rows,
+                                   now, lead.table.num_rows, lead.seconds,
+                                   len(group.members) + 1, group.commit_seconds))
     for member in group.members:
         member.tx._mark_committed()
         rt.te_seq += 1

@@ -76,12 +76,14 @@ class Ledger:
                 self._journal.append((True, node, self.progress.get(node)))
             self.progress[node] = max(self.progress.get(node, 0), batch_id)
             return
+        border = graph.is_border(node)
         if self._journal is not None:
-            if graph.is_border(node):
-                raise AssertionError("ingests are never part of a group commit")
-            self._journal.append((False, node, batch_id))
+            # an ingest that leads a group (``group.ingest_and_run``) is undone with its
+            # previous last batch-id; any other stream or window batch was simply the newest
+            self._journal.append((False, node, self.last_ingested.get(node, 0) if border
+                                  else None))
         self.batches.setdefault(node, NodeBatches()).add(batch_id, number)
-        if graph.is_border(node):
+        if border:
             self.ingested.setdefault(node, set()).add(batch_id)
             self.last_ingested[node] = max(self.last_ingested.get(node, 0), batch_id)
 
@@ -103,8 +105,11 @@ class Ledger:
         journal, self._journal = self._journal or [], None
         for is_progress, node, value in reversed(journal):
             if not is_progress:  # a batch of a stream or window: it was the newest
-                self.batches[node].ids.pop()
+                batch_id = self.batches[node].ids.pop()
                 self.batches[node].numbers.pop()
+                if value is not None:  # an ingest: value is the last batch-id before it
+                    self.ingested[node].discard(batch_id)
+                    self.last_ingested[node] = value
             elif value is None:
                 self.progress.pop(node, None)
             else:

@@ -38,7 +38,8 @@ class CommitEvent:
     input batches); ``seconds`` is how long the transaction took, BEGIN to COMMIT (for a TE,
     of its last attempt). A TE committed in a group (``sstore.group``) has ``group`` > 0:
     ``seconds`` is then its own work only, and ``commit_seconds`` the group's closing steps
-    (held-back rows, commit records, COMMIT), the same on each of the ``group`` members."""
+    (held-back rows, commit records, COMMIT), the same on each of the ``group`` members. An
+    ingest that led a group (``Engine.ingest_and_run``) counts as one of them."""
 
     kind: str  # "ingest" or "te"
     node: str

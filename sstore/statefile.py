@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import connect
+from sstore.duck import arrow, connect
 from sstore.errors import TerminalError
 from sstore.readonly import check_query
 from sstore.sql import bind
@@ -154,4 +154,4 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, args: tuple[Any, ...],
               params: Sequence[Any] | Mapping[str, Any] | None) -> pa.Table:
     """``sql``, checked to be a plain query, on a read-only connection, as Arrow."""
     check_query(sql, "duckdb")
-    return con.sql(sql, params=bind(args, params)).to_arrow_table()
+    return arrow(con, sql, bind(args, params))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import registered
+from sstore.duck import arrow, registered
 from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
@@ -50,6 +50,15 @@ class StreamStore:
         self.graph = graph
         self.schemas: dict[str, pa.Schema] = {}
         self.windows: dict[str, WindowState] = {}
+        #: streams whose table checks its rows (NOT NULL, CHECK, UNIQUE, ... on a column of
+        #: theirs): their rows must be inserted to be checked, so they are never held back
+        self.constrained: set[str] = set()
+        #: per stream, the lowest batch-id that may still have rows in its table (None: no
+        #: rows) and the highest one that has been given rows, read from the table at start;
+        #: GC skips the DELETE of a stream whose batches were all passed in memory. A
+        #: rolled-back insert leaves the range wider than needed, never narrower.
+        self.stored_from: dict[str, int | None] = {}
+        self.stored_through: dict[str, int] = {}
 
     # -- setup ---------------------------------------------------------------------------------
     def create_all(self) -> None:
@@ -61,8 +70,16 @@ class StreamStore:
                             f"(_batch_id BIGINT NOT NULL, {cols})")
             if self._table_exists(decl.name):
                 self.schemas[decl.name] = self._read_schema(decl.name)
+                low, high = con.execute(f"SELECT min(_batch_id), max(_batch_id) "
+                                        f"FROM {ident(decl.name)}").fetchall()[0]
+                self.stored_from[decl.name] = None if low is None else int(low)
+                self.stored_through[decl.name] = 0 if high is None else int(high)
                 if decl.columns is not None:
                     self._check_declared(decl.name, decl.columns)
+        self.constrained = {str(name) for (name,) in con.execute(
+            "SELECT DISTINCT table_name FROM duckdb_constraints() WHERE database_name = "
+            "current_database() AND schema_name = 'main' AND constraint_column_names <> "
+            "['_batch_id']").fetchall()} & set(self.graph.streams)
         for win in self.graph.windows.values():
             source = self.graph.streams[win.source]
             if source.columns is None:
@@ -120,6 +137,7 @@ class StreamStore:
                 else:
                     con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
                                 [batch_id])
+                self._stored(stream, batch_id)
                 if table.num_rows:
                     for trig in triggers:
                         _run_trigger(con, trig.sql, batch_id)
@@ -144,6 +162,24 @@ class StreamStore:
             with registered(self.con, NEW_ROWS, table, keep=True):
                 self.con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
                                  [batch_id])
+            self._stored(stream, batch_id)
+
+    def _stored(self, stream: str, batch_id: int) -> None:
+        if self.stored_from.get(stream) is None:
+            self.stored_from[stream] = batch_id
+        self.stored_through[stream] = max(self.stored_through.get(stream, 0), batch_id)
+
+    def may_hold_rows_before(self, stream: str, batch_id: int) -> bool:
+        """Whether the table of ``stream`` may hold rows of batches below ``batch_id``."""
+        first = self.stored_from.get(stream, 0)  # a stream not seen yet: assume it may
+        return first is not None and first < batch_id
+
+    def deleted_before(self, stream: str, batch_id: int) -> None:
+        """GC deleted the rows of ``stream`` below ``batch_id`` (committed)."""
+        if self.stored_through.get(stream, 0) < batch_id:
+            self.stored_from[stream] = None  # every stored row was below it: none left
+        elif self.may_hold_rows_before(stream, batch_id):
+            self.stored_from[stream] = batch_id
 
     def _create_inferred(self, stream: str, batch_id: int, pending: PendingCommit) -> None:
         """Create an undeclared stream's table from its first batch (the relation
@@ -169,8 +205,8 @@ class StreamStore:
         schema = self.schemas.get(stream)
         if schema is None:
             return pa.table({})
-        return self.con.sql(f"SELECT * EXCLUDE (_batch_id) FROM {ident(stream)} "
-                            f"WHERE _batch_id = ?", params=[batch_id]).to_arrow_table()
+        return arrow(self.con, f"SELECT * EXCLUDE (_batch_id) FROM {ident(stream)} "
+                               f"WHERE _batch_id = ?", [batch_id])
 
     def read_window(self, window: str, promoted: int) -> pa.Table:
         state = self.windows[window]

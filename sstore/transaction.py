@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore.duck import arrow
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
 
@@ -75,7 +76,7 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return self._con.sql(query, params=bound).to_arrow_table()
+            return arrow(self._con, query, bound)
 
     query = sql
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import registered
+from sstore.duck import arrow, registered
 from sstore.graph import WindowDecl
 from sstore.sql import ident, literal
 
@@ -105,5 +105,5 @@ def read_window(con: duckdb.DuckDBPyConnection, state: WindowState, promoted: in
                 columns: list[str]) -> pa.Table:
     low, high = state.bounds(promoted)
     select = ", ".join(ident(c) for c in columns)
-    return con.sql(f"SELECT {select} FROM {ident(state.rows_table)} WHERE _seq > ? AND _seq <= ?"
-                   f" ORDER BY _seq", params=[low, high]).to_arrow_table()
+    return arrow(con, f"SELECT {select} FROM {ident(state.rows_table)} WHERE _seq > ? AND _seq <= ?"
+                      f" ORDER BY _seq", [low, high])

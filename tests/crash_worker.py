@@ -4,7 +4,9 @@ It declares a multi-procedure graph (fan-out, fan-in, a window), then sends ever
 from the first one, as a client that does not know what reached the engine before a crash
 would, runs everything, and writes the final state to ``<path>.result.json``.
 
-    python -m tests.crash_worker full|weak PATH BATCHES
+    python -m tests.crash_worker full|weak|fused PATH BATCHES
+
+(``fused``: full durability, each batch of ``b`` sent with ``Engine.ingest_and_run``.)
 
 ``python -m tests.crash_worker rejected LOG`` is a weak-durability program whose inputs the
 engine partly refuses (constraint violations in ingests and in ad hoc transactions, one of them
@@ -55,10 +57,13 @@ def dump(engine: Engine) -> dict[str, list[list[object]]]:
 
 
 def main(mode: str, path: str, batches: int) -> None:
-    engine = Engine(path) if mode == "full" else Engine(":memory:", input_log=path)
+    engine = Engine(":memory:", input_log=path) if mode == "weak" else Engine(path)
     declare(engine)
     for batch_id, (a_rows, b_rows) in enumerate(inputs(batches), start=1):
         engine.ingest("a", a_rows, batch_id=batch_id)
+        if mode == "fused":  # b's batch commits with the batch's TEs (a group it leads)
+            engine.ingest_and_run("b", b_rows, batch_id=batch_id)
+            continue
         engine.ingest("b", b_rows, batch_id=batch_id)
         if batch_id % 4 == 0:
             engine.run_until_idle()

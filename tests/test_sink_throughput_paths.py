@@ -167,3 +167,32 @@ def test_groups_start_with_one_chunk_then_fill_up_to_the_read_ahead(
         tmp_path: Path) -> None:
     chunks = [e2p.Chunk(i, i, 40_000, 1) for i in range(1, 7)]
     assert [[c.first for c in g] for g in e2p._groups(chunks)] == [[1], [2, 3], [4, 5], [6]]
+
+
+def test_a_sink_thread_takes_batches_from_its_subscription_and_the_engine_when_not_held(
+        state_path: str, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches the subscription handed over are delivered from memory; batches committed
+    before the sink attached, or past the memory bound, are read from the engine. Either way
+    every row arrives once, in order, including empty batches and merged updates."""
+    eng = out_engine(state_path, 3, 10)  # before attach: only the engine has them
+    sink = StreamToPostgres(eng, "out", pg_url, "s.out", mode="merge", key=["id"],
+                            chunk_rows=25)
+    sink._recent.max_rows = 45  # room for a few batches, then the engine again
+    sink.attach()
+    assert sink.flush(timeout=30)
+    for b in range(3, 12):
+        rows = [] if b == 5 else [(i % 50, b) for i in range(b * 10, b * 10 + 10)]
+        eng.ingest("out", pa.table({"id": pa.array([r[0] for r in rows], pa.int64()),
+                                    "v": pa.array([r[1] for r in rows], pa.int32())}))
+        if b % 3 == 0:
+            assert sink.flush(timeout=30)
+    assert sink.flush(timeout=30)
+    sink.detach()
+    want = {}
+    for b in range(12):
+        for i in ([] if b == 5 else range(b * 10, b * 10 + 10)):
+            want[i if b < 3 else i % 50] = b
+    got = dict(pg_rows(pg_url, "SELECT id, v FROM s.out"))
+    assert got == want
+    assert sink._recent.hits > 0 and sink._recent.misses > 0  # both paths were taken
+    eng.close()

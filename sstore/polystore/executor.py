@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import connect
+from sstore.duck import arrow, connect
 from sstore.polystore import cache
 from sstore.polystore.connectors import Connector, PostgresConnector, SparkConnector
 from sstore.polystore.plan import ISLAND, Fetch, Move, Plan
@@ -71,6 +71,6 @@ def run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
     try:
         for name, table in tables.items():
             cursor.register(name, table)
-        return cursor.sql(sql).to_arrow_table()
+        return arrow(cursor, sql)
     finally:
         cursor.close()

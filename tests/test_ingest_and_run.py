@@ -1,0 +1,186 @@
+"""``Engine.ingest_and_run``: a batch and the TEs it makes runnable commit as one transaction
+(a group led by the ingest). It must be exactly ``ingest`` + ``run_until_idle`` in outcome,
+errors and guarantees; SIGKILL at its commit steps is in ``test_crash`` (mode "fused")."""
+
+from __future__ import annotations
+
+import pytest
+
+from sstore import Engine, OutOfOrderBatchError, SchemaError
+from sstore.errors import GapError
+from sstore.runtime import CommitEvent
+from tests.test_group_commit import expected, log_rows, three_steps
+
+
+def test_it_equals_ingest_then_run_and_commits_once_per_batch(tmp_path) -> None:
+    results = {}
+    for fused in (True, False):
+        engine = Engine(str(tmp_path / f"{fused}.duckdb"))
+        three_steps(engine)
+        events: list[CommitEvent] = []
+        engine.observe(events.append)
+        for x in (1, 2, 3):
+            if fused:
+                assert engine.ingest_and_run("inp", [(x,)]) == x
+            else:
+                engine.ingest("inp", [(x,)])
+                engine.run_until_idle()
+        results[fused] = (log_rows(engine), engine.query("SELECT * FROM out").to_pylist())
+        assert [(e.kind, e.node, e.batch_id) for e in events] == [
+            (k, n, b) for b in (1, 2, 3)
+            for k, n in (("ingest", "inp"), ("te", "a"), ("te", "b"), ("te", "c"))]
+        assert len({e.at for e in events}) == (3 if fused else 6)  # one COMMIT per batch
+        stored = engine.query("SELECT count(*) AS n FROM inp").column("n").to_pylist()
+        assert stored == [0 if fused else 3]  # only procedures read inp: never stored
+        engine.close()
+    assert results[True] == results[False]
+    assert results[True][0] == expected([1, 2, 3])
+
+
+def test_a_refused_batch_raises_and_changes_nothing(tmp_path) -> None:
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    engine.stream("inp", {"x": "INTEGER CHECK (x > 0)"})
+    engine.execute("CREATE TABLE seen (x INTEGER)")
+
+    @engine.procedure(input="inp")
+    def keep(tx, batch):
+        tx.execute("INSERT INTO seen SELECT x FROM batch")
+
+    assert engine.ingest_and_run("inp", [(1,)], batch_id=1) == 1
+    with pytest.raises(Exception, match="CHECK constraint"):  # checked: inp's rows are stored
+        engine.ingest_and_run("inp", [(5,), (-1,)], batch_id=2)
+    with pytest.raises(SchemaError):
+        engine.ingest_and_run("inp", [("not a number",)], batch_id=2)
+    assert engine.ingest_and_run("inp", [(7,)], batch_id=1).duplicate  # a re-send: no-op
+    engine.ingest_and_run("inp", [(2,)], batch_id=3)
+    with pytest.raises(OutOfOrderBatchError):
+        engine.ingest_and_run("inp", [(3,)], batch_id=2)
+    assert engine.query("SELECT x FROM seen ORDER BY x").column("x").to_pylist() == [1, 2]
+    assert [b for b, _ in engine.batches("inp")] == [1, 3]
+    engine.close()
+
+
+@pytest.mark.parametrize("policy", ["halt", "dead_letter"])
+def test_a_failing_procedure_keeps_the_batch_and_the_procedures_before_it(
+        tmp_path, policy: str) -> None:
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    calls: dict[str, int] = {}
+    three_steps(engine, fail={("b", 2): "terminal"}, calls=calls, on_error=policy)
+    for x in (1, 2, 3):
+        engine.ingest_and_run("inp", [(x,)])
+    assert calls["b"] == (2 if policy == "halt" else 3)  # b@2 ran once: terminal, not retried
+    rows = log_rows(engine)
+    if policy == "halt":
+        assert rows == expected([1]) + [("a", 2, 2), ("a", 3, 3)]
+        halted = next(p for p in engine.status().procedures if p.name == "b").halted
+        assert halted is not None and "cannot do batch 2" in halted
+    else:
+        want = [r for r in expected([1, 2, 3]) if r[:2] not in (("b", 2), ("c", 2))]
+        assert rows == want
+    engine.close()
+
+
+def test_a_transient_failure_is_retried_and_counted_once(tmp_path) -> None:
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    calls: dict[str, int] = {}
+    three_steps(engine, fail={("c", 1): "transient"}, calls=calls)
+    engine.ingest_and_run("inp", [(1,)])
+    assert calls == {"a": 2, "b": 2, "c": 2}  # the group, then a and b again, c alone
+    assert log_rows(engine) == expected([1])
+    engine.close()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_row_breaking_a_check_of_an_intermediate_stream_halts_its_writer(
+        tmp_path, fused: bool) -> None:
+    """Held-back rows are never inserted, so a stream whose table checks its rows is never
+    held back: the writer halts as without group commit (it used to pass silently)."""
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    engine.stream("inp", {"x": "INTEGER"})
+    engine.stream("mid", {"x": "INTEGER CHECK (x >= 0)"})
+    engine.execute("CREATE TABLE out (x INTEGER)")
+
+    @engine.procedure(input="inp", output="mid")
+    def shift(tx, batch):
+        return tx.sql("SELECT x - 10 AS x FROM batch")
+
+    @engine.procedure(input="mid")
+    def land(tx, batch):
+        tx.execute("INSERT INTO out SELECT x FROM batch")
+
+    if fused:
+        engine.ingest_and_run("inp", [(1,), (20,)])
+    else:
+        engine.ingest("inp", [(1,), (20,)])
+        engine.run_until_idle()
+    assert engine.query("SELECT * FROM out").num_rows == 0
+    halted = {p.name: p.halted for p in engine.status().procedures}
+    assert halted["shift"] is not None and "CHECK constraint" in halted["shift"]
+    engine.close()
+
+
+def test_a_consumer_that_starts_later_on_the_ingested_stream_gets_a_gap(tmp_path) -> None:
+    path = str(tmp_path / "state.duckdb")
+    engine = Engine(path)
+    three_steps(engine)
+    for x in (1, 2):
+        engine.ingest_and_run("inp", [(x,)])
+    engine.close()
+    reopened = Engine.open_existing(path)
+    reopened.hold("inp", "late")
+    with pytest.raises(GapError):
+        reopened.continue_from("inp", "late", 0)
+    reopened.close()
+
+
+def test_a_held_stream_is_stored_and_weak_durability_falls_back(tmp_path) -> None:
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    three_steps(engine)
+    engine.consumer("inp", "audit")  # a reader outside the group: the rows must be kept
+    engine.ingest_and_run("inp", [(4,)])
+    assert engine.query("SELECT x FROM inp").column("x").to_pylist() == [4]
+    engine.close()
+    log = str(tmp_path / "input.log")
+    weak = Engine(":memory:", input_log=log)
+    three_steps(weak)
+    for x in (1, 2):
+        weak.ingest_and_run("inp", [(x,)])
+    weak.close()
+    again = Engine(":memory:", input_log=log)
+    three_steps(again)
+    again.run_until_idle()
+    assert log_rows(again) == expected([1, 2])
+    again.close()
+
+
+def test_gc_skips_streams_passed_in_memory_and_still_removes_rows_stored_earlier(
+        tmp_path) -> None:
+    """GC issues no DELETE for a stream whose batches never reached its table, but rows that
+    were stored, by this process or an earlier one, are removed once their reader is done."""
+    path = str(tmp_path / "state.duckdb")
+    engine = Engine(path)
+    three_steps(engine)
+    engine.consumer("s2", "audit")  # s2 is stored for it; s1 and inp are passed in memory
+    for x in (1, 2, 3):
+        engine.ingest_and_run("inp", [(x,)])
+    engine.close()
+
+    def stored(e: Engine, stream: str) -> int:
+        return e.query(f"SELECT count(*) AS n FROM {stream}").column("n")[0].as_py()
+
+    reopened = Engine(path)
+    three_steps(reopened)
+    reopened.consumer("s2", "audit")
+    assert (stored(reopened, "inp"), stored(reopened, "s1"), stored(reopened, "s2")) == (0, 0, 3)
+    reopened.acknowledge("audit", 2)
+    statements = reopened.collect_garbage()
+    assert stored(reopened, "s2") == 1  # batches 1 and 2 were taken: removed after a restart
+    reopened.ingest_and_run("inp", [(4,)])
+    reopened.acknowledge("audit", 4)
+    reopened.collect_garbage()
+    assert stored(reopened, "s2") == 0
+    # s2 and out: rows and collected mark each; commit records of all streams in one
+    # statement; procedures' records: 5 (it was 12 with a DELETE per stream and record kind)
+    assert statements <= 5
+    assert log_rows(reopened) == expected([1, 2, 3, 4])
+    reopened.close()
