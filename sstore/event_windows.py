@@ -222,12 +222,11 @@ def _first_start(decl: EventWindowDecl, t: str) -> str:
     return f"({_floor(f'{t} - {decl.size}', decl.slide)} + {decl.slide})"
 
 
-def _late(decl: EventWindowDecl, t: str) -> str:
-    """SQL: true when the oldest window of time ``t`` is finalized under ``$wm_old`` (the
-    watermark before this batch; NULL before any row)."""
+def _late(decl: EventWindowDecl, t: str, wm: str = "$wm_old::BIGINT") -> str:
+    """SQL: true when the oldest window of time ``t`` is finalized under watermark ``wm``
+    (the watermark before this batch, ``$wm_old``; NULL before any row)."""
     gone = decl.size + decl.allowed_lateness
-    return (f"($wm_old::BIGINT IS NOT NULL AND {_first_start(decl, t)} + {gone}"
-            f" <= $wm_old::BIGINT)")
+    return f"({wm} IS NOT NULL AND {_first_start(decl, t)} + {gone} <= {wm})"
 
 
 def _state_columns(decl: EventWindowDecl) -> str:
@@ -329,20 +328,19 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
     """Feed batch ``batch_id`` of the source (inside the caller's transaction).
 
     An empty batch costs nothing. Otherwise: one statement reads the watermark and checks
-    the batch; one stores its accepted rows; one computes the windows that fire; then, when
+    the batch against it; one stores its accepted rows; one computes the windows that fire; then, when
     needed, one records their revisions, one selects the late rows, two drop finalized
     windows; one updates the watermark and the counts."""
     if not rows.num_rows:
         return Fed(None, None)
     t = _time_us(decl, ident(decl.time))
     name, state, fired = decl.name, ident(state_table(decl)), ident(fired_table(decl))
-    wm_old, max_old = con.execute("SELECT watermark, max_time FROM sstore_sys.event_windows "
-                                  "WHERE name = ?", [name]).fetchall()[0]
     with registered(con, INPUT, rows):
-        nulls, max_t, n_late = con.execute(
-            f"SELECT count(*) FILTER ({t} IS NULL), max({t}), "
-            f"count(*) FILTER ({t} IS NOT NULL AND {_late(decl, t)}) FROM {INPUT}",
-            {"wm_old": wm_old}).fetchall()[0]
+        wm_old, max_old, nulls, max_t, n_late = con.execute(
+            f"SELECT w.watermark, w.max_time, count(*) FILTER ({t} IS NULL), max({t}), "
+            f"count(*) FILTER ({t} IS NOT NULL AND {_late(decl, t, 'w.watermark')}) "
+            f"FROM {INPUT}, sstore_sys.event_windows w WHERE w.name = ? "
+            f"GROUP BY w.watermark, w.max_time", [name]).fetchall()[0]
         if nulls:
             raise SchemaError(
                 f"event window {name!r}: {nulls} row(s) of batch {batch_id} of "
