@@ -53,7 +53,7 @@ def integer_graph(eng: Engine, size: int, slide: int, delay: int, lateness: int,
 
 def random_batches(seed: int, n: int = 40, keys: int = 3) -> list[list[oracle.Row]]:
     """Mostly increasing times with out-of-order rows, some far behind, empty batches,
-    duplicates and a key with a single row."""
+    duplicates, NULL keys (a key like any other) and a key with a single row."""
     rng = random.Random(seed)
     clock, batches = 0, []
     for b in range(n):
@@ -61,7 +61,8 @@ def random_batches(seed: int, n: int = 40, keys: int = 3) -> list[list[oracle.Ro
         for _ in range(rng.choice([0, 1, 3, 6, 10])):
             clock += rng.randint(0, 4)
             t = clock - (rng.randint(0, 60) if rng.random() < 0.3 else rng.randint(0, 3))
-            rows.append((f"k{rng.randrange(keys)}", t, float(rng.randint(1, 9))))
+            key = f"k{rng.randrange(keys)}" if rng.random() > 0.05 else None
+            rows.append((key, t, float(rng.randint(1, 9))))
         if rows and rng.random() < 0.1:
             rows.append(rows[0])  # a duplicate row counts twice
         if b == 7:
@@ -71,20 +72,28 @@ def random_batches(seed: int, n: int = 40, keys: int = 3) -> list[list[oracle.Ro
 
 
 def fired(eng: Engine) -> list[tuple[int, oracle.Fired]]:
-    return [(r["batch_id"], (r["k"], r["ws"], r["we"], r["revision"], r["n"], r["total"]))
-            for r in eng.query("SELECT * FROM fired_log ORDER BY batch_id, ws, k").to_pylist()]
+    return sorted(((r["batch_id"], (r["k"], r["ws"], r["we"], r["revision"], r["n"],
+                                    r["total"]))
+                   for r in eng.query("SELECT * FROM fired_log").to_pylist()), key=_order)
+
+
+def _order(item: tuple[int, tuple]) -> tuple:
+    batch_id, (key, start, *_) = item
+    return batch_id, start, key is None, key or ""
 
 
 def late(eng: Engine) -> list[tuple[int, oracle.Row]]:
-    return [(r["batch_id"], (r["k"], r["t"], r["v"]))
-            for r in eng.query("SELECT * FROM late_log ORDER BY ALL").to_pylist()]
+    return sorted(((r["batch_id"], (r["k"], r["t"], r["v"]))
+                   for r in eng.query("SELECT * FROM late_log").to_pylist()),
+                  key=lambda item: (item[0], str(item[1])))
 
 
 def expected(batches: list[list[oracle.Row]], *params: int
              ) -> tuple[list[tuple[int, oracle.Fired]], list[tuple[int, oracle.Row]]]:
     out = oracle.run(batches, *params)
-    windows = [(b, f) for b, (fs, _) in enumerate(out, start=1) for f in fs]
-    lates = sorted((b, r) for b, (_, ls) in enumerate(out, start=1) for r in ls)
+    windows = sorted(((b, f) for b, (fs, _) in enumerate(out, start=1) for f in fs), key=_order)
+    lates = sorted(((b, r) for b, (_, ls) in enumerate(out, start=1) for r in ls),
+                   key=lambda item: (item[0], str(item[1])))
     return windows, lates
 
 
@@ -322,4 +331,44 @@ def test_timestamp_durations_must_have_a_fixed_length() -> None:
     with pytest.raises(DeclarationError, match="already declared"):
         eng.stream("w2__late", {"x": "INTEGER"})
         eng.event_window("w2", "s", time="ts", size="1 minute")
+    eng.close()
+
+
+def test_the_documented_example_weighted_pressure_alerts() -> None:
+    """docs/engine.md's example, the shape the ICU workload builds on: per-patient sliding
+    windows, a weighted average, alerts from a procedure, late readings kept."""
+    eng = Engine()
+    eng.stream("vitals", {"patient": "INTEGER", "ts": "TIMESTAMP", "pap": "DOUBLE",
+                          "w": "DOUBLE"})
+    eng.event_window("pap_1m", "vitals", time="ts", size="1 minute", slide="20 seconds",
+                     key="patient", delay="10 seconds", allowed_lateness="2 minutes",
+                     aggregates={"n": "count(*)", "wavg_pap": "sum(w * pap) / sum(w)"})
+    eng.execute("CREATE TABLE late_readings (patient INTEGER, ts TIMESTAMP, pap DOUBLE, "
+                "w DOUBLE)")
+
+    @eng.procedure(input="pap_1m", output="alerts")
+    def low_pressure(tx, batch):
+        return tx.sql("SELECT patient, window_end, revision, wavg_pap FROM batch "
+                      "WHERE wavg_pap < 20")
+
+    @eng.procedure(input="pap_1m__late")
+    def keep_late(tx, batch):
+        tx.execute("INSERT INTO late_readings SELECT * FROM batch")
+
+    alerts: list[dict] = []
+    eng.subscribe("alerts", lambda batch_id, rows: alerts.extend(rows.to_pylist()))
+    eng.ingest("vitals", [(1, at(1), 25.0, 1.0), (1, at(15), 10.0, 3.0),
+                          (2, at(5), 30.0, 1.0)])
+    eng.ingest("vitals", [(1, at(35), 30.0, 1.0), (2, at(45), 31.0, 1.0)])
+    eng.run_until_idle()  # watermark 35: the window [-40 s, 20 s) closed
+    assert alerts == [{"patient": 1, "window_end": at(20), "revision": 1, "wavg_pap": 13.75}]
+    eng.ingest("vitals", [(1, at(12), 2.0, 4.0)])  # late within 2 minutes: a correction
+    eng.ingest("vitals", [(1, at(400), 30.0, 1.0)])  # watermark 390: everything finalized
+    eng.ingest("vitals", [(1, at(14), 5.0, 1.0)])  # too late
+    eng.run_until_idle()
+    assert [(a["window_end"], a["revision"], a["wavg_pap"]) for a in alerts] == [
+        (at(20), 1, 13.75), (at(20), 2, 7.875),  # the correction: (25 + 30 + 8) / 8
+        (at(40), 1, 93 / 9), (at(60), 1, 93 / 9)]  # then [-20 s, 40 s) and [0, 60 s) close
+    assert eng.query("SELECT patient, pap FROM late_readings").to_pylist() == [
+        {"patient": 1, "pap": 5.0}]
     eng.close()
