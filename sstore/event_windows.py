@@ -239,10 +239,14 @@ def _fired_columns(decl: EventWindowDecl) -> str:
     return ", ".join(keys + ["_sstore_ws BIGINT", "revision INTEGER"])
 
 
-def _windows_of(decl: EventWindowDecl, relation: str, t: str, where: str) -> str:
-    """SQL: (keys as _sstore_k<i>, _sstore_ws) of every window containing each row."""
+def _windows_of(decl: EventWindowDecl, relation: str, t: str, where: str, first: str,
+                last: str) -> str:
+    """SQL: (keys as _sstore_k<i>, _sstore_ws) of the windows containing each row whose
+    start is between ``first`` and ``last`` (only those are generated: usually one or none
+    per row, however many windows a row is in)."""
     keys = "".join(f"{ident(k)} AS _sstore_k{i}, " for i, k in enumerate(decl.key))
-    starts = f"generate_series({_first_start(decl, t)}, {_floor(t, decl.slide)}, {decl.slide})"
+    starts = (f"generate_series(greatest({_first_start(decl, t)}, {first}), "
+              f"least({_floor(t, decl.slide)}, {last}), {decl.slide})")
     return f"SELECT {keys}unnest({starts}) AS _sstore_ws FROM {relation} WHERE {where}"
 
 
@@ -256,10 +260,14 @@ def _firing_sql(decl: EventWindowDecl, state: str, fired: str, new_rows: str) ->
     t_new = _time_us(decl, ident(decl.time))
     k = [f"_sstore_k{i}" for i in range(len(decl.key))]
     e_keys = "".join(f"e.{c}, " for c in k)
-    touched = _windows_of(decl, new_rows, t_new, f"NOT {_late(decl, t_new)}")
     old = f"coalesce($wm_old::BIGINT, {NO_WATERMARK})"
+    closed = _floor(f"$wm_new::BIGINT - {size}", decl.slide)  # the newest start with end <= new
+    first_new = f"{_floor(f'{old} - {size}', decl.slide)} + {decl.slide}"  # oldest, end > old
+    touched = _windows_of(decl, new_rows, t_new, f"NOT {_late(decl, t_new)}", str(NO_WATERMARK),
+                          closed)
     closing = _windows_of(decl, state, "_sstore_t",
-                          f"_sstore_t >= {old} - {size} AND _sstore_t < $wm_new::BIGINT")
+                          f"_sstore_t > {old} - {size} AND _sstore_t < $wm_new::BIGINT",
+                          first_new, closed)
     key_match = "".join(f" AND r.{ident(key)} IS NOT DISTINCT FROM e.{c}"
                         for key, c in zip(decl.key, k))
     fired_match = "".join(f" AND f.{c} IS NOT DISTINCT FROM e.{c}" for c in k)
@@ -267,11 +275,7 @@ def _firing_sql(decl: EventWindowDecl, state: str, fired: str, new_rows: str) ->
     aggs = "".join(f", {expr} AS {ident(col)}" for col, expr in decl.aggregates)
     order = ", ".join(["e._sstore_ws"] + [f"e.{c}" for c in k])
     return f"""
-        WITH e AS (
-            SELECT * FROM ({touched}) WHERE _sstore_ws + {size} <= $wm_new::BIGINT
-            UNION
-            SELECT * FROM ({closing})
-            WHERE _sstore_ws + {size} > {old} AND _sstore_ws + {size} <= $wm_new::BIGINT),
+        WITH e AS ({touched} UNION {closing}),
         f AS (SELECT {''.join(f'{c}, ' for c in k)}_sstore_ws, max(revision) AS revision
               FROM {fired} GROUP BY ALL)
         SELECT {outputs}{_time_of(decl, 'e._sstore_ws')} AS window_start,
@@ -283,6 +287,19 @@ def _firing_sql(decl: EventWindowDecl, state: str, fired: str, new_rows: str) ->
         LEFT JOIN f ON f._sstore_ws = e._sstore_ws{fired_match}
         GROUP BY {e_keys}e._sstore_ws, f.revision
         ORDER BY {order}"""
+
+
+def _first_start_of(decl: EventWindowDecl, t: int) -> int:
+    """``_first_start`` in Python (its ``//`` floors below zero too)."""
+    return (t - decl.size) // decl.slide * decl.slide + decl.slide
+
+
+def _crossed(decl: EventWindowDecl, old: int | None, new: int, offset: int) -> bool:
+    """Whether a window start ``s`` has ``old < s + offset <= new``: some window's end
+    (``offset`` = size) or finalization (size + allowed_lateness) came with this batch."""
+    if old is None:
+        return True
+    return (new - offset) // decl.slide > (old - offset) // decl.slide
 
 
 # ------------------------------------------------------------------------------ running
@@ -328,17 +345,21 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
     """Feed batch ``batch_id`` of the source (inside the caller's transaction).
 
     An empty batch costs nothing. Otherwise: one statement reads the watermark and checks
-    the batch against it; one stores its accepted rows; one computes the windows that fire; then, when
-    needed, one records their revisions, one selects the late rows, two drop finalized
-    windows; one updates the watermark and the counts."""
+    the batch against it, one stores its accepted rows, one updates the watermark and the
+    counts; only when needed (decided in Python from the watermark and the batch's oldest
+    accepted time), one computes the windows that fire and one records their revisions, one
+    selects the late rows, two drop the windows finalized. In time order most batches need
+    none of these."""
     if not rows.num_rows:
         return Fed(None, None)
     t = _time_us(decl, ident(decl.time))
     name, state, fired = decl.name, ident(state_table(decl)), ident(fired_table(decl))
     with registered(con, INPUT, rows):
-        wm_old, max_old, nulls, max_t, n_late = con.execute(
+        late_now = _late(decl, t, "w.watermark")
+        wm_old, max_old, nulls, max_t, n_late, oldest = con.execute(
             f"SELECT w.watermark, w.max_time, count(*) FILTER ({t} IS NULL), max({t}), "
-            f"count(*) FILTER ({t} IS NOT NULL AND {_late(decl, t, 'w.watermark')}) "
+            f"count(*) FILTER ({t} IS NOT NULL AND {late_now}), "
+            f"min({t}) FILTER (NOT {late_now}) "
             f"FROM {INPUT}, sstore_sys.event_windows w WHERE w.name = ? "
             f"GROUP BY w.watermark, w.max_time", [name]).fetchall()[0]
         if nulls:
@@ -353,7 +374,8 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
         con.execute(f"INSERT INTO {state} SELECT {t}, {cols} FROM {INPUT} "
                     f"WHERE NOT {_late(decl, t)}", {"wm_old": wm_old})
         out: pa.Table | None = None
-        if n_late < rows.num_rows or wm_old is None or wm_new > wm_old:
+        corrects = oldest is not None and _first_start_of(decl, oldest) + decl.size <= wm_new
+        if corrects or _crossed(decl, wm_old, wm_new, decl.size):
             out = con.sql(_firing_sql(decl, state, fired, INPUT), params=params).to_arrow_table()
         late = None
         if n_late:
@@ -366,8 +388,8 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
                 con.execute(f"INSERT INTO {fired} SELECT {keys}_sstore_ws, revision "
                             f"FROM {FIRED}")
         out = out.drop_columns(["_sstore_ws"])
-    if wm_old is None or wm_new > wm_old:
-        gone = decl.size + decl.allowed_lateness
+    gone = decl.size + decl.allowed_lateness
+    if _crossed(decl, wm_old, wm_new, gone):
         con.execute(f"DELETE FROM {fired} WHERE _sstore_ws + {gone} <= ?", [wm_new])
         con.execute(f"DELETE FROM {state} WHERE {_floor('_sstore_t', decl.slide)} + {gone} "
                     f"<= ?", [wm_new])
