@@ -372,3 +372,27 @@ def test_the_documented_example_weighted_pressure_alerts() -> None:
     assert eng.query("SELECT patient, pap FROM late_readings").to_pylist() == [
         {"patient": 1, "pap": 5.0}]
     eng.close()
+
+
+def test_an_event_window_over_another_event_windows_closes() -> None:
+    """Minutes per patient, then 5-minute windows over the minutes' ends: the second window
+    advances with the first one's source (its batches commit in the same transactions)."""
+    eng = Engine()
+    eng.stream("v", {"patient": "INTEGER", "ts": "TIMESTAMP", "hr": "DOUBLE"})
+    eng.event_window("minute", "v", time="ts", size="1 minute", key="patient",
+                     aggregates={"avg_hr": "avg(hr)"})
+    eng.event_window("five", "minute", time="window_end", size="5 minutes", key="patient",
+                     aggregates={"minutes": "count(*)", "peak": "max(avg_hr)"})
+    got: list[dict] = []
+
+    @eng.procedure(input="five")
+    def collect(tx, batch):
+        got.extend(batch.to_pylist())
+
+    for minute in range(12):
+        eng.ingest("v", [(1, at(60 * minute + 30), float(minute))])
+    eng.run_until_idle()
+    # minutes end at 1..11 min (the 12th is open); [0, 5 min) holds those ending at 1..4
+    assert [(r["window_end"], r["minutes"], r["peak"]) for r in got] == [
+        (at(300), 4, 3.0), (at(600), 5, 8.0)]
+    eng.close()
