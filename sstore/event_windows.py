@@ -50,6 +50,7 @@ counts of rows taken in and found late, the declaration).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections.abc import Mapping, Sequence
@@ -106,7 +107,10 @@ def declare(con: duckdb.DuckDBPyConnection, graph: Graph, name: str, source: str
     if time_type not in TIMESTAMP_TYPES + INTEGER_TYPES:
         raise DeclarationError(f"{where}: time column {time!r} is {time_type}; it must be "
                                f"TIMESTAMP, TIMESTAMPTZ or an integer type up to BIGINT")
-    unit = (lambda v, what: _duration(con, v, time_type, f"{where}: {what}"))
+
+    def unit(value: Duration, what: str) -> int:
+        return _duration(con, value, time_type, f"{where}: {what}")
+
     n_size = unit(size, "size")
     n_slide = n_size if slide is None else unit(slide, "slide")
     n_delay, n_late = unit(delay, "delay"), unit(allowed_lateness, "allowed_lateness")
@@ -128,7 +132,7 @@ def declare(con: duckdb.DuckDBPyConnection, graph: Graph, name: str, source: str
                                    f"an SQL expression")
     draft = EventWindowDecl(name, source, time, time_type, n_size, n_slide, keys, n_delay,
                             n_late, aggs, tuple(columns.items()), (), retain)
-    return EventWindowDecl(**{**draft.__dict__, "output": _output_types(con, draft)})
+    return dataclasses.replace(draft, output=_output_types(con, draft))
 
 
 def _plain_types(con: duckdb.DuckDBPyConnection, declared: Mapping[str, str]
@@ -371,8 +375,9 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
         wm_new = max_new - decl.delay
         params = {"wm_old": wm_old, "wm_new": wm_new}
         cols = ", ".join(ident(c) for c, _ in decl.columns)
-        con.execute(f"INSERT INTO {state} SELECT {t}, {cols} FROM {INPUT} "
-                    f"WHERE NOT {_late(decl, t)}", {"wm_old": wm_old})
+        if n_late < rows.num_rows:
+            con.execute(f"INSERT INTO {state} SELECT {t}, {cols} FROM {INPUT} "
+                        f"WHERE NOT {_late(decl, t)}", {"wm_old": wm_old})
         out: pa.Table | None = None
         corrects = oldest is not None and _first_start_of(decl, oldest) + decl.size <= wm_new
         if corrects or _crossed(decl, wm_old, wm_new, decl.size):
