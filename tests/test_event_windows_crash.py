@@ -19,7 +19,7 @@ import pytest
 
 from tests.test_crash import finish, result
 
-BATCHES = 32
+BATCHES = 24
 ROOT = Path(__file__).resolve().parent.parent
 
 
