@@ -151,6 +151,11 @@ def replay_refusal(engine: Engine, input_name: str, procedure: str) -> str | Non
     if input_name in graph.windows:
         return (f"{input_name!r} is a window: its dead letters are the window's contents at "
                 f"one slide, which only running {procedure!r} on them again could replay")
+    if input_name in graph.event_outputs:
+        return (f"stream {input_name!r} is written by event window "
+                f"{graph.event_outputs[input_name]!r}: its batch b is what the window did "
+                f"with its source's batch b, so the rows cannot go in again as a new batch. "
+                f"Handle them by hand (sstore dead-letters show), then discard them")
     producer = graph.producer_of(input_name)
     if producer is not None:
         return (f"stream {input_name!r} is written by procedure {producer!r}: its batch b is "

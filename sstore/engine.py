@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from sstore import consumers, gc, group, recovery, systables
+from sstore import consumers, event_windows, gc, group, recovery, systables
 from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow, connect, registered
@@ -40,6 +40,7 @@ from sstore.executor import run_te
 from sstore.faults import crash_point
 from sstore.graph import (
     ErrorPolicy,
+    EventWindowDecl,
     Graph,
     ProcedureDecl,
     StreamDecl,
@@ -150,7 +151,13 @@ class Engine:
             raise DeclarationError(f"no state file at {path}")
         engine = cls(path)
         engine._foreign = True
-        for name, kind, spec in systables.load_graph(engine._con):
+        saved = systables.load_graph(engine._con)
+        events = [EventWindowDecl.from_spec(spec["name"], spec)
+                  for _, kind, spec in saved if kind == "event_window"]
+        outputs = {name for e in events for name in (e.name, e.late)}  # declared with e
+        for name, kind, spec in saved:
+            if kind == "stream" and name in outputs:
+                continue
             if kind == "stream":
                 engine._graph.add_stream(StreamDecl(name, spec["columns"],
                                                     spec.get("retain", "latest")))
@@ -164,6 +171,8 @@ class Engine:
                     timeout=spec.get("timeout"))
             elif kind == "trigger":
                 engine._graph.add_trigger(TriggerDecl(spec["target"], spec["sql"]))
+        for event in events:
+            engine._graph.add_event_window(event)
         return engine
 
     # ------------------------------------------------------------------ declarations
@@ -221,6 +230,31 @@ class Engine:
             raise DeclarationError(f"window {name!r}: give exactly one of rows= or batches=")
         size, unit = (rows, "rows") if rows is not None else (batches, "batches")
         self._graph.add_window(WindowDecl(name, source, int(size or 0), int(slide), unit))
+        return name
+
+    def event_window(self, name: str, source: str, *, time: str,
+                     size: event_windows.Duration, slide: event_windows.Duration | None = None,
+                     key: str | Sequence[str] = (), delay: event_windows.Duration = 0,
+                     allowed_lateness: event_windows.Duration = 0,
+                     aggregates: Mapping[str, str] | None = None,
+                     retain: str = "latest") -> str:
+        """Declare an event-time window over ``source`` (``sstore.event_windows`` has the
+        semantics): windows of ``size`` every ``slide`` (default: tumbling) over the column
+        ``time``, per ``key``, closed when the watermark (max event time seen - ``delay``)
+        passes their end, corrected by late rows until it passes end + ``allowed_lateness``.
+
+        Makes two streams: ``name``, a batch per source batch with one row per window that
+        closed or was corrected (the key, window_start, window_end, revision and the
+        ``aggregates``: output column -> SQL aggregate over the window's rows, default
+        ``{"rows": "count(*)"}``), and ``name + "__late"``, the rows too late for any window.
+        Durations: ``timedelta`` or an interval string ("5 minutes") for a timestamp column,
+        integers in its unit for an integer column. ``retain`` is the output stream's."""
+        self._declaring()
+        decl = event_windows.declare(self._con, self._graph, name, source, time=time,
+                                     size=size, slide=slide, key=key, delay=delay,
+                                     allowed_lateness=allowed_lateness,
+                                     aggregates=aggregates, retain=retain)
+        self._graph.add_event_window(decl)
         return name
 
     def trigger(self, target: str, sql: str) -> None:
@@ -354,8 +388,8 @@ class Engine:
         if stream not in rt.graph.streams:
             raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(rt.graph.streams)}")
         if not rt.graph.is_border(stream):
-            raise DeclarationError(f"stream {stream!r} is written by procedure "
-                                   f"{rt.graph.producer_of(stream)!r}; only border streams "
+            raise DeclarationError(f"stream {stream!r} is written by "
+                                   f"{rt.graph.writer_of(stream)}; only border streams "
                                    f"take ingest")
         if batch_id is not None:
             _check_batch_id(batch_id)

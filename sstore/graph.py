@@ -62,6 +62,54 @@ class WindowDecl:
 
 
 @dataclass(frozen=True)
+class EventWindowDecl:
+    """An event-time window over ``source`` (``sstore.event_windows``; made by ``declare``
+    there, which checks the columns and the aggregates against DuckDB).
+
+    Times, sizes and the watermark are integers: microseconds since the epoch for a
+    TIMESTAMP/TIMESTAMPTZ column, the column's own unit for an integer column. Its output is
+    the stream ``name`` (one row per window fired: ``key``, window_start, window_end,
+    revision, ``aggregates``) and the stream ``name + "__late"`` (rows too late for their
+    windows, with the source's columns)."""
+
+    name: str
+    source: str
+    time: str
+    time_type: str  # the DuckDB type of the time column
+    size: int
+    slide: int
+    key: tuple[str, ...]
+    delay: int  # watermark = max event time seen - delay
+    allowed_lateness: int  # a window takes late rows until watermark >= end + allowed_lateness
+    aggregates: tuple[tuple[str, str], ...]  # (output column, SQL aggregate over the rows)
+    columns: tuple[tuple[str, str], ...]  # the source's columns with plain DuckDB types
+    output: tuple[tuple[str, str], ...]  # the output stream's columns and types
+    retain: str = "latest"  # of the output stream; the late stream keeps "all"
+
+    @property
+    def late(self) -> str:
+        return self.name + "__late"
+
+    def spec(self) -> dict[str, Any]:
+        """What a state file records of this declaration (and checks at the next start)."""
+        return {"source": self.source, "time": self.time, "time_type": self.time_type,
+                "size": self.size, "slide": self.slide, "key": list(self.key),
+                "delay": self.delay, "allowed_lateness": self.allowed_lateness,
+                "aggregates": [list(a) for a in self.aggregates],
+                "columns": [list(c) for c in self.columns],
+                "output": [list(c) for c in self.output], "retain": self.retain}
+
+    @classmethod
+    def from_spec(cls, name: str, spec: dict[str, Any]) -> EventWindowDecl:
+        """The declaration a state file recorded (``spec``), for ``Engine.open_existing``."""
+        return cls(name, spec["source"], spec["time"], spec["time_type"], spec["size"],
+                   spec["slide"], tuple(spec["key"]), spec["delay"], spec["allowed_lateness"],
+                   tuple((a, e) for a, e in spec["aggregates"]),
+                   tuple((c, t) for c, t in spec["columns"]),
+                   tuple((c, t) for c, t in spec["output"]), spec["retain"])
+
+
+@dataclass(frozen=True)
 class TriggerDecl:
     """SQL run inside the transaction that appends to ``target`` (a stream or a window)."""
 
@@ -91,6 +139,9 @@ class Graph:
     windows: dict[str, WindowDecl] = field(default_factory=dict)
     procedures: dict[str, ProcedureDecl] = field(default_factory=dict)
     triggers: list[TriggerDecl] = field(default_factory=list)
+    event_windows: dict[str, EventWindowDecl] = field(default_factory=dict)
+    #: each event window's output streams (its fired windows, its late rows) -> the window
+    event_outputs: dict[str, str] = field(default_factory=dict)
 
     # -- declaring ---------------------------------------------------------------------------
     def _check_new_name(self, name: str) -> None:
@@ -112,6 +163,31 @@ class Graph:
             raise DeclarationError(f"window {decl.name!r}: need 1 <= slide <= size, got "
                                    f"size={decl.size} slide={decl.slide}")
         self.windows[decl.name] = decl
+
+    def add_event_window(self, decl: EventWindowDecl) -> None:
+        """Declare an event window and its two output streams (one namespace for all three:
+        the window is the stream of its fired windows)."""
+        self._check_new_name(decl.name)
+        self._check_new_name(decl.late)
+        if decl.source not in self.streams:
+            raise UnknownStreamError(f"event window {decl.name!r} follows unknown stream "
+                                     f"{decl.source!r} (declare it first, with its columns)")
+        self.streams[decl.name] = StreamDecl(decl.name, dict(decl.output), decl.retain)
+        self.streams[decl.late] = StreamDecl(decl.late, dict(decl.columns), "all")
+        self.event_windows[decl.name] = decl
+        self.event_outputs[decl.name] = decl.name
+        self.event_outputs[decl.late] = decl.name
+
+    def event_windows_on(self, stream: str) -> list[EventWindowDecl]:
+        return [w for w in self.event_windows.values() if w.source == stream]
+
+    def writer_of(self, stream: str) -> str | None:
+        """Who writes ``stream`` ("procedure 'p'", "event window 'w'"), None for a border
+        stream."""
+        if stream in self.event_outputs:
+            return f"event window {self.event_outputs[stream]!r}"
+        producer = self.producer_of(stream)
+        return None if producer is None else f"procedure {producer!r}"
 
     def add_procedure(self, decl: ProcedureDecl) -> None:
         self._check_new_name(decl.name)
@@ -148,7 +224,8 @@ class Graph:
         return name in self.streams or any(name in p.outputs for p in self.procedures.values())
 
     def is_border(self, stream: str) -> bool:
-        return stream in self.streams and self.producer_of(stream) is None
+        return (stream in self.streams and stream not in self.event_outputs
+                and self.producer_of(stream) is None)
 
     def consumers_of(self, node: str) -> list[str]:
         return [p.name for p in self.procedures.values() if node in p.inputs]
@@ -174,6 +251,9 @@ class Graph:
                         f"procedure {proc.name!r} reads {name!r}, which is not a declared stream "
                         f"or window (declare inputs with Engine.stream)")
             for name in proc.outputs:
+                if name in self.event_outputs:
+                    raise DeclarationError(f"procedure {proc.name!r} writes {name!r}, which "
+                                           f"event window {self.event_outputs[name]!r} writes")
                 if name in self.windows:
                     raise DeclarationError(f"procedure {proc.name!r} writes window {name!r}; "
                                            f"procedures write streams, windows follow them")
@@ -194,7 +274,7 @@ class Graph:
         """Procedures whose output ``proc`` reads directly (through a window too)."""
         ups = []
         for name in proc.inputs:
-            stream = self.windows[name].source if name in self.windows else name
+            stream = self.source_stream(name)
             producer = self.producer_of(stream)
             if producer is not None:
                 ups.append(producer)
@@ -221,5 +301,12 @@ class Graph:
         return order
 
     def source_stream(self, node: str) -> str:
-        """The stream whose commits make ``node`` (a stream or a window) advance."""
-        return self.windows[node].source if node in self.windows else node
+        """The stream whose commits make ``node`` (a stream or a window) advance: a window's
+        source, an event window's output's source (they commit with it), else ``node``."""
+        while True:
+            if node in self.windows:
+                node = self.windows[node].source
+            elif node in self.event_outputs:
+                node = self.event_windows[self.event_outputs[node]].source
+            else:
+                return node

@@ -169,6 +169,9 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     producer = {out: name for name, kind, spec in graph if kind == "procedure"
                 for out in spec["outputs"]}
     source = {name: spec["source"] for name, kind, spec in graph if kind == "window"}
+    for _, kind, spec in graph:  # an event window's two streams commit with its source
+        if kind == "event_window":
+            source[spec["name"]] = source[spec["name"] + "__late"] = spec["source"]
 
     def completed_by(node: str) -> str:
         """The node whose commit records say how far ``node`` is complete."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from sstore import event_windows
 from sstore.duck import arrow, registered
 from sstore.errors import DeclarationError
 from sstore.graph import Graph
@@ -89,6 +90,8 @@ class StreamStore:
             create_window(con, state, source.columns)
             load_window(con, state)
             self.windows[win.name] = state
+        for ewin in self.graph.event_windows.values():
+            event_windows.create(con, ewin)
 
     def _table_exists(self, name: str) -> bool:
         return bool(self.con.execute(
@@ -118,7 +121,9 @@ class StreamStore:
 
     def append(self, stream: str, batch_id: int, table: pa.Table, pending: PendingCommit, *,
                store_rows: bool = True) -> None:
-        """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows.
+        """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows and
+        event windows (``sstore.event_windows``: they append batch ``batch_id`` of their own
+        output streams here, in the same transaction).
 
         ``store_rows=False`` (group commit, ``sstore.group``): record the batch but leave its
         rows out of the stream table; only for a stream that exists and has no triggers and no
@@ -155,6 +160,12 @@ class StreamStore:
                     with registered(con, NEW_ROWS, contents, keep=True):
                         for trig in wtriggers:
                             _run_trigger(con, trig.sql, batch_id)
+        for ewin in self.graph.event_windows_on(stream):  # from ``table``: stored or not
+            fed = event_windows.feed(con, ewin, batch_id, table)
+            for out, rows in ((ewin.name, fed.fired), (ewin.late, fed.late)):
+                schema = self.schemas[out]
+                self.append(out, batch_id, schema.empty_table() if rows is None
+                            else rows.cast(schema), pending)
 
     def insert(self, stream: str, batch_id: int, table: pa.Table) -> None:
         """Store the rows of a batch that ``append(store_rows=False)`` recorded."""

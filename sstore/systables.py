@@ -120,6 +120,9 @@ def save_graph(con: duckdb.DuckDBPyConnection, graph: Graph) -> None:
     for w in graph.windows.values():
         rows.append((w.name, "window", json.dumps({"source": w.source, "size": w.size,
                                                     "slide": w.slide, "unit": w.unit})))
+    for e in graph.event_windows.values():
+        rows.append((f"event_window:{e.name}", "event_window",  # its name is its stream's
+                     json.dumps({"name": e.name, **e.spec()})))
     for p in graph.procedures.values():
         rows.append((p.name, "procedure", json.dumps({
             "inputs": list(p.inputs), "outputs": list(p.outputs), "on_error": p.on_error.value,

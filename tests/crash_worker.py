@@ -5,6 +5,7 @@ from the first one, as a client that does not know what reached the engine befor
 would, runs everything, and writes the final state to ``<path>.result.json``.
 
     python -m tests.crash_worker full|weak|fused PATH BATCHES
+    python -m tests.crash_worker events-full|events-weak PATH BATCHES   (event-time windows)
 
 (``fused``: full durability, each batch of ``b`` sent with ``Engine.ingest_and_run``.)
 
@@ -15,6 +16,7 @@ swallowed by the program); it prints READY once everything is done and waits to 
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import sys
@@ -72,6 +74,84 @@ def main(mode: str, path: str, batches: int) -> None:
     engine.run_until_idle()
     with open(path + ".result.json", "w") as f:
         json.dump(dump(engine), f)
+    engine.close()
+    print("DONE", flush=True)
+
+
+def event_inputs(batches: int) -> list[list[tuple[int, datetime.datetime, float]]]:
+    """Vital-sign-like readings: mostly in time order, some out of order within the delay,
+    some far behind (late, or too late), some negative values (the cleaning drops them)."""
+    rng = random.Random(7)
+    start, clock, out = datetime.datetime(2026, 1, 1), 0.0, []
+    for _ in range(batches):
+        rows = []
+        for _ in range(rng.randint(0, 20)):
+            clock += rng.uniform(0, 2)
+            behind = rng.choice([0, 0, 0, 1, 3, 25, 90])
+            rows.append((rng.randrange(5), start + datetime.timedelta(seconds=clock - behind),
+                         float(rng.randint(-2, 99))))
+        out.append(rows)
+    return out
+
+
+def declare_events(engine: Engine) -> None:
+    """readings -> clean -> per_minute (tumbling, fed inside clean's TE) and readings ->
+    sliding (fed inside the ingest); every close and every late row recorded by a procedure."""
+    cols = {"patient": "INTEGER", "ts": "TIMESTAMP", "v": "DOUBLE"}
+    engine.stream("readings", cols)
+    engine.stream("clean", cols)
+
+    @engine.procedure(input="readings", output="clean")
+    def tidy(tx, batch):
+        return tx.sql("SELECT * FROM batch WHERE v >= 0")
+
+    engine.event_window("per_minute", "clean", time="ts", size="1 minute", key="patient",
+                        delay="5 seconds", allowed_lateness="20 seconds",
+                        aggregates={"n": "count(*)", "x": "avg(v)"})
+    engine.event_window("sliding", "readings", time="ts", size="30 seconds",
+                        slide="10 seconds", key="patient", delay="2 seconds",
+                        aggregates={"n": "count(*)", "x": "sum(v)"})
+    engine.execute("CREATE TABLE IF NOT EXISTS closes (w VARCHAR, b BIGINT, patient INTEGER, "
+                   "ws TIMESTAMP, revision INTEGER, n BIGINT, x DOUBLE)")
+    engine.execute("CREATE TABLE IF NOT EXISTS late_rows (w VARCHAR, b BIGINT, "
+                   "patient INTEGER, ts TIMESTAMP, v DOUBLE)")
+    for window in ("per_minute", "sliding"):
+        def on_close(tx, batch, window: str = window) -> None:
+            tx.execute("INSERT INTO closes SELECT ?, ?, patient, window_start, revision, n, x "
+                       "FROM batch", window, tx.batch_id)
+
+        def on_late(tx, batch, window: str = window) -> None:
+            tx.execute("INSERT INTO late_rows SELECT ?, ?, * FROM batch", window, tx.batch_id)
+
+        engine.procedure(input=window, name=f"close_{window}")(on_close)
+        engine.procedure(input=f"{window}__late", name=f"late_{window}")(on_late)
+
+
+def dump_events(engine: Engine) -> dict[str, list[list[object]]]:
+    queries = {
+        "closes": "SELECT w, b, patient, ws::VARCHAR, revision, n, x FROM closes ORDER BY ALL",
+        "late_rows": "SELECT w, b, patient, ts::VARCHAR, v FROM late_rows ORDER BY ALL",
+        "watermarks": "SELECT name, watermark, max_time, rows_in, rows_late "
+                      "FROM sstore_sys.event_windows ORDER BY name",
+        "open_rows": "SELECT 'per_minute', count(*) FROM per_minute__state UNION ALL "
+                     "SELECT 'sliding', count(*) FROM sliding__state ORDER BY ALL",
+    }
+    return {name: [list(r.values()) for r in engine.query(sql).to_pylist()]
+            for name, sql in queries.items()}
+
+
+def main_events(mode: str, path: str, batches: int) -> None:
+    engine = Engine(path) if mode == "full" else Engine(":memory:", input_log=path)
+    declare_events(engine)
+    for batch_id, rows in enumerate(event_inputs(batches), start=1):
+        engine.ingest("readings", rows, batch_id=batch_id)
+        if batch_id % 3 == 0:
+            engine.run_until_idle()
+        if mode == "weak" and batch_id % 20 == 0:
+            engine.checkpoint()
+    engine.run_until_idle()
+    with open(path + ".result.json", "w") as f:
+        json.dump(dump_events(engine), f)
     engine.close()
     print("DONE", flush=True)
 
@@ -138,5 +218,7 @@ def serve_rejected(log: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "rejected":
         serve_rejected(sys.argv[2])
+    elif sys.argv[1].startswith("events-"):
+        main_events(sys.argv[1].removeprefix("events-"), sys.argv[2], int(sys.argv[3]))
     else:
         main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

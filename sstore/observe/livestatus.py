@@ -63,7 +63,9 @@ def _from_memory(engine: Engine, live: Live) -> EngineStatus:
             p.name, list(decl.inputs), list(decl.outputs), p.last_batch, p.pending, p.halted,
             decl.on_error.value, p.last_commit_at))
     for s in live.streams:
-        source = graph.windows[s.name].source if s.name in graph.windows else None
+        source = graph.windows[s.name].source if s.name in graph.windows else (
+            graph.event_windows[graph.event_outputs[s.name]].source
+            if s.name in graph.event_outputs else None)
         status.streams.append(StreamStatus(s.name, s.kind, s.last_batch, s.retained_rows,
                                            None, source))
     position = {name: i for i, (_, name) in enumerate(dataflow_nodes(status))}
