@@ -269,6 +269,21 @@ def test_restart_mid_stream_continues_with_the_same_watermark(state_path: str) -
     reference.close()
 
 
+@pytest.mark.parametrize("via_procedure", [True, False])
+def test_ingest_and_run_matches_the_row_at_a_time_model(via_procedure: bool) -> None:
+    """The window fed inside a group that the ingest leads (``Engine.ingest_and_run``): the
+    closes and late rows commit with the batch and the procedures reading them."""
+    batches = random_batches(77)
+    eng = Engine(gc_every=3)
+    integer_graph(eng, 10, 5, 2, 8, via_procedure=via_procedure)
+    for rows in batches:
+        eng.ingest_and_run("s", rows)
+    want_fired, want_late = expected(batches, 10, 5, 2, 8)
+    assert fired(eng) == want_fired and want_fired
+    assert late(eng) == want_late and want_late
+    eng.close()
+
+
 def test_group_commit_on_and_off_give_identical_results(tmp_path) -> None:
     results = []
     for group_commit in (True, False):
