@@ -25,6 +25,9 @@ begins its transaction:
     background``: ``StreamToPostgres.attach()``), or in the runner's thread (attached with
     ``background=False`` on a derived stream while another thread runs the engine), and is
     not halted.
+  * A pull subscription (``Engine.subscribe`` without a callback; its batches wait in memory
+    for ``poll``, its lag is what waits) can if its latest ``poll`` came from another thread
+    that is still alive.
   * Any other declared consumer (``Engine.consumer``/``hold`` with nobody running it, a
     halted sink or procedure, a single-threaded program that ingests without running) cannot:
     waiting would hang until the timeout for nothing. ``ConsumerStalledError`` (terminal)
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
     from sstore.graph import Graph
     from sstore.observe.sinks import ObservableSink
     from sstore.runtime import Runtime
+    from sstore.subscriptions import Subscription
 
 DEFAULT_MAX_BATCHES = 10_000
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB (Arrow size estimate)
@@ -96,7 +100,7 @@ class Pressure:
     """One reader now: how far behind it is, its bound, whether ingest waits for it."""
 
     consumer: str
-    kind: str  # "procedure", "sink" or "consumer"
+    kind: str  # "procedure", "sink", "consumer" or "subscription"
     streams: list[str]
     lag_batches: int
     lag_rows: int
@@ -264,11 +268,22 @@ class Backpressure:
             if not reach.intersection(nodes):
                 continue
             bound = self.bound_of(name)
-            lag = self._lag(rt, name, nodes, bound)
+            lag = self._lag_of(rt, name, kind, nodes, bound)
             if _is_over(lag, bound):  # counted in full for the error and the report
                 out.append(self._pressure(rt, name, kind, nodes,
-                                          self._lag(rt, name, nodes, None), bound))
+                                          self._lag_of(rt, name, kind, nodes, None), bound))
         return out
+
+    def _lag_of(self, rt: Runtime, name: str, kind: str, nodes: Sequence[str],
+                bound: Bound | None) -> _Lag:
+        if kind == "subscription":  # what waits in memory for its poll
+            sub = self._subscription(rt, name)
+            return _Lag(*sub.queued()) if sub is not None else _Lag(0, 0, 0)
+        return self._lag(rt, name, nodes, bound)
+
+    @staticmethod
+    def _subscription(rt: Runtime, name: str) -> Subscription | None:
+        return next((s for s in rt.subscribers.pulls() if s.name == name), None)
 
     def _reach(self, rt: Runtime, stream: str) -> set[str]:
         """``stream`` and every stream and window downstream of it (the graph is fixed once
@@ -302,6 +317,7 @@ class Backpressure:
                 held.setdefault(holder, []).append(stream)
         for holder in sorted(held):
             out.append((holder, "sink" if holder in sinks else "consumer", sorted(held[holder])))
+        out.extend((s.name, "subscription", [s.stream]) for s in rt.subscribers.pulls())
         return out
 
     def _lag(self, rt: Runtime, reader: str, nodes: Sequence[str], bound: Bound | None
@@ -380,6 +396,11 @@ class Backpressure:
     def _progressing(self, rt: Runtime, name: str, kind: str, nodes: list[str]
                      ) -> tuple[str | None, bool]:
         """(why it is halted, whether it can progress without the calling thread)."""
+        if kind == "subscription":  # polled from another thread that is still alive
+            sub = self._subscription(rt, name)
+            poller = sub.poller if sub is not None else None
+            return None, poller is not None and poller.is_alive() and \
+                poller is not threading.current_thread()
         if kind == "procedure":
             halted = rt.scheduler.halted.get(name)
             return halted, halted is None and self._other_runner()
@@ -413,7 +434,7 @@ class Backpressure:
         for name, kind, nodes in self._readers(rt):
             bound = self.bound_of(name)
             pressures.append(self._pressure(rt, name, kind, nodes,
-                                            self._lag(rt, name, nodes, None), bound))
+                                            self._lag_of(rt, name, kind, nodes, None), bound))
         now = time.monotonic()
         with self._mutex:
             ongoing = sum(now - t for t in self._wait_started.values())

@@ -274,3 +274,47 @@ def test_timeout_is_transient_and_the_byte_bound_holds(export: tuple[Engine, Thr
     assert sample(m, "sstore_ingest_blocked") == 0
     assert sample(m, "sstore_backpressure_blocked_seconds_total", **labels) > 0.35
     assert eng.status().backpressure["blocked_ingests"] == 2
+
+
+def test_a_pull_subscription_is_bounded_too(state_path: str) -> None:
+    """Batches queued for ``poll`` are kept in memory: past the bound, an ingest is refused
+    while nobody polls, and waits while another thread polls."""
+    eng = Engine(state_path, ingest_timeout=30)
+    eng.stream("events", {"id": "BIGINT", "v": "VARCHAR"})
+    sub = eng.subscribe("events")
+    eng.backpressure.bound(sub.name, Bound(batches=2, bytes=None))
+    eng.ingest("events", rows(0))
+    eng.ingest("events", rows(10))
+    with pytest.raises(ConsumerStalledError, match=f"subscription '{sub.name}' .2 batches, "
+                                                   f"20 rows, ~{2 * rows(0).nbytes} bytes"):
+        eng.ingest("events", rows(20))
+    assert [b for b, _ in sub.poll()] == [1, 2]
+    eng.ingest("events", rows(20))
+    eng.ingest("events", rows(30))
+    got: list[int] = []
+    stop = threading.Event()
+
+    def poller() -> None:  # polls now and then from a thread of its own
+        while not stop.wait(0.2):
+            got.extend(b for b, _ in sub.poll())
+
+    thread = threading.Thread(target=poller)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while sub.poller is not thread and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for first in range(40, 120, 10):  # each over the bound at times: waits, never refused
+            eng.ingest("events", rows(first))
+            assert sub.queued()[0] <= 2
+    finally:
+        stop.set()
+        thread.join()
+    got.extend(b for b, _ in sub.poll())
+    assert got == list(range(3, 13))
+    report = eng.status().backpressure
+    assert report["stalls"] == 1 and report["timeouts"] == 0 and report["blocked_ingests"] >= 1
+    shown = pressure(eng, sub.name)
+    assert shown["kind"] == "subscription" and shown["lag_batches"] == 0
+    assert shown["blocked_seconds"] > 0
+    eng.close()
