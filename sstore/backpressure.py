@@ -38,7 +38,9 @@ begins its transaction:
   every commit and acknowledgement wakes it, and it re-checks at least every ``POLL``
   seconds. Past ``timeout`` it raises ``IngestTimeoutError`` (transient: the reader is
   running, only slow; send the batch again later). Either way the batch was not ingested:
-  nothing was written (the check is before BEGIN), so the caller retries the same call.
+  nothing was written (the check is before BEGIN), so the caller retries the same call. A
+  stop (Ctrl-C, SIGTERM, ``Engine.interrupt``) ends a wait with ``Stopped``, and closing the
+  engine with ``SStoreError``, the batch not ingested either.
 - A re-sent batch-id that was already ingested is a no-op and never waits.
 - Weak-durability replay (``recovery.replay``) does not pass here: it re-applies batches that
   were admitted before the crash.
@@ -58,7 +60,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from sstore.errors import ConsumerStalledError, DeclarationError, IngestTimeoutError
+from sstore.errors import (
+    ConsumerStalledError,
+    DeclarationError,
+    IngestTimeoutError,
+    SStoreError,
+)
+from sstore.interrupts import Stopped
 
 if TYPE_CHECKING:
     from sstore.graph import Graph
@@ -237,6 +245,12 @@ class Backpressure:
                         self._wait_started[me] = now
                         for name in blamed:
                             self._waiting[name] += 1
+                if rt.interrupts.closed:
+                    raise SStoreError(f"the engine was closed while an ingest into {stream!r} "
+                                      f"waited under backpressure; the batch was not ingested")
+                if rt.interrupts.stopping():  # Ctrl-C, SIGTERM, Engine.interrupt: stop waiting
+                    raise Stopped(f"stopped while an ingest into {stream!r} waited under "
+                                  f"backpressure; the batch was not ingested")
                 remaining = began + self.timeout - now
                 if remaining <= 0:
                     with self._mutex:

@@ -24,7 +24,7 @@ Callback = Callable[[int, pa.Table], None]
 class Subscription:
     """Committed batches of one stream: pushed to ``callback``, or queued for ``poll``."""
 
-    def __init__(self, stream: str, callback: Callback | None, registry: "Subscribers",
+    def __init__(self, stream: str, callback: Callback | None, registry: Subscribers,
                  number: int = 0) -> None:
         self.stream = stream
         self.callback = callback

@@ -21,6 +21,8 @@ from sstore import (
     Engine,
     IngestTimeoutError,
 )
+from sstore.errors import SStoreError
+from sstore.interrupts import Stopped
 from sstore.observe import SinkSnapshot
 from sstore.retry import Kind, kind_of
 from tests.test_observe import sample, scrape
@@ -318,3 +320,45 @@ def test_a_pull_subscription_is_bounded_too(state_path: str) -> None:
     assert shown["kind"] == "subscription" and shown["lag_batches"] == 0
     assert shown["blocked_seconds"] > 0
     eng.close()
+
+
+def test_a_stop_or_close_ends_a_wait(export: tuple[Engine, ThreadedExport]) -> None:
+    """A waiting ingest does not outlive a stop request (Ctrl-C, SIGTERM, interrupt) or the
+    engine: it ends with ``Stopped`` / ``SStoreError``, the batch not ingested."""
+    eng, _ = export
+    eng.backpressure.timeout = 60
+    b = 0
+    while eng.status().backpressure["consumers"][0]["over"] is False:
+        b += 1
+        eng.ingest("events", rows(b * 100), batch_id=b)
+    outcome: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            eng.ingest("events", rows(0), batch_id=b + 1)
+        except BaseException as exc:  # noqa: BLE001 - Stopped is a BaseException
+            outcome.append(exc)
+
+    for end in ("interrupt", "close"):
+        waiter = threading.Thread(target=send)
+        began = time.monotonic()
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not eng.backpressure.report_counts()["waiting_ingests"] and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        if end == "interrupt":
+            eng.interrupt()
+        else:
+            eng.close()
+        waiter.join(timeout=10)
+        assert time.monotonic() - began < 5
+        err = outcome.pop()
+        if end == "interrupt":
+            assert isinstance(err, Stopped) and "not ingested" in str(err)
+            with pytest.raises(Stopped):  # a run loop takes the stop request, as it would
+                eng.run_until_idle()
+            assert eng.query("SELECT count(*) AS n FROM events WHERE _batch_id = ?", b + 1
+                             )["n"][0].as_py() == 0
+        else:
+            assert isinstance(err, SStoreError) and "closed" in str(err)
