@@ -311,6 +311,8 @@ class Backpressure:
         while todo:
             node = todo.pop()
             nxt = [w.name for w in graph.windows_on(node)]
+            for ew in _event_windows_on(graph, node):  # their two output streams
+                nxt.extend((ew.name, ew.late))
             for proc in graph.consumers_of(node):
                 nxt.extend(graph.procedures[proc].outputs)
             for n in nxt:
@@ -468,6 +470,13 @@ def _first_above(ids: list[int], batch_id: int) -> int:
     return bisect.bisect_right(ids, batch_id)
 
 
+def _event_windows_on(graph: Graph, stream: str) -> list[Any]:
+    """Event-time windows over ``stream`` (``sstore.event_windows``, where the graph has
+    them): each writes two streams in the transaction of the source batch."""
+    on = getattr(graph, "event_windows_on", None)
+    return list(on(stream)) if on is not None else []
+
+
 def _ancestors(graph: Graph, node: str) -> list[str]:
     """Streams and windows upstream of ``node`` (through windows and procedures)."""
     seen: list[str] = []
@@ -475,8 +484,11 @@ def _ancestors(graph: Graph, node: str) -> list[str]:
     while todo:
         current = todo.pop()
         ups: list[str] = []
+        event = getattr(graph, "event_outputs", {}).get(current)
         if current in graph.windows:
             ups.append(graph.windows[current].source)
+        elif event is not None:  # a stream written by an event-time window
+            ups.append(graph.event_windows[event].source)  # type: ignore[attr-defined]
         else:
             producer = graph.producer_of(current)
             if producer is not None:
