@@ -58,6 +58,7 @@ from migrators.postgres import (
 )
 from migrators.typemap import for_copy, for_target
 from sstore import interrupts
+from sstore.backpressure import Bound
 from sstore.engine import Engine
 from sstore.errors import DeclarationError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
@@ -129,7 +130,11 @@ class StreamToPostgres:
     ``before_commit`` is a test hook called with the open connection after COPY, before COMMIT.
     ``ack_every`` (seconds): acknowledgements to the engine are grouped (each one is a DuckDB
     commit); correctness does not depend on them, since the watermark decides on restart, only
-    how soon garbage collection may remove migrated batches.
+    how soon garbage collection may remove migrated batches (and how soon an ingest waiting
+    for this sink under backpressure goes on).
+    ``max_lag``: this sink's backpressure bound (``sstore.Bound``: batches and bytes it may
+    leave retained before ingests upstream wait); None: the engine's default
+    (``Engine(max_lag=...)``; see ``sstore.backpressure``).
     """
 
     engine: Engine
@@ -146,6 +151,7 @@ class StreamToPostgres:
     ack_every: float = 1.0
     accept_gap: bool = False
     shared_target: bool = False
+    max_lag: Bound | None = None
     last_error: str | None = field(default=None, init=False)
     halted: str | None = field(default=None, init=False)
     _after: int | None = field(default=None, init=False)  # the target has every batch to here
@@ -177,6 +183,8 @@ class StreamToPostgres:
             raise DeclarationError("chunk_rows must be at least 1")
         split_name(self.table)  # a malformed target name fails here, before any hold
         self.key = tuple(self.key)
+        if self.max_lag is not None:
+            self.engine.backpressure.bound(self.consumer, self.max_lag)
         if not self.engine.started and not self.engine.foreign:
             self.engine.consumer(self.stream, self.consumer)  # kept from the first batch on
         self.engine.register_sink(self)  # seen by the engine's metrics and /status
@@ -189,7 +197,8 @@ class StreamToPostgres:
                             self._rows_moved, self._batches_moved,
                             self.retry.retries_done + self._loop_retries, self.last_error,
                             self.halted, (thread is not None and thread.is_alive())
-                            or self._subscription is not None)
+                            or self._subscription is not None,
+                            thread is not None and thread.is_alive())
 
     @property
     def consumer(self) -> str:

@@ -4,10 +4,23 @@ Streams are cut into atomic batches; each stored procedure run on a batch is one
 transaction over DuckDB state; results move exactly once into PostgreSQL.
 """
 
+from sstore.backpressure import Bound
 from sstore.engine import Engine, Ingested
-from sstore.errors import (DeclarationError, InputLogError, OutOfOrderBatchError, ProcedureError,
-                           SchemaError, SStoreError, TerminalError, TransactionStateError,
-                           TransientError, UnknownStreamError)
+from sstore.errors import (
+                           BackpressureError,
+                           ConsumerStalledError,
+                           DeclarationError,
+                           IngestTimeoutError,
+                           InputLogError,
+                           OutOfOrderBatchError,
+                           ProcedureError,
+                           SchemaError,
+                           SStoreError,
+                           TerminalError,
+                           TransactionStateError,
+                           TransientError,
+                           UnknownStreamError,
+)
 from sstore.graph import ErrorPolicy
 from sstore.runtime import CommitEvent
 from sstore.subscriptions import Subscription
@@ -16,7 +29,8 @@ from sstore.transaction import Transaction, TxState
 __version__ = "0.1.0"
 
 __all__ = [
-    "CommitEvent", "DeclarationError", "Engine", "ErrorPolicy", "Ingested", "InputLogError",
+    "BackpressureError", "Bound", "CommitEvent", "ConsumerStalledError", "DeclarationError",
+    "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
     "OutOfOrderBatchError", "ProcedureError", "SStoreError", "SchemaError", "Subscription",
     "TerminalError", "Transaction", "TransactionStateError", "TransientError", "TxState",
     "UnknownStreamError", "__version__",

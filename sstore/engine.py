@@ -26,6 +26,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore import consumers, event_windows, gc, group, recovery, systables
+from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
 from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow, connect, registered
@@ -89,7 +90,8 @@ class Engine:
 
     def __init__(self, path: str = ":memory:", *, input_log: str | None = None,
                  fsync: bool = True, gc_every: int = GC_EVERY, group_commit: bool = True,
-                 checkpoint_wal_bytes: int = WAL_LIMIT_BYTES) -> None:
+                 checkpoint_wal_bytes: int = WAL_LIMIT_BYTES, max_lag: Bound | None = None,
+                 ingest_timeout: float = DEFAULT_TIMEOUT) -> None:
         if input_log is not None and path != ":memory:":
             raise DeclarationError("input_log is for weak durability, whose state is in memory: "
                                    "use Engine(':memory:', input_log=...)")
@@ -121,6 +123,10 @@ class Engine:
         self._declared_consumers: list[tuple[str, str]] = []
         self._interrupts = Interrupts()
         self._sinks: dict[str, ObservableSink] = {}
+        #: every reader's bound on what it leaves retained, and the ingests waiting on them
+        #: (``sstore.backpressure``): ``max_lag`` is the default bound, ``ingest_timeout``
+        #: how long an ingest waits for a running reader before ``IngestTimeoutError``
+        self.backpressure = Backpressure(max_lag, ingest_timeout, self.sinks)
         self._metrics: EngineMetrics | None = None
         self._server: Server | None = None
 
@@ -347,7 +353,10 @@ class Engine:
 
         Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
         no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
-        with ``OutOfOrderBatchError``. Bad rows raise ``SchemaError`` and change nothing.
+        with ``OutOfOrderBatchError``. Bad rows raise ``SchemaError`` and change nothing. A
+        reader downstream past its backpressure bound makes it wait, then raise
+        ``IngestTimeoutError``, or refuse at once (``ConsumerStalledError``), the batch not
+        ingested (``sstore.backpressure``).
 
         ``along(tx)``: more statements that must commit with this batch or not at all; they
         run in the ingest's transaction after its rows (``sstore.dead_letters.replay`` deletes
@@ -395,6 +404,7 @@ class Engine:
             _check_batch_id(batch_id)
         table = rt.store.conform(stream, rows, f"stream {stream!r}")
         with rt.lock:
+            self.backpressure.admit(rt, stream, batch_id)  # may wait, releasing the lock
             last = rt.ledger.last_ingested.get(stream, 0)
             if batch_id is None:
                 batch_id = last + 1
@@ -497,6 +507,7 @@ class Engine:
             rt.checkpoints.after_commit()
         return True
 
+    @runner
     def run_until_idle(self, max_executions: int | None = None) -> int:
         """Run pending transaction executions in order until none is runnable; return how many
         ran (committed or dead-lettered). A halted procedure stops only itself and downstream.
@@ -525,6 +536,7 @@ class Engine:
                 gc.collect(rt)
         return done
 
+    @runner
     def run(self, stop: threading.Event, poll_seconds: float = 0.2) -> None:
         """Serve: run transaction executions as batches arrive until ``stop`` is set.
 
@@ -828,6 +840,7 @@ class Engine:
         existed. True if there was such a consumer."""
         rt = self._runtime()
         with rt.lock:
+            rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks
             return consumers.drop(rt.con, rt.ledger, stream, consumer)
 
     def consumers(self) -> list[ConsumerStatus]:
@@ -925,12 +938,15 @@ class Engine:
         rt = self._runtime()
         with rt.lock:
             consumers.acknowledge(rt.con, rt.ledger, consumer, batch_id)
+            rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks now
 
     def status(self) -> EngineStatus:
         rt = self._runtime()
         with rt.lock:
-            return read_status(rt.con, halted=dict(rt.scheduler.halted),
-                               durability=self.durability, path=self.path)
+            status = read_status(rt.con, halted=dict(rt.scheduler.halted),
+                                 durability=self.durability, path=self.path)
+            status.backpressure = self.backpressure.report(rt).to_dict()
+            return status
 
     def checkpoint(self) -> str | None:
         """Weak mode: write a snapshot and empty the input log. Full mode: DuckDB CHECKPOINT."""

@@ -8,6 +8,8 @@ stored procedure, a schema mismatch). Every error the engine raises on purpose d
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SStoreError(Exception):
     """Root of every error sstore raises on purpose."""
@@ -79,3 +81,62 @@ class GapError(TerminalError):
         self.consumer = consumer
         self.first = first
         self.last = last
+
+
+class BackpressureError(SStoreError):
+    """An ingest was refused because a reader of the stream lags past its bound
+    (``sstore.backpressure``). The batch was NOT ingested and nothing was written: send the
+    same batch again (same ``batch_id``) once the reader has caught up.
+
+    ``stream`` is the stream the ingest was for; ``consumers`` the readers past their bound
+    (``sstore.backpressure.Pressure``: name, kind, lag, bound, halt); ``waited`` the seconds
+    the ingest waited before giving up (0 when it was refused at once)."""
+
+    def __init__(self, message: str, stream: str, consumers: list[Any], waited: float) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.consumers = consumers
+        self.waited = waited
+
+
+def _lagging(consumers: list[Any]) -> str:
+    parts = []
+    for p in consumers:
+        bound = " and ".join(
+            b for b in ((f"{p.bound_batches} batches" if p.bound_batches is not None else ""),
+                        (f"{p.bound_bytes} bytes" if p.bound_bytes is not None else "")) if b)
+        why = f", halted at {p.halted}" if p.halted else ""
+        parts.append(f"{p.kind} {p.consumer!r} ({p.lag_batches} batches, {p.lag_rows} rows, "
+                     f"~{p.lag_bytes} bytes behind; bound {bound or 'none'}{why})")
+    return "; ".join(parts)
+
+
+class IngestTimeoutError(BackpressureError, TransientError):
+    """Ingest waited ``Engine.backpressure.timeout`` seconds for a running reader (a sink
+    thread, the engine's runner) to get back under its bound, and it did not. Transient: the
+    reader is alive, only slow (a locked or overloaded target); retrying later may succeed."""
+
+    def __init__(self, stream: str, consumers: list[Any], waited: float) -> None:
+        super().__init__(
+            f"ingest into stream {stream!r} waited {waited:.1f} s for readers past their "
+            f"backpressure bound: {_lagging(consumers)}. The batch was not ingested; send it "
+            f"again once they catch up (sstore status shows their lag), or raise the bound or "
+            f"the timeout (docs/operations.md, Backpressure)", stream, consumers, waited)
+
+
+class ConsumerStalledError(BackpressureError, TerminalError):
+    """A reader past its bound cannot make progress while this thread waits: it is halted,
+    or nothing in this process runs it (a declared consumer with no running sink, procedures
+    while no other thread runs the engine). Waiting would only hang, so the ingest is refused
+    at once. Terminal: retrying as is never helps; run the reader (``run_until_idle``,
+    ``StreamToPostgres.attach``/``run_once``), resume it, or drop it, then send the batch
+    again."""
+
+    def __init__(self, stream: str, consumers: list[Any], waited: float) -> None:
+        super().__init__(
+            f"ingest into stream {stream!r} refused: readers past their backpressure bound "
+            f"cannot progress while this ingest waits: {_lagging(consumers)}. The batch was "
+            f"not ingested. Run them (Engine.run_until_idle for procedures, the sink's attach "
+            f"or run_once for a sink), resume a halted one (sstore resume), or drop a consumer "
+            f"nobody runs (sstore consumers drop), then send the batch again", stream,
+            consumers, waited)

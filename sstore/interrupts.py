@@ -119,6 +119,11 @@ class Interrupts:
     def stopping(self) -> bool:
         return self.stop_requested.is_set() or PROCESS_STOP.is_set()
 
+    @property
+    def closed(self) -> bool:
+        """The engine closed (an ingest waiting under backpressure gives up)."""
+        return self._closed
+
     def request_stop(self) -> None:
         """From any thread: no TE starts any more, the one in flight is interrupted."""
         self.stop_requested.set()

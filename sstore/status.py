@@ -53,6 +53,10 @@ class EngineStatus:
     engine_id: str | None = None
     consumers: list[ConsumerStatus] = field(default_factory=list)
     live: dict[str, Any] | None = None  # what a serving engine adds (``sstore.observe``)
+    #: a running engine's readers, their lag and bound, and ingests waiting on them
+    #: (``sstore.backpressure.PressureReport``); None for a bare state file (bounds are the
+    #: program's, not the file's)
+    backpressure: dict[str, Any] | None = None
 
     def halted(self) -> dict[str, str]:
         """procedure -> why it is halted, for every halted procedure."""
@@ -71,6 +75,8 @@ class EngineStatus:
                "procedures": [vars(p) for p in self.procedures],
                "streams": [vars(s) for s in self.streams],
                "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
+        if self.backpressure is not None:
+            out["backpressure"] = self.backpressure
         if self.live is not None:
             out["live"] = self.live
         return out
@@ -84,7 +90,7 @@ class EngineStatus:
                    [_known(StreamStatus, s) for s in data.get("streams", [])],
                    list(data.get("errors", [])), data.get("engine_id"),
                    [_known(ConsumerStatus, c) for c in data.get("consumers", [])],
-                   data.get("live"))
+                   data.get("live"), data.get("backpressure"))
 
 
 def _known(kind: type[Any], values: Mapping[str, Any]) -> Any:

@@ -65,6 +65,10 @@ def test_status_of_a_running_pipeline_comes_from_it(tmp_path: Path) -> None:
     assert "bad batch 4" in doc["procedures"][-1]["halted"]
     committed = {p["name"]: p["batches_committed"] for p in doc["live"]["procedures"]}
     assert committed == {"z_parse": 5, "b_enrich": 5, "a_total": 5, "y_watch": 3}
+    pressure = {c["consumer"]: c for c in doc["backpressure"]["consumers"]}
+    assert pressure["y_watch"]["lag_batches"] == 2 and pressure["y_watch"]["halted"]
+    assert pressure["y_watch"]["bound_batches"] == 10_000 and not pressure["y_watch"]["over"]
+    assert doc["backpressure"]["blocked"] is False
 
     assert text.returncode == 0, text.stderr
     out = text.stdout
@@ -73,6 +77,10 @@ def test_status_of_a_running_pipeline_comes_from_it(tmp_path: Path) -> None:
              if line.split() and line.split()[0] in PROCEDURES]
     assert shown[:4] == PROCEDURES  # dataflow order, not alphabetical
     assert "halted: batch 4: ValueError: bad batch 4" in out
+    assert "Backpressure: ingest flows; 0.0 s blocked" in out
+    watch = next(line for line in out.splitlines() if line.split()[:2] == ["y_watch",
+                                                                            "procedure"])
+    assert "2 batches" in watch and "10,000 batches" in watch
     assert consumers.returncode == 0, consumers.stderr
     # the pipeline has closed: the discovery file went with it, the file reads as usual
     assert not os.path.exists(live.discovery_path(state))

@@ -129,6 +129,9 @@ def status_view(status: EngineStatus) -> RenderableType:
     parts += [flow, progress, streams]
     if status.live is not None and status.live.get("sinks"):
         parts.append(sinks_view(status.live["sinks"]))
+    pressure = status.backpressure or (status.live or {}).get("backpressure")
+    if pressure:
+        parts.append(backpressure_view(pressure))
     if status.consumers:
         parts.append(consumers_view(status.consumers))
     if status.errors:
@@ -177,6 +180,47 @@ def sinks_view(sinks: Sequence[Mapping[str, Any]]) -> RenderableType:
         table.add_row(k["name"], k["stream"], str(k["watermark"]), lag,
                       f"{k['rows_per_s']:,.0f}", str(k["retries"]), state)
     return table
+
+
+def backpressure_view(report: Mapping[str, Any]) -> RenderableType:
+    """Readers' lag against their bounds (``sstore.backpressure``) and whether ingest waits."""
+    def bound(c: Mapping[str, Any]) -> str:
+        parts = [f"{c['bound_batches']:,} batches" if c["bound_batches"] is not None else "",
+                 _bytes(c["bound_bytes"]) if c["bound_bytes"] is not None else ""]
+        return ", ".join(p for p in parts if p) or "none"
+
+    waiting = report["waiting_ingests"]
+    title = (f"Backpressure: {waiting} ingest(s) waiting now" if waiting
+             else "Backpressure: ingest flows") + \
+        (f"; {report['blocked_seconds']:.1f} s blocked, {report['timeouts']} timed out, "
+         f"{report['stalls']} refused (stalled) so far; timeout {report['timeout']:g} s")
+    table = Table(title=title, **TABLE_STYLE)  # type: ignore[arg-type]
+    for name, justify in (("reader", "left"), ("kind", "left"), ("reads", "left"),
+                          ("lag", "right"), ("bound", "right"), ("blocked s", "right"),
+                          ("state", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in report["consumers"]:
+        state = Text(f"halted: {c['halted']}", style="red") if c.get("halted") else \
+            Text(f"over its bound{', ingest waiting' if c['waiting_ingests'] else ''}",
+                 style="yellow" if c["running"] else "red") if c["over"] else \
+            Text("ok", style="green")
+        table.add_row(c["consumer"], c["kind"], ", ".join(c["streams"]),
+                      f"{c['lag_batches']:,} batches, {c['lag_rows']:,} rows, "
+                      f"~{_bytes(c['lag_bytes'])}", bound(c), f"{c['blocked_seconds']:.1f}",
+                      state)
+    return table
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in B, KiB, MiB or GiB."""
+    if n < 1024:
+        return f"{n:,} B"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:,.1f} {unit}"
 
 
 def consumers_view(consumers: Sequence[ConsumerStatus]) -> RenderableType:

@@ -21,7 +21,7 @@ import datetime
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -150,6 +150,9 @@ class Live:
     procedures: list[ProcedureLive] = field(default_factory=list)
     streams: list[StreamLive] = field(default_factory=list)
     sinks: list[SinkLive] = field(default_factory=list)
+    #: readers' lag against their bounds and ingests waiting on them
+    #: (``sstore.backpressure.PressureReport.to_dict``), read with the ledger
+    backpressure: dict[str, Any] | None = None
 
 
 @dataclass
@@ -167,6 +170,7 @@ class _LedgerView:
     procedures: dict[str, tuple[int, int, str | None]]  # last batch, pending, halted
     streams: dict[str, tuple[str, int, int, int | None, list[str]]]
     sinks: dict[str, _SinkLag]
+    pressure: dict[str, Any] | None = None
 
 
 class EngineMetrics:
@@ -259,6 +263,7 @@ class EngineMetrics:
         self._procedures(live, rt, view, counters, now)
         self._streams(live, rt, view, counters, now)
         self._sinks(live, view, now, now_wall)
+        live.backpressure = view.pressure if view is not None else None
         return live
 
     def _read_ledger(self, rt: Runtime) -> _LedgerView | None:
@@ -292,6 +297,7 @@ class EngineMetrics:
             with self._mutex:  # every sink of the stream has these: their times can go
                 for stream, mark in delivered.items():
                     self.times.forget_through(stream, mark)
+            view.pressure = self.engine.backpressure.report(rt).to_dict()
         finally:
             rt.lock.release()
         self._view = view

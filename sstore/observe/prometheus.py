@@ -8,8 +8,8 @@ What each metric means is listed in docs/operations.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -40,6 +40,8 @@ class EngineCollector(Collector):
         yield from _procedures(live)
         yield from _streams(live)
         yield from _sinks(live)
+        if live.backpressure is not None:
+            yield from _backpressure(live.backpressure)
         rt = engine.runtime
         checkpoints = rt.checkpoints if rt is not None else None
         if checkpoints is not None:  # a file-backed engine's own checkpoints
@@ -129,3 +131,42 @@ def _sinks(live: Live) -> Iterator[Metric]:
     yield _gauge("sstore_sink_last_error_info", "The sink's latest error (value 1; absent "
                  "when there is none)", label + ["error"],
                  [(values(k) + [k.last_error], 1) for k in ks if k.last_error])
+
+
+def _backpressure(report: Mapping[str, Any]) -> Iterator[Metric]:
+    """Readers' lag against their bounds, and ingests waiting on them (``sstore.backpressure``)."""
+    cs, label = report["consumers"], ["consumer", "kind", "streams"]
+
+    def values(c: Mapping[str, Any]) -> list[str]:
+        return [c["consumer"], c["kind"], ",".join(c["streams"])]
+
+    yield _gauge("sstore_backpressure_lag_batches", "Batches the reader leaves retained (stored "
+                 "above what it took, plus on their way to it)", label,
+                 [(values(c), c["lag_batches"]) for c in cs])
+    yield _gauge("sstore_backpressure_lag_rows", "Rows stored above what the reader took",
+                 label, [(values(c), c["lag_rows"]) for c in cs])
+    yield _gauge("sstore_backpressure_lag_bytes", "Estimated bytes of those rows (Arrow size)",
+                 label, [(values(c), c["lag_bytes"]) for c in cs])
+    yield _gauge("sstore_backpressure_bound_batches", "The reader's bound in batches (absent: "
+                 "none)", label, [(values(c), c["bound_batches"]) for c in cs
+                                  if c["bound_batches"] is not None])
+    yield _gauge("sstore_backpressure_bound_bytes", "The reader's bound in bytes (absent: "
+                 "none)", label, [(values(c), c["bound_bytes"]) for c in cs
+                                  if c["bound_bytes"] is not None])
+    yield _gauge("sstore_backpressure_over_bound", "1 when the reader is at or past its bound: "
+                 "ingests upstream wait or are refused", label,
+                 [(values(c), int(c["over"])) for c in cs])
+    yield _gauge("sstore_backpressure_waiting_ingests", "Ingests waiting for the reader now",
+                 label, [(values(c), c["waiting_ingests"]) for c in cs])
+    yield _counter("sstore_backpressure_blocked_seconds", "Ingest time spent waiting for the "
+                   "reader", label, [(values(c), c["blocked_seconds"]) for c in cs])
+    yield _counter("sstore_backpressure_refused", "Ingests refused because of the reader",
+                   label, [(values(c), c["refused"]) for c in cs])
+    yield _gauge("sstore_ingest_blocked", "Ingests waiting for readers past their bound now "
+                 "(0: ingest flows)", [], [([], report["waiting_ingests"])])
+    yield _counter("sstore_ingest_blocked_seconds", "Total time ingests spent waiting for "
+                   "readers past their bound", [], [([], report["blocked_seconds"])])
+    yield _counter("sstore_ingest_refused", "Ingests refused: timeout (IngestTimeoutError, a "
+                   "running reader too slow) or stalled (ConsumerStalledError, a reader that "
+                   "cannot progress)", ["reason"],
+                   [(["timeout"], report["timeouts"]), (["stalled"], report["stalls"])])

@@ -23,7 +23,10 @@ class SinkSnapshot:
     consumer's acknowledgement). ``rows`` and ``batches`` count what this process delivered;
     ``retries`` the transient failures it retried. ``halted`` is the terminal error that
     stopped it; ``last_error`` the latest error, even one a retry got past. ``running``: it
-    moves batches as they commit (attached), rather than only when called."""
+    moves batches as they commit (attached), rather than only when called. ``background``:
+    it moves them on a thread of its own, so an ingest may wait for it (``sstore.
+    backpressure``); a sink that runs only when called, or in the committing thread, cannot
+    catch up while an ingest waits, and the ingest is refused instead."""
 
     name: str
     stream: str
@@ -35,6 +38,7 @@ class SinkSnapshot:
     last_error: str | None
     halted: str | None
     running: bool
+    background: bool = False
 
 
 @runtime_checkable
