@@ -136,7 +136,9 @@ def write_audits(root: Path, sizes: Sizes, brokers: int, finwire: FinwireFiles,
     files = [_write(root, "Generator_audit.csv", _generator_rows(sizes))]
     for batch, day in BATCH_DATES.items():
         files.append(_write(root, f"Batch{batch}_audit.csv", [
-            AuditRow("Batch", batch, "FirstDay", date=DATE_TABLE_FIRST.isoformat()),
+            # DIGen: Batch1 starts with the Date table, an incremental batch on its own day
+            AuditRow("Batch", batch, "FirstDay",
+                     date=(DATE_TABLE_FIRST if batch == 1 else day).isoformat()),
             AuditRow("Batch", batch, "LastDay", date=day.isoformat())]))
     files.append(_write(root, "Batch1/HR_audit.csv",
                         [AuditRow("DimBroker", 1, "HR_BROKERS", brokers)]))

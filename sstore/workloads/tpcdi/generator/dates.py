@@ -23,7 +23,7 @@ BATCH_DATES: Mapping[int, dt.date] = MappingProxyType({
 BATCHES: tuple[int, ...] = (1, 2, 3)
 INCREMENTAL_BATCHES: tuple[int, ...] = (2, 3)
 
-#: Date.txt covers these days (DimDate), FirstDay of every batch audit is the first one.
+#: Date.txt covers these days (DimDate); Batch1's audit FirstDay is the first one.
 DATE_TABLE_FIRST = dt.date(1950, 1, 1)
 DATE_TABLE_LAST = dt.date(2020, 12, 31)
 
