@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from sstore.cli.tpcdi_generate import generate_command
 from sstore.workloads.tpcdi.generator import GenerationReport, generate
+from sstore.workloads.tpcdi.generator.audit import hundred_years_before
 from sstore.workloads.tpcdi.generator.finwire_layout import parse_record
 
 SF = 0.02
@@ -166,7 +167,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Data:
 
 # -- names and layouts ------------------------------------------------------------------------
 def quarters() -> list[str]:
-    return [f"{y}Q{q}" for y in range(1967, 2018) for q in range(1, 5)][:202]
+    """DIGen's 203 quarters: 1967Q1 .. 2017Q3 (the last one ends with Batch1)."""
+    return [f"{y}Q{q}" for y in range(1967, 2018) for q in range(1, 5)][:203]
 
 
 def test_every_file_is_there_with_its_layout(data: Data) -> None:
@@ -176,8 +178,11 @@ def test_every_file_is_there_with_its_layout(data: Data) -> None:
         "Batch1/TradeHistory.txt", "Batch2/BatchDate.txt", "Batch3/BatchDate.txt",
         "Batch1_audit.csv", "Batch2_audit.csv", "Batch3_audit.csv", "Generator_audit.csv",
         "Batch1/Trade_audit.csv", "Batch1/TradeHistory_audit.csv", "Batch1/HR_audit.csv",
-        "Batch1/FINWIRE_audit.csv", "Batch1/CustomerMgmt_audit.csv", "bad_rows.json"}
+        "Batch1/CustomerMgmt_audit.csv", "bad_rows.json"}
     expected |= {f"Batch1/FINWIRE{q}" for q in quarters()}
+    expected |= {f"Batch1/FINWIRE{q}_audit.csv" for q in quarters()}
+    expected |= {f"Batch1/{name}_audit.csv" for name in ("Date", "Time", "StatusType",
+                                                         "TradeType", "Industry", "TaxRate")}
     for b in (2, 3):
         expected |= {f"Batch{b}/{n}" for n in ("Trade.txt", "Customer.txt", "Account.txt",
                                                "Trade_audit.csv", "Customer_audit.csv",
@@ -185,7 +190,7 @@ def test_every_file_is_there_with_its_layout(data: Data) -> None:
     written = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     assert written == expected
     assert {f.path for f in data.report.files} == expected
-    assert quarters()[0] == "1967Q1" and quarters()[-1] == "2017Q2"
+    assert quarters()[0] == "1967Q1" and quarters()[-1] == "2017Q3"
 
     counts = dict(FIELD_COUNTS, **{"Trade.txt": 14, "TradeHistory.txt": 3})
     for name, n in counts.items():
@@ -295,7 +300,8 @@ def test_customer_mgmt_xml(data: Data) -> None:
         if kind == "NEW":
             assert c_id == customers + 1
             customers = c_id
-            assert {"C_TAX_ID", "C_GNDR", "C_TIER", "C_DOB"} <= set(customer.attrib)
+            assert {"C_TAX_ID", "C_GNDR", "C_DOB"} <= set(customer.attrib)
+            assert customer.get("C_TIER", "") in ("", "1", "2", "3")   # DIGen leaves 5% empty
             assert [c.tag for c in customer] == ["Name", "Address", "ContactInfo", "TaxInfo",
                                                  "Account"]
         else:
@@ -542,7 +548,8 @@ def test_audit_counts_match_the_data(data: Data) -> None:
     root = data.root
     for b in (1, 2, 3):
         batch = audit(root / f"Batch{b}_audit.csv")
-        assert batch == {("Batch", "FirstDay"): "1950-01-01",
+        first = "1950-01-01" if b == 1 else BATCH_DATES[b].isoformat()   # as DIGen writes
+        assert batch == {("Batch", "FirstDay"): first,
                          ("Batch", "LastDay"): BATCH_DATES[b].isoformat()}
     for b, rows, offset in ((1, data.trade1, 0), (2, data.cdc[2], 2), (3, data.cdc[3], 2)):
         completed = [r for r in rows if r[offset + 2] == "CMPT"]
@@ -564,9 +571,20 @@ def test_audit_counts_match_the_data(data: Data) -> None:
             types[int(r[0])] == t for r in data.history)
     assert int(history["DimTradeHistory", "TH_CanceledLTrades"]) == sum(
         r[2] == "CNCL" for r in data.history)
-    finwire = audit(root / "Batch1/FINWIRE_audit.csv")
-    assert (int(finwire["DimCompany", "FW_CMP"]), int(finwire["DimSecurity", "FW_SEC"]),
-            int(finwire["Financial", "FW_FIN"])) == (len(data.cmp), len(data.sec), data.fin_count)
+    fin = Counter(line[15:18] for q in quarters()
+                  for line in lines_of(root / f"Batch1/FINWIRE{q}"))
+    totals: Counter[str] = Counter()
+    for q in quarters():
+        finwire = audit(root / f"Batch1/FINWIRE{q}_audit.csv")
+        in_file = Counter(line[15:18] for line in lines_of(root / f"Batch1/FINWIRE{q}"))
+        for kind, dataset in (("CMP", "DimCompany"), ("SEC", "DimSecurity"), ("FIN", "Financial")):
+            assert int(finwire[dataset, f"FW_{kind}"]) == in_file[kind], (q, kind)
+            totals[kind] += in_file[kind]
+    assert totals == fin
+    assert (totals["CMP"], totals["SEC"], totals["FIN"]) == (len(data.cmp), len(data.sec),
+                                                              data.fin_count)
+    for name in ("Date", "Time", "StatusType", "TradeType", "Industry", "TaxRate"):
+        assert audit(root / f"Batch1/{name}_audit.csv") == {}
     assert int(audit(root / "Batch1/HR_audit.csv")["DimBroker", "HR_BROKERS"]) == \
         len(data.brokers)
     kinds = Counter(a.get("ActionType") for a in data.actions)
@@ -575,6 +593,35 @@ def test_audit_counts_match_the_data(data: Data) -> None:
         {k: kinds[k] for k in ("NEW", "UPDCUST", "INACT")}
     assert {k: int(cm["DimAccount", f"CA_{k}"]) for k in ("ADDACCT", "UPDACCT", "CLOSEACCT")} \
         == {k: kinds[k] for k in ("ADDACCT", "UPDACCT", "CLOSEACCT")}
+    def errors(rows: list[tuple[str, str, dt.date]]) -> tuple[int, int, int]:
+        """(C_DOB_TO, C_DOB_TY, C_TIER_INV) of (tier, dob, day) versions."""
+        return (sum(dt.date.fromisoformat(dob) < hundred_years_before(day)
+                    for _, dob, day in rows),
+                sum(dt.date.fromisoformat(dob) > day for _, dob, day in rows),
+                sum(tier not in ("1", "2", "3") for tier, _, _ in rows))
+
+    tiers: dict[str, str] = {}
+    dobs: dict[str, str] = {}
+    versions = []
+    for a in data.actions:      # every NEW/UPDCUST makes a version with the tier it has then
+        customer, kind = a.find("Customer"), a.get("ActionType")
+        c_id = customer.get("C_ID")
+        if kind == "NEW":
+            tiers[c_id], dobs[c_id] = customer.get("C_TIER", ""), customer.get("C_DOB")
+        elif kind == "UPDCUST" and customer.get("C_TIER"):
+            tiers[c_id] = customer.get("C_TIER")
+        if kind in ("NEW", "UPDCUST"):
+            versions.append((tiers[c_id], dobs[c_id],
+                             dt.date.fromisoformat(a.get("ActionTS")[:10])))
+    assert (int(cm["DimCustomer", "C_DOB_TO"]), int(cm["DimCustomer", "C_DOB_TY"]),
+            int(cm["DimCustomer", "C_TIER_INV"])) == errors(versions)
+    assert int(cm["DimCustomer", "C_TIER_INV"]) > 0, "empty tiers, as DIGen writes them"
+    for b in (2, 3):
+        rows = rows_of(root / f"Batch{b}/Customer.txt")
+        got = audit(root / f"Batch{b}/Customer_audit.csv")
+        assert (int(got["DimCustomer", "C_DOB_TO"]), int(got["DimCustomer", "C_DOB_TY"]),
+                int(got["DimCustomer", "C_TIER_INV"])) == errors(
+            [(r[9], r[10], BATCH_DATES[b]) for r in rows])
     for b in (2, 3):
         customers = Counter((r[0], r[4]) for r in rows_of(root / f"Batch{b}/Customer.txt"))
         got = audit(root / f"Batch{b}/Customer_audit.csv")

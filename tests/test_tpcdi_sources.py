@@ -207,6 +207,38 @@ def test_hr_customer_account(tmp_path: Path) -> None:
     assert rejects(account) == [(2, "unparsable CA_TAX_ST: 'two' (expected integer)")]
 
 
+def test_fact_files_batch1_and_cdc_layouts(tmp_path: Path) -> None:
+    """CashTransaction, DailyMarket, HoldingHistory, WatchHistory: Batch1's fields, or the
+    CDC fields first in Batch2+ (picked by folder, or by ``batch_id``), lines as DIGen 1.1.0
+    writes them."""
+    b1, b2 = tmp_path / "Batch1", tmp_path / "Batch2"
+    cash = src.read_cash_transaction(write(b1 / "CashTransaction.txt",
+                                           "466|2012-07-07 04:15:00|-5484.72|JfRh name"))
+    assert cash.table.to_pylist() == [{"ct_ca_id": 466, "ct_dts": TS(2012, 7, 7, 4, 15),
+                                       "ct_amt": Decimal("-5484.72"), "ct_name": "JfRh name"}]
+    cdc = src.read_cash_transaction(write(b2 / "CashTransaction.txt",
+                                          "I|1485223|1324|2017-07-08 11:34:20|8913.39|x"))
+    assert cdc.table.column_names[:3] == ["cdc_flag", "cdc_dsn", "ct_ca_id"]
+    market = src.read_daily_market(write(
+        b2 / "DailyMarket.txt", "I|1282769|2017-07-07|AAAAAAAAAAAACCH|937.20|1317.08|891.53|"
+        "773766563", "I|1282770|2017-07-07|AAAAAAAAAAAABSB|975.48|1054.45|890.06"))
+    assert market.table.to_pylist()[0]["dm_vol"] == 773766563
+    assert rejects(market) == [(2, "expected 8 fields, found 7")]
+    holding = src.read_holding_history(write(b2 / "HoldingHistory.txt",
+                                             "I|1488406|353232|372101|5225|0"))
+    assert holding.table.to_pylist()[0]["hh_before_qty"] == 5225
+    watch = src.read_watch_history(write(b2 / "WatchHistory.txt",
+                                         "I|900042|1915|AAAAAAAAAAAABTZ|2017-07-08 00:00:19|ACTV",
+                                         "I|900043|3869|AAAAAAAAAAAAAFU||ACTV"))
+    assert watch.table["w_action"].to_pylist() == ["ACTV"]
+    assert rejects(watch) == [(2, "missing W_DTS")]
+    # outside a BatchN folder the batch says which layout: the CDC one needs 6 fields
+    loose = write(tmp_path / "wh.txt", "1915|AAAAAAAAAAAABTZ|2017-07-08 00:00:19|ACTV")
+    assert src.read_watch_history(loose).table.num_rows == 1
+    wrong = src.read_watch_history(loose, batch_id=3)
+    assert rejects(wrong) == [(1, "expected 6 fields, found 4")]
+
+
 def test_not_utf8_line_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "StatusType.txt"
     path.write_bytes(b"ACTV|Active\r\nCMPT|Compl\xe9ted\r\nCNCL|Canceled\r\n")
@@ -281,6 +313,10 @@ def test_finwire_positions_and_records(tmp_path: Path) -> None:
                              (7, "CMP record of 548 characters, longer than 543")]
     assert set(read.rejects["source_file"].to_pylist()) == {str(b1 / "FINWIRE1967Q4")}
     assert read.rows_in == 8                                  # 8 lines in the two quarters
+    # per file, lines of each type, refused ones included (DIGen's per-quarter audit counts)
+    assert [(Path(f).name, c) for f, c in read.file_counts] == [
+        ("FINWIRE1967Q3", {"CMP": 1, "SEC": 0, "FIN": 0}),
+        ("FINWIRE1967Q4", {"CMP": 3, "SEC": 2, "FIN": 1})]
 
 
 # -- CustomerMgmt.xml ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def _files(report: GenerationReport) -> Table:
-    """Rows and sizes of the data files (the 202 FINWIRE files as one line, audits left out)."""
+    """Rows and sizes of the data files (the 203 FINWIRE files as one line, audits left out)."""
     table = Table(title=f"TPC-DI source data, SF {report.scale_factor:g}, seed {report.seed}: "
                         f"{report.total_bytes / 1e6:,.1f} MB in {report.seconds:.1f} s")
     table.add_column("file")

@@ -1,7 +1,7 @@
 """TPC-DI source data for DimTrade, in DIGen's file layouts (DIGen itself may not be shipped).
 
 ``generate(scale_factor, output, seed)`` writes Batch1 (history up to 2017-07-07) and the
-incremental Batch2 and Batch3 (2017-07-08, 2017-07-09): the reference files, HR.csv, the 202
+incremental Batch2 and Batch3 (2017-07-08, 2017-07-09): the reference files, HR.csv, the 203
 FINWIRE files, CustomerMgmt.xml, Customer.txt/Account.txt, Trade.txt/TradeHistory.txt and the
 audit CSVs, deterministically for a seed, in the layouts and with the rules of the shared
 reference notes (tpcdi-source-layouts.md, tpcdi-dimtrade-notes.md). Modules, one job each:

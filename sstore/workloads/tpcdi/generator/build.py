@@ -81,7 +81,7 @@ def generate(scale_factor: float, output: str | Path, seed: int = 0,
         files.append(write_lines(root, f"Batch{batch}/Trade.txt", batch_lines))
     files.append(write_manifest(root, injected, sizes.scale_factor, seed))
     step(5)
-    files += write_audits(root, sizes, len(brokers.ids), finwire.counts, customers,
+    files += write_audits(root, sizes, len(brokers.ids), finwire, customers,
                           lines.counts, lines.history_counts)
     if progress is not None:
         progress("done", len(STEPS), len(STEPS))

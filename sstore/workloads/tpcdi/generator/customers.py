@@ -37,6 +37,12 @@ class Phone:
 
 
 NO_PHONE = Phone("", "", "", "")
+#: DIGen leaves C_TIER empty like other optional items (PERCENT_NULL 0.05; its audit counts
+#: those as C_TIER_INV: 251 at SF 3) and writes a birth date out of range for about one
+#: customer in a thousand each way (CMAcctDOBErrPct 0.001; C_DOB_TO 4, C_DOB_TY 4 at SF 3).
+TIER_NULL_SHARE = 0.05
+DOB_ERROR_SHARE = 0.001
+VALID_TIERS = ("1", "2", "3")
 
 
 @dataclass(frozen=True)
@@ -154,14 +160,19 @@ class Values:
         d = self.d
         first, last, middle = person(d)
         gender = "U" if d.chance(0.02) else d.pick(("M", "F"))
-        dob = f"{d.integer(1930, 1999)}-{d.integer(1, 12):02d}-{d.integer(1, 28):02d}"
+        # an error DOB is before 1900 (over 100 years before any action) or after 2017
+        year = d.integer(1930, 1999)
+        if d.chance(2 * DOB_ERROR_SHARE):
+            year = d.integer(1850, 1899) if d.chance(0.5) else d.integer(2018, 2030)
+        dob = f"{year}-{d.integer(1, 12):02d}-{d.integer(1, 28):02d}"
+        tier = "" if d.chance(TIER_NULL_SHARE) else str(d.weighted((1, 2, 3), (0.2, 0.5, 0.3)))
         where = place(d)
         lcl, nat = self._taxes(where.state_province, where.country)
         phones = (self.phone(), self.phone() if d.chance(0.7) else NO_PHONE,
                   self.phone() if d.chance(0.3) else NO_PHONE)
         alt = email(d, first, last) if d.chance(0.5) else ""
         return Customer(c_id, f"{d.digits(3)}-{d.digits(2)}-{d.digits(4)}", "ACTV", last, first,
-                        middle, gender, str(d.weighted((1, 2, 3), (0.2, 0.5, 0.3))), dob,
+                        middle, gender, tier, dob,
                         where.line1, where.line2, where.postal_code, where.city,
                         where.state_province, where.country, phones, email(d, first, last),
                         alt, lcl, nat)
@@ -178,7 +189,7 @@ class Values:
         chosen = {d.pick(groups) for _ in range(d.integer(1, 2))}
         changed: set[str] = set()
         if "tier" in chosen:
-            c = replace(c, tier=d.pick([t for t in ("1", "2", "3") if t != c.tier]))
+            c = replace(c, tier=d.pick([t for t in VALID_TIERS if t != c.tier]))
             changed.add("C_TIER")
         if "address" in chosen:
             where = place(d, canadian_share=0.0 if c.ctry == US_COUNTRY else 1.0)

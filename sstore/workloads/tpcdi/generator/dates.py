@@ -23,7 +23,7 @@ BATCH_DATES: Mapping[int, dt.date] = MappingProxyType({
 BATCHES: tuple[int, ...] = (1, 2, 3)
 INCREMENTAL_BATCHES: tuple[int, ...] = (2, 3)
 
-#: Date.txt covers these days (DimDate), FirstDay of every batch audit is the first one.
+#: Date.txt covers these days (DimDate); Batch1's audit FirstDay is the first one.
 DATE_TABLE_FIRST = dt.date(1950, 1, 1)
 DATE_TABLE_LAST = dt.date(2020, 12, 31)
 
@@ -32,9 +32,11 @@ TRADES_FIRST = dt.datetime(2012, 7, 7)
 #: CustomerMgmt.xml actions span these ten years.
 ACTIONS_FIRST = dt.datetime(2007, 7, 7)
 
-#: FINWIRE quarters: 1967Q1 .. 2017Q2 (202 files).
+#: FINWIRE quarters: 1967Q1 .. 2017Q3 (203 files), as DIGen writes them: the last quarter
+#: runs only to the end of Batch1 (2017-07-07). DIGen's audit says FWQuarters 202: the
+#: quarters after the first, each of which gets the same number of CMP records.
 FINWIRE_FIRST_YEAR = 1967
-FINWIRE_QUARTERS = 202
+FINWIRE_QUARTERS = 203
 
 
 def seconds(moment: dt.datetime | dt.date) -> int:
@@ -78,6 +80,12 @@ def quarter_start(index: int) -> int:
     """First second of FINWIRE quarter ``index`` (0 = 1967Q1)."""
     year, q = divmod(index, 4)
     return seconds(dt.date(FINWIRE_FIRST_YEAR + year, 3 * q + 1, 1))
+
+
+def quarter_end(index: int) -> int:
+    """First second after FINWIRE quarter ``index``: the next quarter's start, except for the
+    last file, which ends with Batch1's day."""
+    return min(quarter_start(index + 1), batch_end(1))
 
 
 def quarter_name(index: int) -> str:

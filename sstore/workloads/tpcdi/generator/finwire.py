@@ -1,9 +1,11 @@
-"""The FINWIRE files: one per quarter, FINWIRE1967Q1 .. FINWIRE2017Q2, no extension.
+"""The FINWIRE files: one per quarter, FINWIRE1967Q1 .. FINWIRE2017Q3, no extension.
 
 CMP and SEC records come from the market simulation; FIN records (quarterly financials, most of
-the volume) are drawn here, one per company that exists for the whole quarter. Records of a
-file are ordered by posting time. All 202 files are always written, so loaders see DIGen's
-file set at every scale factor (an early quarter may be empty at a very small SF).
+the volume) are drawn here, one per company that exists for the whole quarter (the last,
+partial quarter: up to the end of Batch1). Records of a file are ordered by posting time. All
+203 files are always written, so loaders see DIGen's file set at every scale factor (an early
+quarter may be empty at a very small SF). Each file's record counts go into its own
+``FINWIRE<yyyy>Q<q>_audit.csv``, as DIGen writes them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .dates import (
     date_of_day,
     format_compact_date,
     format_pts,
+    quarter_end,
     quarter_name,
     quarter_of,
     quarter_start,
@@ -32,7 +35,7 @@ from .writer import money, money_list, write_lines
 
 @dataclass(frozen=True)
 class FinwireCounts:
-    """Records written per type (FINWIRE_audit.csv's FW_CMP, FW_SEC, FW_FIN)."""
+    """Records written per type (an audit file's FW_CMP, FW_SEC, FW_FIN)."""
 
     cmp: int
     sec: int
@@ -41,10 +44,12 @@ class FinwireCounts:
 
 @dataclass(frozen=True)
 class FinwireFiles:
-    """The files written and their record counts."""
+    """The files written and their record counts, in total and per file (quarter name ->
+    counts, for the per-quarter audit files)."""
 
     files: tuple[FileReport, ...]
     counts: FinwireCounts
+    per_quarter: tuple[tuple[str, FinwireCounts], ...] = ()
 
 
 def cmp_line(pts: int, c: Company) -> str:
@@ -75,7 +80,7 @@ def _posting_line(p: Posting) -> str:
 def _fin_lines(quarter: int, companies: tuple[CompanySpan, ...], created: np.ndarray,
                deleted: np.ndarray, rng: np.random.Generator) -> list[tuple[int, str]]:
     """(pts, line) of the FIN records of one quarter, values drawn as arrays."""
-    start, end = quarter_start(quarter), quarter_start(quarter + 1)
+    start, end = quarter_start(quarter), quarter_end(quarter)
     which = np.flatnonzero((created < start) & (deleted >= end))
     n = len(which)
     if n == 0:
@@ -113,7 +118,7 @@ def _fin_lines(quarter: int, companies: tuple[CompanySpan, ...], created: np.nda
 
 
 def write_finwire(root: Path, market: Market, rng: np.random.Generator) -> FinwireFiles:
-    """Write Batch1/FINWIRE<yyyy>Q<q> for all 202 quarters."""
+    """Write Batch1/FINWIRE<yyyy>Q<q> for all 203 quarters."""
     companies = market.companies
     created = np.array([c.created for c in companies], dtype=np.int64)
     deleted = np.array([FOREVER if c.deleted is None else c.deleted for c in companies],
@@ -122,16 +127,18 @@ def write_finwire(root: Path, market: Market, rng: np.random.Generator) -> Finwi
     for p in market.postings:
         by_quarter.setdefault(quarter_of(p.pts), []).append(p)
     files: list[FileReport] = []
-    n_cmp = n_sec = n_fin = 0
+    per_quarter: list[tuple[str, FinwireCounts]] = []
     for quarter in range(FINWIRE_QUARTERS):
         postings = by_quarter.get(quarter, [])
         keyed = [(p.pts, 0, i, _posting_line(p)) for i, p in enumerate(postings)]
         fins = _fin_lines(quarter, companies, created, deleted, rng)
         keyed += [(t, 1, i, line) for i, (t, line) in enumerate(fins)]
         keyed.sort()
-        n_cmp += sum(isinstance(p.record, Company) for p in postings)
-        n_sec += sum(isinstance(p.record, Security) for p in postings)
-        n_fin += len(fins)
+        per_quarter.append((quarter_name(quarter), FinwireCounts(
+            sum(isinstance(p.record, Company) for p in postings),
+            sum(isinstance(p.record, Security) for p in postings), len(fins))))
         files.append(write_lines(root, f"Batch1/FINWIRE{quarter_name(quarter)}",
                                  (k[3] for k in keyed)))
-    return FinwireFiles(tuple(files), FinwireCounts(n_cmp, n_sec, n_fin))
+    total = FinwireCounts(*(sum(getattr(c, k) for _, c in per_quarter)
+                            for k in ("cmp", "sec", "fin")))
+    return FinwireFiles(tuple(files), total, tuple(per_quarter))

@@ -3,8 +3,14 @@
 The simulation walks through time, so every rule that DimCompany, DimSecurity and DimTrade
 rely on holds by construction: a security's company exists (ACTV, created on an earlier day)
 when the security is posted; a company with active securities is never deleted; an entity gets
-at most one record per day (no same-day versions to consolidate). Besides DIGen's random mix
-(97% new, 1% change, 2% delete), four events are placed on purpose inside the trade window
+at most one record per day (no same-day versions to consolidate).
+
+The mix is DIGen's, as its SF 3 output shows it: ``Sizes.companies`` CMP records, the same
+number k = records // 202 in each quarter after the first and the rest (86 at SF 3) in 1967Q1;
+of the later ones 1/7 change a company and 1/7 delete one, the rest are new companies (1,096
+companies from 1,500 records at SF 3). SEC likewise from 1967Q2 (``Sizes.securities`` records,
+k = records // 201 per later quarter, 1/11 changes, 1/11 deletes). A delete that finds no
+company without active securities is dropped. Besides, four events are placed on purpose inside the trade window
 (2013-2017), on securities that already trade there: a security moving to another company
 (the SK_CompanyID check depends on it), a plain security change, a security delete, and a
 change of a company whose securities trade (DimSecurity rows must be split there).
@@ -25,6 +31,7 @@ from .dates import (
     TRADES_FIRST,
     date_of_day,
     format_compact_date,
+    quarter_end,
     quarter_of,
     quarter_start,
     seconds,
@@ -46,6 +53,9 @@ EXCHANGES = ("NYSE", "NASDAQ", "AMEX", "PCX")
 FOREVER: Final = 1 << 40
 
 NEW_CMP, NEW_SEC, CHG_CMP, DEL_CMP, CHG_SEC, DEL_SEC = range(6)
+#: Share of the CMP (SEC) records after the first quarter that change an entity; the same
+#: share deletes one (DIGen SF 3: 202 of 1,414 CMP records, 201 of 2,211 SEC records).
+CMP_CHANGE_SHARE, SEC_CHANGE_SHARE = 1 / 7, 1 / 11
 MOVE_SEC_FORCED, CHG_SEC_FORCED, DEL_SEC_FORCED, CHG_CMP_FORCED = range(6, 10)
 
 
@@ -308,23 +318,26 @@ class _Simulation:
 def _schedule(sizes: Sizes, rng: np.random.Generator) -> list[tuple[int, int, int]]:
     """(pts, order, kind) of every event, sorted; see the module docstring for the mix."""
     q = FINWIRE_QUARTERS
-    starts = np.array([quarter_start(i) for i in range(q + 1)], dtype=np.int64)
+    starts = np.array([quarter_start(i) for i in range(q)] + [quarter_end(q - 1)],
+                      dtype=np.int64)
 
     def times(quarters: np.ndarray) -> np.ndarray:
         span = starts[quarters + 1] - starts[quarters]
         return starts[quarters] + (rng.random(len(quarters)) * span).astype(np.int64)
 
-    def changes(n: int, share: float) -> int:
-        return round(n * share / 0.97)
-
-    kinds: list[tuple[int, np.ndarray]] = [
-        (NEW_CMP, np.concatenate([[0], rng.integers(0, q, sizes.companies - 1)])),
-        (NEW_SEC, np.concatenate([[1], rng.integers(1, q, sizes.securities - 1)])),
-        (CHG_CMP, rng.integers(1, q, changes(sizes.companies, 0.01))),
-        (DEL_CMP, rng.integers(1, q, changes(sizes.companies, 0.02))),
-        (CHG_SEC, rng.integers(1, q, changes(sizes.securities, 0.01))),
-        (DEL_SEC, rng.integers(1, q, changes(sizes.securities, 0.02))),
-    ]
+    kinds: list[tuple[int, np.ndarray]] = []
+    for first, records, (new, change, delete), share in (
+            (0, sizes.companies, (NEW_CMP, CHG_CMP, DEL_CMP), CMP_CHANGE_SHARE),
+            (1, sizes.securities, (NEW_SEC, CHG_SEC, DEL_SEC), SEC_CHANGE_SHARE)):
+        later = q - 1 - first
+        k = records // later
+        n = k * later
+        changes = deletes = round(n * share)
+        mix = rng.permutation(np.repeat([new, change, delete], [n - changes - deletes, changes,
+                                                                deletes]))
+        quarters = first + 1 + np.arange(n) // max(k, 1)
+        kinds.append((new, np.full(records - n, first)))
+        kinds += [(kind, quarters[mix == kind]) for kind in (new, change, delete)]
     low, high = quarter_of(seconds(TRADES_FIRST)) + 2, FINWIRE_QUARTERS - 2
     forced = rng.choice(np.arange(low, high + 1), size=4, replace=False)
     for kind, quarter in zip((MOVE_SEC_FORCED, CHG_SEC_FORCED, DEL_SEC_FORCED, CHG_CMP_FORCED),

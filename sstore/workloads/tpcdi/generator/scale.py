@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 MIN_SCALE_FACTOR = 0.01
 TRADES_PER_SF = 130_000
-#: DIGen's TSUpdateCount: Batch1 covers this many trading days, so an incremental batch (one
-#: day) creates 130,000 x SF / 1,830 new trades (rounded up, as DIGen's TSTradesPerDay is).
-TRADE_DAYS = 1_830
+#: DIGen's TSUpdateCount (its Generator_audit.csv says 1828.0): Batch1 covers this many
+#: trading days, so an incremental batch (one day) creates 130,000 x SF / 1,828 new trades
+#: (rounded up, as DIGen's TSTradesPerDay is: 214 at SF 3).
+TRADE_DAYS = 1_828
 #: Floor of new trades per incremental batch, so that small SFs still exercise CDC inserts.
 MIN_INCREMENTAL_TRADES = 5
 
@@ -50,6 +51,13 @@ class Sizes:
             raise ValueError(f"scale factor must be >= {MIN_SCALE_FACTOR}, got {scale_factor}")
         sf = float(scale_factor)
         trades = _round(TRADES_PER_SF * sf)
+        # DIGen's CScaling/AScaling: 5 Customer.txt and 10 Account.txt rows per batch per SF,
+        # 70% inserts, 20% updates, the rest inactivations (DIGen SF 3: 11/3/1 and 21/6/3).
+        # A new customer's first account is one of the account inserts.
+        customer_rows, account_rows = _round(5 * sf), _round(10 * sf)
+        new_customers = max(2, _round(0.7 * customer_rows))
+        updated_customers = max(1, _round(0.2 * customer_rows))
+        account_inserts, updated_accounts = _round(0.7 * account_rows), _round(0.2 * account_rows)
         return cls(
             scale_factor=sf,
             trades_batch1=trades,
@@ -59,10 +67,10 @@ class Sizes:
             companies=max(12, _round(500 * sf)),
             securities=max(20, _round(800 * sf)),
             customer_actions=max(100, _round(5_000 * sf)),
-            new_customers=max(2, _round(3.5 * sf)),
-            updated_customers=max(1, _round(1.1 * sf)),
-            inactivated_customers=max(1, _round(0.4 * sf)),
-            added_accounts=max(1, _round(3.5 * sf)),
-            updated_accounts=max(1, _round(1.9 * sf)),
-            closed_accounts=max(1, _round(1.9 * sf)),
+            new_customers=new_customers,
+            updated_customers=updated_customers,
+            inactivated_customers=max(1, customer_rows - new_customers - updated_customers),
+            added_accounts=max(1, account_inserts - new_customers),
+            updated_accounts=max(1, updated_accounts),
+            closed_accounts=max(1, account_rows - account_inserts - updated_accounts),
         )

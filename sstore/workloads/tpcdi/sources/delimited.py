@@ -22,8 +22,14 @@ from sstore.workloads.tpcdi.sources.layouts import (
     ACCOUNT,
     AUDIT,
     BATCH_DATE,
+    CASH_TRANSACTION,
+    CASH_TRANSACTION_CDC,
     CUSTOMER,
+    DAILY_MARKET,
+    DAILY_MARKET_CDC,
     DATE_FILE,
+    HOLDING_HISTORY,
+    HOLDING_HISTORY_CDC,
     HR,
     INDUSTRY,
     REJECT_SCHEMA,
@@ -35,6 +41,8 @@ from sstore.workloads.tpcdi.sources.layouts import (
     TRADE_CDC,
     TRADE_HISTORY,
     TRADE_TYPE,
+    WATCH_HISTORY,
+    WATCH_HISTORY_CDC,
     Layout,
     SourceRead,
 )
@@ -158,6 +166,36 @@ def read_account(path: str | PathLike[str], batch_id: int | None = None) -> Sour
 
 def read_batch_date(path: str | PathLike[str], batch_id: int | None = None) -> SourceRead:
     return read_delimited(path, BATCH_DATE, batch_id)
+
+
+def _by_batch(path: str | PathLike[str], batch_id: int | None, historical: Layout,
+              incremental: Layout) -> SourceRead:
+    """Batch1's file has the plain fields, a later batch's the CDC fields first: the batch
+    (given, or the ``BatchN`` folder) picks the layout; no batch at all means Batch1's."""
+    batch = batch_of(Path(path)) if batch_id is None else batch_id
+    return read_delimited(path, incremental if (batch or 1) > 1 else historical, batch)
+
+
+def read_cash_transaction(path: str | PathLike[str], batch_id: int | None = None
+                          ) -> SourceRead:
+    """CashTransaction.txt (FactCashBalances' source; DimTrade does not need it)."""
+    return _by_batch(path, batch_id, CASH_TRANSACTION, CASH_TRANSACTION_CDC)
+
+
+def read_daily_market(path: str | PathLike[str], batch_id: int | None = None) -> SourceRead:
+    """DailyMarket.txt (FactMarketHistory's source)."""
+    return _by_batch(path, batch_id, DAILY_MARKET, DAILY_MARKET_CDC)
+
+
+def read_holding_history(path: str | PathLike[str], batch_id: int | None = None
+                         ) -> SourceRead:
+    """HoldingHistory.txt (FactHoldings' source)."""
+    return _by_batch(path, batch_id, HOLDING_HISTORY, HOLDING_HISTORY_CDC)
+
+
+def read_watch_history(path: str | PathLike[str], batch_id: int | None = None) -> SourceRead:
+    """WatchHistory.txt (FactWatches' source)."""
+    return _by_batch(path, batch_id, WATCH_HISTORY, WATCH_HISTORY_CDC)
 
 
 def read_audit(data_dir: str | PathLike[str]) -> SourceRead:

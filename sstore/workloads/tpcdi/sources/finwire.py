@@ -59,12 +59,17 @@ def finwire_files(directory: str | PathLike[str]) -> list[Path]:
 
 @dataclass(frozen=True)
 class FinwireRead:
-    """CMP and SEC records in posting order; FIN records are counted, not returned."""
+    """CMP and SEC records in posting order; FIN records are counted, not returned.
+
+    ``file_counts`` has, per file in quarter order, how many lines carry each record type
+    (CMP, SEC, FIN; refused lines included): what DIGen's per-quarter
+    ``FINWIRE<YYYY>Q<n>_audit.csv`` states as FW_CMP, FW_SEC and FW_FIN."""
 
     cmp: pa.Table
     sec: pa.Table
     rejects: pa.Table
     fin_records: int
+    file_counts: tuple[tuple[str, dict[str, int]], ...] = ()
 
     @property
     def rows_in(self) -> int:
@@ -123,4 +128,15 @@ def read_finwire(directory: str | PathLike[str], batch_id: int = 1) -> FinwireRe
                         [r[1] for r in rejected], [r[2] for r in rejected],
                         [r[3] for r in rejected]], schema=REJECT_SCHEMA)
     fin = pc.sum(pc.equal(kinds, "FIN")).as_py() or 0
-    return FinwireRead(tables["CMP"], sec, rejects, fin)
+    return FinwireRead(tables["CMP"], sec, rejects, fin, _file_counts(files, owner_arr, kinds))
+
+
+def _file_counts(files: Sequence[Path], owners: np.ndarray, kinds: pa.Array
+                 ) -> tuple[tuple[str, dict[str, int]], ...]:
+    """Lines per record type per file (one vectorised count per type)."""
+    out = []
+    per_kind = {k: np.bincount(owners[pc.equal(kinds, k).to_numpy(zero_copy_only=False)],
+                               minlength=len(files)) for k in ("CMP", "SEC", "FIN")}
+    for i, path in enumerate(files):
+        out.append((str(path), {k: int(v[i]) for k, v in per_kind.items()}))
+    return tuple(out)

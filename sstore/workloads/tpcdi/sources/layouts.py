@@ -109,6 +109,22 @@ ACCOUNT = Layout("Account.txt", _CDC + (
     col("ca_id!", INT), col("ca_b_id", INT), col("ca_c_id", INT), col("ca_name"),
     col("ca_tax_st", I32), col("ca_st_id")))
 BATCH_DATE = Layout("BatchDate.txt", (col("batchdate!", DATE),))
+# The fact sources DimTrade does not use, read so that a whole DIGen tree can be checked:
+# Batch1's files have the fields below, Batch2/3's the CDC fields first.
+_CASH = (col("ct_ca_id!", INT), col("ct_dts!", TS), col("ct_amt!", MONEY), col("ct_name"))
+_MARKET = (col("dm_date!", DATE), col("dm_s_symb!"), col("dm_close!", PRICE),
+           col("dm_high!", PRICE), col("dm_low!", PRICE), col("dm_vol!", INT))
+_HOLDING = (col("hh_h_t_id!", INT), col("hh_t_id!", INT), col("hh_before_qty!", I32),
+            col("hh_after_qty!", I32))
+_WATCH = (col("w_c_id!", INT), col("w_s_symb!"), col("w_dts!", TS), col("w_action!"))
+CASH_TRANSACTION = Layout("CashTransaction.txt", _CASH)
+CASH_TRANSACTION_CDC = Layout("CashTransaction.txt (incremental)", _CDC + _CASH)
+DAILY_MARKET = Layout("DailyMarket.txt", _MARKET)
+DAILY_MARKET_CDC = Layout("DailyMarket.txt (incremental)", _CDC + _MARKET)
+HOLDING_HISTORY = Layout("HoldingHistory.txt", _HOLDING)
+HOLDING_HISTORY_CDC = Layout("HoldingHistory.txt (incremental)", _CDC + _HOLDING)
+WATCH_HISTORY = Layout("WatchHistory.txt", _WATCH)
+WATCH_HISTORY_CDC = Layout("WatchHistory.txt (incremental)", _CDC + _WATCH)
 AUDIT = Layout("audit CSV", (col("dataset!"), col("batchid!", I32), col("date", DATE),
                              col("attribute!"), col("value", INT), col("dvalue", F64)),
                delimiter=",", header=True)
