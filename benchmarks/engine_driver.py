@@ -167,11 +167,11 @@ def start_engine(workload: Workload, mode: str, state_dir: str) -> tuple[Engine,
 
 
 def engine_step(eng: Engine, stream: str, commits: LastCommits, probe: LatencyProbe) -> Step:
-    """One closed-loop round: ingest the batch, run everything it made runnable."""
+    """One closed-loop round: ingest the batch, run everything it made runnable
+    (``Engine.ingest_and_run``: one transaction with the batch's TEs)."""
     def step(batch_id: int, table: pa.Table) -> int:
         started = time.perf_counter()
-        eng.ingest(stream, table, batch_id=batch_id)
-        tes = eng.run_until_idle()
+        tes = eng.ingest_and_run(stream, table, batch_id=batch_id).executions
         probe.record(batch_id, started, commits.at.get(batch_id, 0.0))
         return tes
     return step

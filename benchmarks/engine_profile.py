@@ -58,20 +58,21 @@ class Phase:
 CONTEXTS = {"TE": "group._run_group", "ingest": "engine._apply_ingest", "GC": "gc.collect"}
 
 PHASES: tuple[Phase, ...] = (
-    Phase("ingest (whole call)", 0, "py", "engine.ingest"),
-    Phase("conform rows to the stream schema", 1, "py", "streams.conform", "engine.ingest"),
-    Phase("BEGIN", 1, "db", "begin", "engine._apply_ingest", "ingest"),
-    Phase("append rows to the border stream", 1, "py", "streams.append", "engine._apply_ingest"),
-    Phase("insert commit records", 1, "py", "systables.insert_commits", "engine._apply_ingest"),
-    Phase("input log append + fsync (weak only)", 1, "py", "inputlog.append_ingest",
-          "engine._apply_ingest", optional=True),
-    Phase("COMMIT", 1, "db", "commit", "engine._apply_ingest", "ingest"),
-    Phase("run_until_idle (whole call)", 0, "py", "engine.run_until_idle"),
-    Phase("scheduler.next", 1, "py", "scheduler.next"),
-    Phase("group commits (every TE of the batch)", 1, "py", "group._run_group"),
-    Phase("read input batch", 2, "py", "runtime.input_batch", "group._run_member"),
-    Phase("register input relation", 2, "py", "executor.register_inputs", "group._run_member"),
+    # engine_step feeds with Engine.ingest_and_run: the ingest leads its batch's group commit
+    Phase("ingest_and_run (whole call)", 0, "py", "engine.ingest_and_run"),
+    Phase("conform rows to the stream schema", 1, "py", "streams.conform", "engine._ingest"),
+    Phase("backpressure check", 1, "py", "backpressure.admit", "engine._ingest"),
+    # weak durability: ingest_and_run is a plain ingest, then run_until_idle's groups
+    Phase("plain ingest (weak durability)", 1, "py", "engine._apply_ingest", optional=True),
+    Phase("group commit led by the ingest (every TE of the batch)", 1, "py",
+          "group.ingest_and_run", optional=True),
     Phase("BEGIN", 2, "db", "begin", "group._run_group", "TE"),
+    Phase("append rows to the border stream", 2, "py", "streams.append", "group._append_lead",
+          optional=True),
+    Phase("scheduler.next", 2, "py", "scheduler.next"),
+    Phase("read input batch (not the lead's: in memory)", 2, "py", "runtime.input_batch",
+          "group._run_member", optional=True),
+    Phase("register input relation", 2, "py", "executor.register_inputs", "group._run_member"),
     Phase("procedure body", 2, "proc"),
     Phase("tx.sql (bind, run, to Arrow)", 3, "py", "transaction.sql"),
     Phase("tx.execute", 3, "py", "transaction.execute"),
@@ -83,8 +84,9 @@ PHASES: tuple[Phase, ...] = (
     Phase("apply to memory (finish)", 2, "py", "runtime.finish", "group._apply"),
     Phase("commit observers (this benchmark's probe)", 2, "py", "runtime.observe",
           "group._apply"),
+    Phase("run_until_idle after the group (finds nothing)", 1, "py", "engine.run_until_idle"),
     Phase("garbage collection (own txn)", 1, "py", "gc.collect", optional=True),
-    Phase("publish to subscribers", 1, "py", "subscriptions.publish", "engine.run_until_idle"),
+    Phase("publish to subscribers", 1, "py", "subscriptions.publish", "engine._ingest"),
 )
 
 # ---------------------------------------------------------------------------------------------

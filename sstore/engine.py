@@ -73,15 +73,20 @@ GC_EVERY = 64
 
 
 class Ingested(int):
-    """The batch-id an ``ingest`` call used; ``duplicate`` is True when it was a no-op re-send."""
+    """The batch-id an ``ingest`` call used; ``duplicate`` is True when it was a no-op re-send.
+    ``executions``: the transaction executions ``ingest_and_run`` ran (as ``run_until_idle``
+    counts them; 0 for ``ingest``)."""
 
     duplicate: bool
     rows: int
+    executions: int
 
-    def __new__(cls, batch_id: int, duplicate: bool, rows: int) -> Ingested:
+    def __new__(cls, batch_id: int, duplicate: bool, rows: int,
+                executions: int = 0) -> Ingested:
         obj = super().__new__(cls, batch_id)
         obj.duplicate = duplicate
         obj.rows = rows
+        obj.executions = executions
         return obj
 
 
@@ -383,12 +388,13 @@ class Engine:
         With weak durability (``input_log``) and with ``group_commit=False`` it is exactly
         the two calls."""
         rt = self._runtime()
+        before = rt.te_seq
         if rt.input_log is not None or not self.group_commit:
             ingested = self._ingest(rt, stream, rows, batch_id)
         else:
             ingested = self._ingest(rt, stream, rows, batch_id, run=True)
         self.run_until_idle()
-        return ingested
+        return Ingested(ingested, ingested.duplicate, ingested.rows, rt.te_seq - before)
 
     def _ingest(self, rt: Runtime, stream: str, rows: RowsLike, batch_id: int | None, *,
                 along: Callable[[Transaction], None] | None = None,

@@ -21,7 +21,8 @@ def test_it_equals_ingest_then_run_and_commits_once_per_batch(tmp_path) -> None:
         engine.observe(events.append)
         for x in (1, 2, 3):
             if fused:
-                assert engine.ingest_and_run("inp", [(x,)]) == x
+                ingested = engine.ingest_and_run("inp", [(x,)])
+                assert (ingested, ingested.executions, ingested.duplicate) == (x, 3, False)
             else:
                 engine.ingest("inp", [(x,)])
                 engine.run_until_idle()
