@@ -2,7 +2,8 @@
 
 Each connector runs a query in its engine's own dialect and returns Arrow (``fetch``), stores
 Arrow rows as a table (``store``), and answers the planner's questions about a physical table
-(``row_count``, ``columns``, ``discover``) and about cached copies (``cache_state``). Data moves
+(``row_count``, ``columns``, ``discover``) and about cached copies (``cache_note``,
+``growth_since``). Data moves
 through the migrators' fast paths: DuckDB's Arrow export, ADBC binary COPY out of PostgreSQL,
 pgpq binary COPY into it, Arrow into Spark and JDBC from PostgreSQL to Spark.
 
@@ -36,10 +37,24 @@ CACHE_NOTE = "sstore cache of "
 
 
 @dataclass(frozen=True)
-class CacheState:
-    rows: int              # rows in the cached copy
-    note: str              # what the copy says it is (fingerprint of its source)
-    max_growing: Any = None  # largest value of the growing column in the copy
+class Growth:
+    """What a growing source (an engine stream, a sink-fed PostgreSQL table) holds now, asked
+    in one small question: its lowest and highest batch-id, its rows, how many of them are
+    past the batch a copy reaches (``new``), and the source table's identity (``origin``: a
+    PostgreSQL relfilenode, which TRUNCATE or a recreated table changes; None for a stream)."""
+
+    low: Any
+    high: Any
+    total: int
+    new: int | None     # None: the source cannot tell (a sink-fed table: see ``rows_since``)
+    origin: Any = None
+
+    def rows_since(self, mark: dict[str, Any]) -> int:
+        """Rows written since a copy with watermark ``mark`` was made: asked of the source
+        (a stream), or the sink's running total now minus its total then (a table)."""
+        if self.new is not None:
+            return self.new
+        return max(0, self.total - int(mark.get("total") or 0))
 
 
 class Connector(Protocol):
@@ -55,8 +70,8 @@ class Connector(Protocol):
     def columns(self, physical: str) -> list[str]: ...
     def discover(self) -> list[tuple[str, str, dict[str, str]]]: ...
     def fingerprint(self, sql: str) -> str: ...
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]: ...
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None: ...
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None: ...
+    def cache_note(self, table: str) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -154,20 +169,22 @@ class StreamingConnector:
                          ).to_pylist()[0]
         return f"{row['n']}:{row['h']}"
 
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        row = self.fetch(f"SELECT min({ident(column)}) AS lo, max({ident(column)}) AS hi, "
-                         f"count(*) AS n FROM ({sql}) AS q").to_pylist()[0]
-        return row["lo"], row["hi"], row["n"]
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None:
+        """One pass over the growing column only (DuckDB reads one column, and skips row
+        groups by their min/max): cheap next to moving the rows."""
+        col = ident(column)
+        past = ("count(*)" if after is None
+                else f"count(*) FILTER (WHERE {col} > {int(after)})")
+        row = self.fetch(f"SELECT min({col}) AS lo, max({col}) AS hi, count(*) AS n, "
+                         f"{past} AS new FROM ({sql}) AS q").to_pylist()[0]
+        return Growth(row["lo"], row["hi"], int(row["n"]), int(row["new"]))
 
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
-        comment = self._reader.query(
+    def cache_note(self, table: str) -> str | None:
+        """The copy's note (its table comment): a catalog lookup, no scan."""
+        found = self._reader.query(
             "SELECT comment FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
             *_schema_and_name(table, "main")).to_pylist()
-        if not comment:
-            return None
-        top = f", max({ident(growing)}) AS hi" if growing else ", NULL AS hi"
-        row = self.fetch(f"SELECT count(*) AS n{top} FROM {qualified(table)}").to_pylist()[0]
-        return CacheState(row["n"], comment[0]["comment"] or "", row["hi"])
+        return (found[0]["comment"] or "") if found else None
 
     def exists(self, table: str) -> bool:
         return bool(self._reader.query(
@@ -342,22 +359,48 @@ class PostgresConnector:
                             )[0]
         return f"{row[0]}:{row[1]}"
 
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        row = self._execute(f"SELECT min({ident(column)}), max({ident(column)}), count(*) "
-                            f"FROM ({sql}) AS q")[0]
-        return row[0], row[1], row[2]
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None:
+        """A table fed by a sink (``sstore.watermarks`` names it as a target; append mode, so
+        no primary key or unique index; a ``column`` with the batch-id) grows only by whole
+        batches: its watermark row says how far it reaches and how many rows the sink has
+        written (``rows_total``), so what changed since a copy is read from one row, not from
+        a scan. None for any other table (its copies are checked by fingerprint).
 
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+        The table is trusted to change only through its sink: rows written into it by hand
+        are not seen by a copy made by batch (see docs/polystore.md)."""
+        table = _single_table(sql)
+        if table is None:
+            return None
+        from migrators.postgres import split_name
+        schema, name = split_name(table)
+        found = self._execute(
+            "SELECT c.relfilenode, (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid "
+            "AND i.indisunique), (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "AND a.attname = %s AND NOT a.attisdropped), "
+            "to_regclass('sstore.watermarks') IS NOT NULL "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (column, schema, name))
+        if not found or found[0][1] or not found[0][2] or not found[0][3]:
+            return None
+        full = f"{schema}.{name}"
+        marks = self._execute(
+            "SELECT max(batch_id), sum(rows_total), count(*) FROM sstore.watermarks "
+            "WHERE target IN (%s, %s) AND (target_oid IS NULL OR "
+            "target_oid = to_regclass(%s))",
+            (full, name if schema == "public" else full, qualified(full)))
+        if not marks or not marks[0][2] or marks[0][2] > 1:
+            return None  # no sink writes it (or several: their batch-ids do not line up)
+        high, total = marks[0][0], int(marks[0][1] or 0)
+        new = None  # the caller knows: rows written since its copy's ``total``
+        return Growth(0 if total else None, high, total, new, str(found[0][0]))  # type: ignore[arg-type]
+
+    def cache_note(self, table: str) -> str | None:
         from migrators.postgres import split_name
         schema, name = split_name(table)
         found = self._execute(
             "SELECT obj_description(c.oid, 'pg_class') FROM pg_class c JOIN pg_namespace n ON "
             "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
-        if not found:
-            return None
-        top = f", max({ident(growing)})" if growing else ", NULL"
-        row = self._execute(f"SELECT count(*){top} FROM {qualified(table)}")[0]
-        return CacheState(row[0], found[0][0] or "", row[1])
+        return (found[0][0] or "") if found else None
 
     def close(self) -> None:
         if self._con is not None:
@@ -427,17 +470,26 @@ class SparkConnector:
     def fingerprint(self, sql: str) -> str:
         return str(self.spark.sql(sql).count())  # never a cache source that needs more
 
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        col = _spark_ident(column)
-        row = self.spark.sql(f"SELECT min({col}), max({col}), count(*) FROM ({sql}) AS q"
-                             ).collect()[0]
-        return row[0], row[1], row[2]
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None:
+        return None  # never a cache source that grows by batch
 
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+    def cache_note(self, table: str) -> str | None:
         return None  # temporary views do not outlive the session: never a cache
 
     def close(self) -> None:
         return None
+
+
+def _single_table(sql: str) -> str | None:
+    """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise)."""
+    from sqlglot import exp
+
+    from sstore.polystore.sqltext import parse
+    tree = parse(sql, "postgres")
+    tables = list(tree.find_all(exp.Table))
+    if not isinstance(tree, exp.Select) or len(tables) != 1 or tree.args.get("where"):
+        return None
+    return ".".join(p for p in (tables[0].db, tables[0].name) if p)
 
 
 def _schema_and_name(table: str, default_schema: str) -> tuple[str, str]:

@@ -98,8 +98,17 @@ class CostModel:
 
     def _move(self, step: Move, kinds: dict[str, str], repeats: int) -> float:
         """A cast: read at the source, write at the target. A cached move first checks its
-        copy (the source's fingerprint, a scan, or for a growing stream only its newest
-        batch-id; and the copy's state at the target); a valid copy costs only that check."""
+        copy, and the check is priced by what it reads:
+
+        - a growing source (an engine stream, a sink-fed PostgreSQL table): the copy's note at
+          the target, and one question at the source (a stream: one pass over its batch-id
+          column; a sink-fed table: its watermark row); then only the new rows move, in one
+          append (``fresh``: rows the copy lacks), and a table's new rows are found by a scan
+          of its batch-id column;
+        - any other source: its fingerprint, a hash of every value (a scan), and a changed
+          source is copied whole.
+
+        A first copy (nothing cached yet) may be spread over ``repeats`` expected runs."""
         source, target = kinds[step.source], kinds[step.target]
         fresh = max(0, step.rows - step.cached_rows)
         values = fresh * step.columns
@@ -109,12 +118,16 @@ class CostModel:
                 + values * (self.fetch[source] + self.load[target]))
         if not step.cache_key:
             return copy
-        check = self.fixed[source] + 2 * self.fixed[target]
+        check = self.fixed[source] + self.fixed[target]
         if step.incremental_by is None:
             check += step.rows * step.columns * self.fingerprint[source]
+        elif source == "streaming":
+            check += step.rows * self.process[source]
         if fresh == 0:
             return check
-        return check + copy / repeats
+        if step.incremental_by is not None and source != "streaming" and step.cached_rows:
+            copy += step.rows * self.process[source]  # finding the new batches: a scan
+        return check + (copy / repeats if step.cached_rows == 0 else copy)
 
     def _run(self, final: Run, kinds: dict[str, str]) -> float:
         kind = kinds[final.engine]

@@ -61,6 +61,7 @@ from sstore.polystore.sqltext import (
 )
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
+from sstore.sql import ident, qualified
 from sstore.statefile import StateFileReader
 
 GROWING_COLUMN = "_batch_id"  # engine streams only grow; their copies can be topped up
@@ -251,9 +252,10 @@ class Polystore:
             self.costs.price(plan, kinds, spark_running=running, repeats=repeats)
         return sorted(candidates, key=lambda p: (p.cost, p.name))
 
-    def run_plan(self, plan: Plan) -> pa.Table:
-        """Execute a plan from ``plans`` (benchmarks time each plan this way)."""
-        return executor.execute(plan, self._connectors_for(plan))
+    def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
+        """Execute a plan from ``plans`` (benchmarks time each plan this way); ``refreshes``
+        receives (cache table, ``cache.Refresh``) for each move it made."""
+        return executor.execute(plan, self._connectors_for(plan), refreshes)
 
     # ------------------------------------------------------------------ internals
     def _objects(self, tree: exp.Expression, island: str) -> list[CatalogObject]:
@@ -286,18 +288,32 @@ class Polystore:
                 connector = self.connector(frag.engine)
                 columns = connector.columns(frag.physical)
                 rows = connector.row_count(frag.physical) if len(engines) > 1 else UNKNOWN_ROWS
-                growing = (GROWING_COLUMN if connector.kind is EngineKind.STREAMING
-                           and GROWING_COLUMN in columns else None)
+                growing = (GROWING_COLUMN if len(engines) > 1 and GROWING_COLUMN in columns
+                           and self._grows_by_batch(connector, frag.physical) else None)
                 stats[frag] = FragmentStats(rows, columns, growing)
         return stats
 
+    @staticmethod
+    def _grows_by_batch(connector: Connector, physical: str) -> bool:
+        """An engine stream, or a PostgreSQL table a sink appends to by batch-id: its copies
+        are topped up by batch (``cache``), and their freshness is priced by what changed."""
+        if connector.kind is EngineKind.STREAMING:
+            return True
+        if connector.kind is not EngineKind.POSTGRES:
+            return False
+        sql = f"SELECT {ident(GROWING_COLUMN)} FROM {qualified(physical)}"
+        return connector.growth_since(sql, GROWING_COLUMN, None) is not None
+
     def _cached(self, plans: list[Plan]) -> dict[str, int]:
+        """Cache key -> rows its copy already holds, up to date (asked of both engines: a
+        note and a watermark, or a fingerprint of a source that is not growing)."""
         found: dict[str, int] = {}
         for plan in plans:
             for step in plan.steps:
                 if isinstance(step, Move) and step.cache_key and step.cache_key not in found:
-                    found[step.cache_key] = cache.valid_rows(
-                        step, self.connector(step.source), self.connector(step.target))
+                    found[step.cache_key] = cache.changes(
+                        step, self.connector(step.source), self.connector(step.target)
+                    ).cached_rows
         return {k: v for k, v in found.items() if v}
 
     def _choose(self, plans: list[Plan], name: str | None) -> Plan:
