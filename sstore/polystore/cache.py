@@ -104,6 +104,9 @@ def refresh(move: Move, source: Connector, target: Connector) -> Refresh:
         return Refresh(rows.num_rows, True)
     hi = None if mark is None else mark.get("hi")
     growth = source.growth_since(move.sql, column, hi)
+    if (growth is not None and growth.low is None and mark is not None and mark.get("empty")
+            and mark.get("origin") == growth.origin):
+        return Refresh(0, False)  # an empty source, and its copy is empty too
     if growth is None or not _continues(mark, growth):
         # no usable copy, a source that restarted, or one that is empty now (its batches were
         # all dropped): copy it whole
@@ -126,7 +129,7 @@ def _mark(rows: pa.Table, column: str, hi: Any, growth: Growth) -> dict[str, Any
     the lowest batch-id its source held, and the source table's identity (``origin``)."""
     top = pc.max(rows[column]).as_py() if rows.num_rows else None
     return {"hi": top if top is not None else hi, "lo": growth.low, "origin": growth.origin,
-            "total": growth.total}
+            "total": growth.total, "empty": hi is None and rows.num_rows == 0}
 
 
 def _continues(mark: dict[str, Any] | None, growth: Growth) -> bool:

@@ -211,6 +211,8 @@ class PostgresConnector:
         self._lock = threading.Lock()
         self._adbc: Any = None       # ADBC: reads into Arrow
         self._adbc_lock = threading.Lock()
+        self._writer: Any = None     # migrators.postgres.Session: casts and caches
+        self._write_lock = threading.Lock()
 
     def fetch(self, sql: str) -> pa.Table:
         """Rows of ``sql`` as Arrow over the connector's ADBC connection (kept open: opening
@@ -263,12 +265,7 @@ class PostgresConnector:
               note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
         """``mode``: "replace", "append", or "create" (a new table: an existing one is a
         ``CastExistsError``, checked in the transaction that creates it)."""
-        from migrators.postgres import (
-            RetryPolicy,
-            copy_arrow,
-            ensure_table,
-            with_retries,
-        )
+        from migrators.postgres import copy_arrow, ensure_table
         from migrators.typemap import for_copy
         check_owned(self.kind, self.name, table)
 
@@ -289,21 +286,30 @@ class PostgresConnector:
             con.commit()
             return rows.num_rows
 
-        return with_retries(self.url, work, RetryPolicy(), f"store {table}")
+        return self._write(work, f"store {table}")
 
     def exists(self, table: str) -> bool:
         return bool(self._execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)
                                   )[0][0])
 
     def drop(self, table: str) -> None:
-        from migrators.postgres import RetryPolicy, with_retries
         check_owned(self.kind, self.name, table)
 
         def work(con: Any) -> None:
             con.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
             con.commit()
 
-        with_retries(self.url, work, RetryPolicy(), f"drop {table}")
+        self._write(work, f"drop {table}")
+
+    def _write(self, work: Any, what: str) -> Any:
+        """One write transaction on the connector's write session, kept open between writes
+        (opening a connection costs more than topping up a cache by a batch), replaced after
+        a failure and retried on transient ones (``migrators.postgres.Session``)."""
+        from migrators.postgres import RetryPolicy, Session
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = Session(self.url, RetryPolicy())
+            return self._writer.run(work, what)
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One question on the connector's own connection (autocommit, every transaction
@@ -334,6 +340,26 @@ class PostgresConnector:
 
     def row_count(self, physical: str) -> int:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
+
+    def describe(self, physical: str, growing: str) -> tuple[list[str], int, bool]:
+        """(columns, rows, whether a sink appends to it by ``growing``) in one round trip for
+        the table's facts (and one more for its sink's watermark when it could have one): the
+        planner asks this of every PostgreSQL fragment of every query."""
+        from migrators.postgres import split_name
+        schema, name = split_name(physical)
+        found = self._execute(
+            "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
+            "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
+            f"(SELECT count(*) FROM {qualified(physical)}), "
+            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+        if not found:
+            return self.columns(physical), self.row_count(physical), False
+        columns, rows, unique = list(found[0][0] or []), int(found[0][1]), bool(found[0][2])
+        grows = (growing in columns and not unique and self.growth_since(
+            f"SELECT {ident(growing)} FROM {qualified(physical)}", growing, None) is not None)
+        return columns, rows, grows
 
     def columns(self, physical: str) -> list[str]:
         from migrators.postgres import split_name
@@ -407,6 +433,9 @@ class PostgresConnector:
             self._con.close()
             self._con = None
         self._close_adbc()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 class SparkConnector:
