@@ -156,11 +156,19 @@ def test_freshness_is_priced_by_what_changed(live) -> None:
     move = next(s for s in warm.steps if isinstance(s, Move))
     assert move.cached_rows == move.rows == 5
     kinds = {"stream": "streaming", "pg": "postgres", "island": "island"}
-    check = model._move(move, kinds, 1)
+    check = model._sum(model._move(move, kinds, 1))
     assert check == pytest.approx(model.fixed["postgres"] + model.fixed["streaming"])
     big = Move(move.source, move.sql, move.target, move.table, 10_000_000, move.columns,
                move.cache_key, 10_000_000, move.incremental_by)
-    assert model._move(big, kinds, 1) == pytest.approx(check)   # not a scan of the source
+    assert model._sum(model._move(big, kinds, 1)) == pytest.approx(check)   # not a scan of the source
     ingest([7, 8])
     stream_move = next(s for s in _plan(ps, "migrate into pg").steps if isinstance(s, Move))
     assert stream_move.rows - stream_move.cached_rows == 2
+
+
+def test_an_empty_source_with_an_empty_copy_is_not_copied_again(live) -> None:
+    ps, engine, _sink, _ingest = live
+    engine.execute("DELETE FROM orders_in")        # every batch migrated and collected
+    assert [d.rebuilt for _t, d in _moves(ps, "migrate into pg")] == [True]   # emptied
+    assert [(d.copied, d.rebuilt) for _t, d in _moves(ps, "migrate into pg")] == [(0, False)]
+    assert _answer(ps, "migrate into pg") == _expected([1, 2, 3, 4, 5])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Self
@@ -43,6 +44,7 @@ from sstore.polystore.connectors import (
     StreamingConnector,
 )
 from sstore.polystore.cost import CostModel
+from sstore.polystore.learning import Learner, learner_for
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import REWRITES, RULES
@@ -76,13 +78,14 @@ class Polystore:
     state file is locked while it runs; one opened here from its state file is opened
     read-only, with external access off: nothing is written into it). ``costs``: a
     ``CostModel`` or the path of calibrated constants (default: ``costs.json`` beside the
-    catalog).
+    catalog). ``learn``: refit the constants from the measured times of the queries this
+    polystore runs (``sstore.polystore.learning``; in this process, the file is not changed).
     """
 
     def __init__(self, catalog: Catalog | str | None = None, *,
                  engines: Mapping[str, Engine] | None = None,
                  costs: CostModel | str | None = None, dialect: str = "postgres",
-                 memory_budget_bytes: int = 4 << 30) -> None:
+                 memory_budget_bytes: int = 4 << 30, learn: bool = True) -> None:
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
         self.dialect = dialect
         self.memory_budget_bytes = memory_budget_bytes
@@ -90,6 +93,9 @@ class Polystore:
             self.costs = costs
         else:
             self.costs = CostModel.read(costs or self.default_costs_path())
+        #: refits ``costs`` from the measured times of the plans ``query`` runs (None: off)
+        self.learner: Learner | None = learner_for(self.costs) if learn else None
+        self._measured: dict[tuple[str, str], float] = {}  # (sql, plan) -> last run, seconds
         self._connectors: dict[str, Connector] = {}
         for name, engine in (engines or {}).items():
             self._connectors[name] = StreamingConnector(name, engine)
@@ -192,7 +198,19 @@ class Polystore:
         if parsed.call is not None:
             return self._call_procedure(*parsed.call)
         chosen = self._choose(self.plans(parsed, repeats=repeats), plan)
-        return executor.execute(chosen, self._connectors_for(chosen))
+        started = time.perf_counter()
+        answer = executor.execute(chosen, self._connectors_for(chosen))
+        self.observe(chosen, time.perf_counter() - started, parsed.sql)
+        return answer
+
+    def observe(self, plan: Plan, seconds: float, sql: str | None = None) -> None:
+        """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``) and
+        let the learner refit the constants from it."""
+        plan.measured = seconds
+        if sql is not None:
+            self._measured[(sql, plan.name)] = seconds
+        if self.learner is not None:
+            self.learner.observe(plan.cost_terms, seconds, self.costs)
 
     def explain(self, sql: str, repeats: int = 1) -> str:
         """Every plan the rules propose, cheapest first, with estimated costs and SQL."""
@@ -210,6 +228,7 @@ class Polystore:
         chosen = self._choose(plans, None)
         lines.append(f"cost model: {self.costs.measured}")
         for plan in plans:
+            plan.measured = self._measured.get((parsed.sql, plan.name))
             mark = "* chosen" if plan is chosen else "  "
             lines.append(f"{mark} {plan.describe()}")
         return "\n".join(lines)
