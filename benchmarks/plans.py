@@ -16,9 +16,11 @@ be topped up. A repetition takes ``--samples`` samples; in each, every plan runs
 shuffled order) and its time includes its cache refresh; the plan's time is the median of its
 samples. The answers of all plans are checked equal in every sample.
 
-The planner picks at the start of each repetition (after the first ingest), with constants
-calibrated at the start of the run and refitted from the times of the plans it chose (as a
-live system would learn: it never sees the plans it did not run). Reported per shape: the
+The planner picks at the start of each repetition (after the first ingest) as ``query`` would
+(``Polystore.choose``: planned afresh, or the plan chosen a few runs ago, see
+``sstore.polystore.plancache``), with constants calibrated at the start of the run and refitted
+from the times of the plans it chose (as a live system learns: it never sees the plans it did
+not run). ``planning_seconds`` is what choosing cost. Reported per shape: the
 share of (share, repetition) cases where its choice was within 10% of the fastest plan, the
 worst ratio, and its cumulative time against the best fixed plan in hindsight. Results:
 ``benchmarks/results/plans.json`` and ``plans-<shape>.png`` (``plans-quick*`` with --quick).
@@ -55,6 +57,7 @@ from sstore import Engine
 from sstore.polystore import Polystore
 from sstore.polystore.calibrate import calibrate
 from sstore.polystore.cost import CostModel
+from sstore.polystore.learning import learner_for
 from sstore.workloads.tpcc.orders import create_in_engine, orders_rows
 
 SHAPES = {
@@ -171,9 +174,9 @@ def run_shape(ps: Polystore, engine: Engine, feed: Feed, shape: str, share: floa
     for rep in range(reps):
         engine.ingest("orders_in", feed.take(step_rows))
         t0 = time.perf_counter()
-        priced = ps.plans(sql)
+        chosen = ps.choose(sql)  # planned afresh, or reused (plan cache)
         planning = time.perf_counter() - t0
-        chosen = next(p for p in priced if p.feasible)
+        priced = ps.plans(sql)
         plans = {p.name: p for p in ps.plans(sql, rewrite=False)}
         plans.setdefault(chosen.name, chosen)
         times: dict[str, list[float]] = {name: [] for name in plans}
@@ -196,6 +199,7 @@ def run_shape(ps: Polystore, engine: Engine, feed: Feed, shape: str, share: floa
         records.append({
             "shape": shape, "share": round(share, 2), "rep": rep, "seconds": median,
             "estimated": {p.name: p.cost for p in priced},
+            "chosen_now": priced[0].name,  # what planning afresh would have picked
             "chosen": chosen.name, "fastest": fastest,
             "ratio": median[chosen.name] / median[fastest],
             "planning_seconds": planning, "rows": answers[chosen.name][0],
@@ -233,11 +237,13 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     with console.status("calibrating the cost model"):
         costs = calibrate(url, orders_rows(min(rows_n, 200_000)), create_table=create_in_engine)
+    model = copy.deepcopy(costs)
+    learner = None if args.no_learn else learner_for(model)
     records: list[dict[str, Any]] = []
     try:
         for share in shares:
             engine, sink, ps = setup_share(folder, url, feed, rows_n, share)
-            ps.costs = copy.deepcopy(costs)
+            ps.costs, ps.learner = model, learner  # one model, learning across shares
             try:
                 for shape in SHAPES:
                     console.print(f"share {share:.0%}: {shape}")
@@ -256,7 +262,8 @@ def main(argv: list[str] | None = None) -> None:
                                 "samples": args.samples, "shares": shares,
                                 "step_rows": step_rows, "learn": not args.no_learn,
                                 "summary": summary, "records": records,
-                                "cost_model": vars(costs), "machine": machine_info(),
+                                "cost_model": vars(costs), "refitted_model": vars(model),
+                                "machine": machine_info(),
                                 "seconds": time.perf_counter() - started})
     for shape in SHAPES:
         plot_shape([r for r in records if r["shape"] == shape], shape, name)

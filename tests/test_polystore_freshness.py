@@ -172,3 +172,27 @@ def test_an_empty_source_with_an_empty_copy_is_not_copied_again(live) -> None:
     assert [d.rebuilt for _t, d in _moves(ps, "migrate into pg")] == [True]   # emptied
     assert [(d.copied, d.rebuilt) for _t, d in _moves(ps, "migrate into pg")] == [(0, False)]
     assert _answer(ps, "migrate into pg") == _expected([1, 2, 3, 4, 5])
+
+
+def test_a_reused_plan_sees_rows_in_a_fragment_it_left_out_as_empty(live) -> None:
+    """The plan cache: a repeated query reuses its plan, but a fragment that was left out as
+    empty and has rows now sends it back to the planner."""
+    ps, engine, sink, ingest = live
+    sink.run_once()
+    engine.collect_garbage()                       # the stream's part is empty now
+    assert ps.query(SQL).to_pylist()[0] == _expected([1, 2, 3, 4, 5, 6])
+    assert ps.choose(SQL).name == "in pg"           # reused from the cache
+    assert ps.choose(SQL).pruned == (("stream", "orders_in"),)
+    ingest([7])
+    assert ps.query(SQL).to_pylist()[0] == _expected([1, 2, 3, 4, 5, 6, 7])
+    assert ps.choose(SQL).name != "in pg"
+
+
+def test_a_repeated_query_is_planned_afresh_every_few_runs(live) -> None:
+    ps, _engine, _sink, _ingest = live
+    ps.plan_cache.replan_every = 3
+    first = ps.choose(SQL)
+    assert ps.choose(SQL) is first and ps.choose(SQL) is first
+    assert ps.choose(SQL) is not first            # the fourth run plans again
+    ps.split("orders", {"stream": "orders_in"})   # another catalog: another key
+    assert ps.choose(SQL).name == "in stream"

@@ -69,6 +69,7 @@ class Plan:
     cost_detail: dict[str, float] = field(default_factory=dict)
     cost_terms: dict[str, float] = field(default_factory=dict)  # constant -> count (cost.py)
     measured: float | None = None  # seconds its last run took (set by Polystore.query)
+    pruned: tuple[tuple[str, str], ...] = ()  # (engine, physical) left out as empty
     feasible: bool = True
     why_not: str = ""
 

@@ -46,6 +46,7 @@ from sstore.polystore.connectors import (
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner, learner_for
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
+from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import REWRITES, RULES
 from sstore.polystore.scratch import (
@@ -78,14 +79,16 @@ class Polystore:
     state file is locked while it runs; one opened here from its state file is opened
     read-only, with external access off: nothing is written into it). ``costs``: a
     ``CostModel`` or the path of calibrated constants (default: ``costs.json`` beside the
-    catalog). ``learn``: refit the constants from the measured times of the queries this
+    catalog). ``replan_every``: a repeated query reuses its chosen plan for this many runs
+    (1: plan every query afresh). ``learn``: refit the constants from the measured times of the queries this
     polystore runs (``sstore.polystore.learning``; in this process, the file is not changed).
     """
 
     def __init__(self, catalog: Catalog | str | None = None, *,
                  engines: Mapping[str, Engine] | None = None,
                  costs: CostModel | str | None = None, dialect: str = "postgres",
-                 memory_budget_bytes: int = 4 << 30, learn: bool = True) -> None:
+                 memory_budget_bytes: int = 4 << 30, learn: bool = True,
+                 replan_every: int = 10) -> None:
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
         self.dialect = dialect
         self.memory_budget_bytes = memory_budget_bytes
@@ -96,6 +99,8 @@ class Polystore:
         #: refits ``costs`` from the measured times of the plans ``query`` runs (None: off)
         self.learner: Learner | None = learner_for(self.costs) if learn else None
         self._measured: dict[tuple[str, str], float] = {}  # (sql, plan) -> last run, seconds
+        #: chosen plans of repeated queries, reused for up to ``replan_every`` runs
+        self.plan_cache = PlanCache(replan_every)
         self._connectors: dict[str, Connector] = {}
         for name, engine in (engines or {}).items():
             self._connectors[name] = StreamingConnector(name, engine)
@@ -197,11 +202,28 @@ class Polystore:
         self._run_casts(parsed, replace)
         if parsed.call is not None:
             return self._call_procedure(*parsed.call)
-        chosen = self._choose(self.plans(parsed, repeats=repeats), plan)
+        chosen = (self.choose(parsed, repeats) if plan is None
+                  else self._choose(self.plans(parsed, repeats=repeats), plan))
         started = time.perf_counter()
         answer = executor.execute(chosen, self._connectors_for(chosen))
         self.observe(chosen, time.perf_counter() - started, parsed.sql)
         return answer
+
+    def choose(self, parsed: IslandQuery | str, repeats: int = 1) -> Plan:
+        """The plan ``query`` runs for this query: the cheapest feasible one, or the one chosen
+        for the same query a few runs ago (``plancache``: a repeated query is planned afresh
+        every ``replan_every`` runs, and at once when a fragment left out as empty has rows)."""
+        if isinstance(parsed, str):
+            parsed = parse_island(parsed)
+        key = PlanCache.key(f"{parsed.island}:{parsed.sql}", repeats, self.catalog.to_dict())
+        chosen = self.plan_cache.get(key, self._still_empty)
+        if chosen is None:
+            chosen = self._choose(self.plans(parsed, repeats=repeats), None)
+            self.plan_cache.put(key, chosen)
+        return chosen
+
+    def _still_empty(self, engine: str, physical: str) -> bool:
+        return self.connector(engine).row_count(physical) == 0
 
     def observe(self, plan: Plan, seconds: float, sql: str | None = None) -> None:
         """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``) and
@@ -259,7 +281,12 @@ class Polystore:
         if rewrite:
             for step in REWRITES:
                 inp = step(inp)
+        kept = {f for _obj, _i, f in inp.fragments()}
+        pruned = tuple((f.engine, f.physical) for obj in objects for f in obj.fragments
+                       if f not in kept)
         candidates = _propose(inp)
+        for plan in candidates:
+            plan.pruned = pruned
         cached = self._cached(candidates)
         if cached:  # what the rules would propose knowing it (they read only cached_rows)
             candidates = [_with_cached(plan, cached) for plan in candidates]
