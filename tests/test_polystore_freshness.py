@@ -14,7 +14,8 @@ import pytest
 
 from migrators.engine_to_postgres import StreamToPostgres
 from sstore import Engine
-from sstore.polystore import Polystore
+from sstore.polystore import Polystore, cache
+from sstore.polystore.connectors import CacheMoved
 from sstore.polystore.cost import CostModel
 from sstore.polystore.plan import Move
 
@@ -196,3 +197,53 @@ def test_a_repeated_query_is_planned_afresh_every_few_runs(live) -> None:
     assert ps.choose(SQL) is not first            # the fourth run plans again
     ps.split("orders", {"stream": "orders_in"})   # another catalog: another key
     assert ps.choose(SQL).name == "in stream"
+
+
+class _RacingSource:
+    """A source connector through which another refresh of the same cache runs (as another
+    process would) while this refresh is reading the new batches."""
+
+    def __init__(self, real, move, target) -> None:
+        self.real, self.move, self.target, self.raced = real, move, target, False
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+    def fetch(self, sql: str):
+        rows = self.real.fetch(sql)
+        if '"_batch_id" >' in sql and not self.raced:
+            self.raced = True
+            cache.refresh(self.move, self.real, self.target)   # the other one wins the race
+        return rows
+
+
+@pytest.mark.parametrize("name", ["migrate into pg", "migrate into stream"])
+def test_two_refreshes_racing_do_not_append_a_batch_twice(live, pg_url: str, name: str) -> None:
+    ps, engine, sink, ingest = live
+    ps.run_plan(_plan(ps, name))
+    ingest([7, 8])
+    if name == "migrate into stream":
+        sink.run_once()
+        engine.collect_garbage()
+        ingest([9])
+    move = next(s for s in _plan(ps, name).steps if isinstance(s, Move))
+    source, target = ps.connector(move.source), ps.connector(move.target)
+    racing = _RacingSource(source, move, target)
+    cache.refresh(move, racing, target)
+    assert racing.raced
+    copied = _copy(pg_url, ps, engine, name)
+    assert len(copied) == len(set(copied))           # no row twice
+    target.drop(move.table)
+    cache.refresh(move, source, target)
+    assert _copy(pg_url, ps, engine, name) == copied  # what a rebuild holds
+
+
+def test_a_conditional_append_refuses_a_changed_copy(live) -> None:
+    ps, _engine, _sink, _ingest = live
+    ps.run_plan(_plan(ps, "migrate into pg"))
+    move = next(s for s in _plan(ps, "migrate into pg").steps if isinstance(s, Move))
+    target = ps.connector("pg")
+    rows = ps.connector("stream").fetch(move.sql)
+    with pytest.raises(CacheMoved):
+        target.store(move.table, rows, mode="append", note="x", expect_note="not the note")
+    assert target.row_count(move.table) == rows.num_rows      # nothing appended

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sstore.polystore.connectors import CACHE_NOTE, Connector, Growth
+from sstore.polystore.connectors import CACHE_NOTE, CacheMoved, Connector, Growth
 from sstore.polystore.plan import Move
 from sstore.polystore.sqltext import DIALECTS, parse, to_sql
 
@@ -58,10 +58,12 @@ def note_text(move: Move, mark: dict[str, Any]) -> str:
     return f"{_base(move)} @ {json.dumps(mark, sort_keys=True)}"
 
 
-def read_mark(move: Move, target: Connector) -> dict[str, Any] | None:
+def read_mark(move: Move, target: Connector, note: str | None = None) -> dict[str, Any] | None:
     """The copy's watermark, when the target holds a copy of this very move (same source and
-    query); None otherwise (no copy, a copy of something else, or an older note format)."""
-    note = target.cache_note(move.table)
+    query); None otherwise (no copy, a copy of something else, or an older note format).
+    ``note``: the copy's note, if the caller has read it already."""
+    if note is None:
+        note = target.cache_note(move.table)
     prefix = _base(move) + " @ "
     if note is None or not note.startswith(prefix):
         return None
@@ -92,9 +94,21 @@ def changes(move: Move, source: Connector, target: Connector) -> Changes:
 
 
 def refresh(move: Move, source: Connector, target: Connector) -> Refresh:
-    """Bring the cached copy of ``move`` up to date, incrementally where it can."""
+    """Bring the cached copy of ``move`` up to date, incrementally where it can. A top-up is
+    conditional on the copy's note being the one read here; when another process or thread
+    changed the copy in between (``CacheMoved``), the refresh starts over from the new note."""
+    for _attempt in range(4):
+        try:
+            return _refresh_once(move, source, target)
+        except CacheMoved:
+            continue
+    return _refresh_once(move, source, target)
+
+
+def _refresh_once(move: Move, source: Connector, target: Connector) -> Refresh:
     column = move.incremental_by
-    mark = read_mark(move, target)
+    note = target.cache_note(move.table)
+    mark = read_mark(move, target, note)
     if column is None:
         fingerprint = source.fingerprint(move.sql)
         if mark is not None and mark.get("fp") == fingerprint:
@@ -119,7 +133,7 @@ def refresh(move: Move, source: Connector, target: Connector) -> Refresh:
         return Refresh(0, False)
     rows = source.fetch(_rows_after(move, source, column, hi))
     target.store(move.table, rows, mode="append", delete_below=(column, growth.low),
-                 note=note_text(move, _mark(rows, column, hi, growth)))
+                 note=note_text(move, _mark(rows, column, hi, growth)), expect_note=note)
     return Refresh(rows.num_rows, False)
 
 

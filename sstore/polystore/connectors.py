@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from sstore import retry
 from sstore.engine import Engine
+from sstore.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.scratch import CastExistsError, ProtectedObjectError, check_owned
 from sstore.readonly import check_query
@@ -34,6 +35,11 @@ from sstore.statefile import StateFileReader
 # A cached copy remembers what it was copied from in its table comment, written in the same
 # transaction as its rows (PostgreSQL), so a copy and its description cannot disagree.
 CACHE_NOTE = "sstore cache of "
+
+
+class CacheMoved(TerminalError):
+    """A conditional append found the cache's note changed: another refresh topped it up (or
+    rebuilt it) after this one read it. The caller reads the copy again and starts over."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,8 @@ class Connector(Protocol):
 
     def fetch(self, sql: str) -> pa.Table: ...
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int: ...
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int: ...
     def exists(self, table: str) -> bool: ...
     def drop(self, table: str) -> None: ...
     def row_count(self, physical: str) -> int: ...
@@ -98,8 +105,11 @@ class StreamingConnector:
         return self._reader.query(sql)
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int:
         """Rows, deletions and note in one engine transaction: one commit, all or nothing.
+        ``expect_note``: an append goes ahead only if the table's note is still this one
+        (else ``CacheMoved``: another refresh got there first).
 
         ``mode``: "replace", "append", or "create" (a new table; an existing one is a
         ``CastExistsError``). A new table is made by ``CREATE TABLE ... AS SELECT`` from the
@@ -120,6 +130,12 @@ class StreamingConnector:
                     tx.execute(f"DROP TABLE IF EXISTS {name}")
                 tx.execute(f"CREATE TABLE {name} AS SELECT * FROM sstore_store")
             else:
+                if expect_note is not None:
+                    found = tx.fetchone("SELECT comment FROM duckdb_tables() WHERE "
+                                        "schema_name = ? AND table_name = ?",
+                                        *_schema_and_name(table, "main"))
+                    if found is None or found[0] != expect_note:
+                        raise CacheMoved(f"{table} changed since it was read")
                 if delete_below is not None:
                     column, value = delete_below
                     tx.execute(f"DELETE FROM {name} WHERE {ident(column)} < ?", value)
@@ -262,9 +278,13 @@ class PostgresConnector:
             self._adbc = None
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int:
         """``mode``: "replace", "append", or "create" (a new table: an existing one is a
-        ``CastExistsError``, checked in the transaction that creates it)."""
+        ``CastExistsError``, checked in the transaction that creates it). ``expect_note``:
+        an append locks the table against other appends and goes ahead only if its note is
+        still this one (else ``CacheMoved``): two processes topping up one cache cannot both
+        append the same batches."""
         from migrators.postgres import copy_arrow, ensure_table
         from migrators.typemap import for_copy
         check_owned(self.kind, self.name, table)
@@ -275,6 +295,15 @@ class PostgresConnector:
                     raise CastExistsError(f"{table} already exists in engine {self.name!r}")
                 if mode == "replace":
                     cur.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+                if expect_note is not None and mode == "append":
+                    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),))
+                    if not cur.fetchone()[0]:
+                        raise CacheMoved(f"{table} is gone since it was read")
+                    cur.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
+                    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')",
+                                (qualified(table),))
+                    if cur.fetchone()[0] != expect_note:
+                        raise CacheMoved(f"{table} changed since it was read")
                 ensure_table(con, table, for_copy(rows).schema)
                 if delete_below is not None:
                     column, value = delete_below
@@ -459,7 +488,8 @@ class SparkConnector:
         return self.spark.sql(sql).toArrow()
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int:
         from migrators.spark import arrow_to_spark
         self._creatable(table, mode)
         arrow_to_spark(self.spark, rows).createOrReplaceTempView(table)

@@ -7,7 +7,9 @@ How a query is answered:
    the catalog does not know is an error that lists the names it does.
 3. If more than one engine is involved, each fragment's size is asked of its engine.
 4. The planner rules (``rules.RULES``, in order) propose plans; moves that would reuse a cached
-   copy are checked against their source, and the rules run again knowing what is cached.
+   copy are checked against their source (``cache.changes``: by what changed since the copy)
+   and learn how many rows the copy already holds. A repeated query reuses its chosen plan
+   for a few runs (``plancache``).
 5. The cost model prices every plan; the cheapest feasible one runs (``executor``).
 
 Read paths cannot write: every SQL part is checked to be a plain query before planning
