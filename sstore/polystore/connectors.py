@@ -371,24 +371,32 @@ class PostgresConnector:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
 
     def describe(self, physical: str, growing: str) -> tuple[list[str], int, bool]:
-        """(columns, rows, whether a sink appends to it by ``growing``) in one round trip for
-        the table's facts (and one more for its sink's watermark when it could have one): the
-        planner asks this of every PostgreSQL fragment of every query."""
+        """(columns, rows, whether a sink appends to it by ``growing``): the planner asks this
+        of every PostgreSQL fragment of every query, so it costs one round trip for the
+        table's facts and one for its sink's watermark when it could have one, and no scan
+        of a sink-fed table: its rows are the sink's running total (rows written by hand
+        are not counted: that only prices plans). Whether it is empty (which leaves it out
+        of a plan) is always asked of the table itself (one row read, never estimated)."""
         from migrators.postgres import split_name
         schema, name = split_name(physical)
+        table = qualified(physical)
         found = self._execute(
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
-            f"(SELECT count(*) FROM {qualified(physical)}), "
+            f"EXISTS (SELECT 1 FROM {table}), "
             "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique) "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s", (schema, name))
         if not found:
             return self.columns(physical), self.row_count(physical), False
-        columns, rows, unique = list(found[0][0] or []), int(found[0][1]), bool(found[0][2])
-        grows = (growing in columns and not unique and self.growth_since(
-            f"SELECT {ident(growing)} FROM {qualified(physical)}", growing, None) is not None)
-        return columns, rows, grows
+        columns, filled, unique = list(found[0][0] or []), bool(found[0][1]), bool(found[0][2])
+        growth = (self.growth_since(f"SELECT {ident(growing)} FROM {table}", growing, None)
+                  if growing in columns and not unique else None)
+        if not filled:
+            return columns, 0, growth is not None
+        if growth is not None:
+            return columns, max(1, growth.total), True
+        return columns, self.row_count(physical), False
 
     def columns(self, physical: str) -> list[str]:
         from migrators.postgres import split_name
