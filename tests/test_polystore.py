@@ -317,6 +317,11 @@ def test_cli_builds_a_catalog_and_queries_it(tmp_path, pg_url: str) -> None:
     result = runner.invoke(main, ["query", "--explain", "SELECT * FROM orders"], env=env)
     assert result.exit_code == 0 and "chosen" in result.output
     assert "migrate into stream" not in result.output  # a state file named here is only read
+    assert "measured" not in result.output
+    result = runner.invoke(main, ["query", "--explain", "--analyze", "SELECT * FROM orders"],
+                           env=env)
+    chosen = next(line for line in result.output.splitlines() if line.startswith("* chosen"))
+    assert result.exit_code == 0 and "estimated" in chosen and "measured" in chosen
     result = runner.invoke(main, ["query", "SELECT * FROM missing"], env=env)
     assert result.exit_code == 1 and "no object 'missing'" in result.output
     # the two-argument form still reads one state file

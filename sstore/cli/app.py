@@ -46,8 +46,8 @@ from sstore.cli.options import (
 )
 from sstore.engine import Engine
 from sstore.errors import SStoreError
-from sstore.readonly import ReadOnlyQueryError
 from sstore.observe.options import serve_options, start_serving
+from sstore.readonly import ReadOnlyQueryError
 from sstore.statefile import explain, file_status, query_file
 from sstore.stopping import command_stops
 
@@ -209,6 +209,8 @@ def resume_command(state: str, procedure: str, as_json: bool) -> None:
 @click.argument("args", nargs=-1, required=True, metavar="[STATE] SQL")
 @catalog_option
 @click.option("--explain", is_flag=True, help="Print the plans and their estimated costs.")
+@click.option("--analyze", is_flag=True,
+              help="With --explain: run the query first, then show its measured time too.")
 @click.option("--plan", "plan_name", default=None,
               help="Run this plan (a name --explain lists) instead of the cheapest.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
@@ -217,8 +219,8 @@ def resume_command(state: str, procedure: str, as_json: bool) -> None:
               help="Let bdcast(...) replace the table an earlier cast of the same name made.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="Output format.")
-def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name: str | None,
-                  repeats: int, replace: bool, fmt: str) -> None:
+def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: bool,
+                  plan_name: str | None, repeats: int, replace: bool, fmt: str) -> None:
     """Run SQL across the polystore's engines, or over one state file, and print the rows.
 
     Only queries run (SELECT, WITH, UNION/INTERSECT/EXCEPT, VALUES): anything else, and any
@@ -232,6 +234,7 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name:
     schema; --replace lets it replace an earlier cast of that name.
       sstore query "SELECT count(*) FROM orders"
       sstore query --explain "SELECT * FROM orders WHERE o_carrier_id = 3"
+      sstore query --explain --analyze "SELECT count(*) FROM orders"   # + measured time
     With two arguments, read-only SQL over one engine state file: stream tables, window
     views, your tables and the engine's own (sstore_sys.commits, ...).
       sstore query voter.duckdb "SELECT * FROM vote_totals"
@@ -248,6 +251,9 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, plan_name:
             from sstore.polystore import Polystore
             with Polystore(catalog) as polystore:
                 if explain:
+                    if analyze:  # EXPLAIN ANALYZE: the plan runs, its time is shown
+                        polystore.query(args[0], plan=plan_name, repeats=repeats,
+                                        replace=replace)
                     click.echo(polystore.explain(args[0], repeats=repeats))
                     return
                 table = polystore.query(args[0], plan=plan_name, repeats=repeats,

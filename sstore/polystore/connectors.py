@@ -2,7 +2,8 @@
 
 Each connector runs a query in its engine's own dialect and returns Arrow (``fetch``), stores
 Arrow rows as a table (``store``), and answers the planner's questions about a physical table
-(``row_count``, ``columns``, ``discover``) and about cached copies (``cache_state``). Data moves
+(``row_count``, ``columns``, ``discover``) and about cached copies (``cache_note``,
+``growth_since``). Data moves
 through the migrators' fast paths: DuckDB's Arrow export, ADBC binary COPY out of PostgreSQL,
 pgpq binary COPY into it, Arrow into Spark and JDBC from PostgreSQL to Spark.
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 from sstore import retry
 from sstore.engine import Engine
+from sstore.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.scratch import CastExistsError, ProtectedObjectError, check_owned
 from sstore.readonly import check_query
@@ -35,11 +37,30 @@ from sstore.statefile import StateFileReader
 CACHE_NOTE = "sstore cache of "
 
 
+class CacheMoved(TerminalError):
+    """A conditional append found the cache's note changed: another refresh topped it up (or
+    rebuilt it) after this one read it. The caller reads the copy again and starts over."""
+
+
 @dataclass(frozen=True)
-class CacheState:
-    rows: int              # rows in the cached copy
-    note: str              # what the copy says it is (fingerprint of its source)
-    max_growing: Any = None  # largest value of the growing column in the copy
+class Growth:
+    """What a growing source (an engine stream, a sink-fed PostgreSQL table) holds now, asked
+    in one small question: its lowest and highest batch-id, its rows, how many of them are
+    past the batch a copy reaches (``new``), and the source table's identity (``origin``: a
+    PostgreSQL relfilenode, which TRUNCATE or a recreated table changes; None for a stream)."""
+
+    low: Any
+    high: Any
+    total: int
+    new: int | None     # None: the source cannot tell (a sink-fed table: see ``rows_since``)
+    origin: Any = None
+
+    def rows_since(self, mark: dict[str, Any]) -> int:
+        """Rows written since a copy with watermark ``mark`` was made: asked of the source
+        (a stream), or the sink's running total now minus its total then (a table)."""
+        if self.new is not None:
+            return self.new
+        return max(0, self.total - int(mark.get("total") or 0))
 
 
 class Connector(Protocol):
@@ -48,15 +69,16 @@ class Connector(Protocol):
 
     def fetch(self, sql: str) -> pa.Table: ...
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int: ...
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int: ...
     def exists(self, table: str) -> bool: ...
     def drop(self, table: str) -> None: ...
     def row_count(self, physical: str) -> int: ...
     def columns(self, physical: str) -> list[str]: ...
     def discover(self) -> list[tuple[str, str, dict[str, str]]]: ...
     def fingerprint(self, sql: str) -> str: ...
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]: ...
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None: ...
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None: ...
+    def cache_note(self, table: str) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -83,8 +105,11 @@ class StreamingConnector:
         return self._reader.query(sql)
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int:
         """Rows, deletions and note in one engine transaction: one commit, all or nothing.
+        ``expect_note``: an append goes ahead only if the table's note is still this one
+        (else ``CacheMoved``: another refresh got there first).
 
         ``mode``: "replace", "append", or "create" (a new table; an existing one is a
         ``CastExistsError``). A new table is made by ``CREATE TABLE ... AS SELECT`` from the
@@ -105,6 +130,12 @@ class StreamingConnector:
                     tx.execute(f"DROP TABLE IF EXISTS {name}")
                 tx.execute(f"CREATE TABLE {name} AS SELECT * FROM sstore_store")
             else:
+                if expect_note is not None:
+                    found = tx.fetchone("SELECT comment FROM duckdb_tables() WHERE "
+                                        "schema_name = ? AND table_name = ?",
+                                        *_schema_and_name(table, "main"))
+                    if found is None or found[0] != expect_note:
+                        raise CacheMoved(f"{table} changed since it was read")
                 if delete_below is not None:
                     column, value = delete_below
                     tx.execute(f"DELETE FROM {name} WHERE {ident(column)} < ?", value)
@@ -154,20 +185,22 @@ class StreamingConnector:
                          ).to_pylist()[0]
         return f"{row['n']}:{row['h']}"
 
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        row = self.fetch(f"SELECT min({ident(column)}) AS lo, max({ident(column)}) AS hi, "
-                         f"count(*) AS n FROM ({sql}) AS q").to_pylist()[0]
-        return row["lo"], row["hi"], row["n"]
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None:
+        """One pass over the growing column only (DuckDB reads one column, and skips row
+        groups by their min/max): cheap next to moving the rows."""
+        col = ident(column)
+        past = ("count(*)" if after is None
+                else f"count(*) FILTER (WHERE {col} > {int(after)})")
+        row = self.fetch(f"SELECT min({col}) AS lo, max({col}) AS hi, count(*) AS n, "
+                         f"{past} AS new FROM ({sql}) AS q").to_pylist()[0]
+        return Growth(row["lo"], row["hi"], int(row["n"]), int(row["new"]))
 
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
-        comment = self._reader.query(
+    def cache_note(self, table: str) -> str | None:
+        """The copy's note (its table comment): a catalog lookup, no scan."""
+        found = self._reader.query(
             "SELECT comment FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
             *_schema_and_name(table, "main")).to_pylist()
-        if not comment:
-            return None
-        top = f", max({ident(growing)}) AS hi" if growing else ", NULL AS hi"
-        row = self.fetch(f"SELECT count(*) AS n{top} FROM {qualified(table)}").to_pylist()[0]
-        return CacheState(row["n"], comment[0]["comment"] or "", row["hi"])
+        return (found[0]["comment"] or "") if found else None
 
     def exists(self, table: str) -> bool:
         return bool(self._reader.query(
@@ -194,6 +227,8 @@ class PostgresConnector:
         self._lock = threading.Lock()
         self._adbc: Any = None       # ADBC: reads into Arrow
         self._adbc_lock = threading.Lock()
+        self._writer: Any = None     # migrators.postgres.Session: casts and caches
+        self._write_lock = threading.Lock()
 
     def fetch(self, sql: str) -> pa.Table:
         """Rows of ``sql`` as Arrow over the connector's ADBC connection (kept open: opening
@@ -243,15 +278,14 @@ class PostgresConnector:
             self._adbc = None
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int:
         """``mode``: "replace", "append", or "create" (a new table: an existing one is a
-        ``CastExistsError``, checked in the transaction that creates it)."""
-        from migrators.postgres import (
-            RetryPolicy,
-            copy_arrow,
-            ensure_table,
-            with_retries,
-        )
+        ``CastExistsError``, checked in the transaction that creates it). ``expect_note``:
+        an append locks the table against other appends and goes ahead only if its note is
+        still this one (else ``CacheMoved``): two processes topping up one cache cannot both
+        append the same batches."""
+        from migrators.postgres import copy_arrow, ensure_table
         from migrators.typemap import for_copy
         check_owned(self.kind, self.name, table)
 
@@ -261,6 +295,15 @@ class PostgresConnector:
                     raise CastExistsError(f"{table} already exists in engine {self.name!r}")
                 if mode == "replace":
                     cur.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
+                if expect_note is not None and mode == "append":
+                    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),))
+                    if not cur.fetchone()[0]:
+                        raise CacheMoved(f"{table} is gone since it was read")
+                    cur.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
+                    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')",
+                                (qualified(table),))
+                    if cur.fetchone()[0] != expect_note:
+                        raise CacheMoved(f"{table} changed since it was read")
                 ensure_table(con, table, for_copy(rows).schema)
                 if delete_below is not None:
                     column, value = delete_below
@@ -272,21 +315,30 @@ class PostgresConnector:
             con.commit()
             return rows.num_rows
 
-        return with_retries(self.url, work, RetryPolicy(), f"store {table}")
+        return self._write(work, f"store {table}")
 
     def exists(self, table: str) -> bool:
         return bool(self._execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)
                                   )[0][0])
 
     def drop(self, table: str) -> None:
-        from migrators.postgres import RetryPolicy, with_retries
         check_owned(self.kind, self.name, table)
 
         def work(con: Any) -> None:
             con.execute(f"DROP TABLE IF EXISTS {qualified(table)}")
             con.commit()
 
-        with_retries(self.url, work, RetryPolicy(), f"drop {table}")
+        self._write(work, f"drop {table}")
+
+    def _write(self, work: Any, what: str) -> Any:
+        """One write transaction on the connector's write session, kept open between writes
+        (opening a connection costs more than topping up a cache by a batch), replaced after
+        a failure and retried on transient ones (``migrators.postgres.Session``)."""
+        from migrators.postgres import RetryPolicy, Session
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = Session(self.url, RetryPolicy())
+            return self._writer.run(work, what)
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One question on the connector's own connection (autocommit, every transaction
@@ -318,6 +370,34 @@ class PostgresConnector:
     def row_count(self, physical: str) -> int:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
 
+    def describe(self, physical: str, growing: str) -> tuple[list[str], int, bool]:
+        """(columns, rows, whether a sink appends to it by ``growing``): the planner asks this
+        of every PostgreSQL fragment of every query, so it costs one round trip for the
+        table's facts and one for its sink's watermark when it could have one, and no scan
+        of a sink-fed table: its rows are the sink's running total (rows written by hand
+        are not counted: that only prices plans). Whether it is empty (which leaves it out
+        of a plan) is always asked of the table itself (one row read, never estimated)."""
+        from migrators.postgres import split_name
+        schema, name = split_name(physical)
+        table = qualified(physical)
+        found = self._execute(
+            "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
+            "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
+            f"EXISTS (SELECT 1 FROM {table}), "
+            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+        if not found:
+            return self.columns(physical), self.row_count(physical), False
+        columns, filled, unique = list(found[0][0] or []), bool(found[0][1]), bool(found[0][2])
+        growth = (self.growth_since(f"SELECT {ident(growing)} FROM {table}", growing, None)
+                  if growing in columns and not unique else None)
+        if not filled:
+            return columns, 0, growth is not None
+        if growth is not None:
+            return columns, max(1, growth.total), True
+        return columns, self.row_count(physical), False
+
     def columns(self, physical: str) -> list[str]:
         from migrators.postgres import split_name
         schema, table = split_name(physical)
@@ -342,28 +422,57 @@ class PostgresConnector:
                             )[0]
         return f"{row[0]}:{row[1]}"
 
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        row = self._execute(f"SELECT min({ident(column)}), max({ident(column)}), count(*) "
-                            f"FROM ({sql}) AS q")[0]
-        return row[0], row[1], row[2]
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None:
+        """A table fed by a sink (``sstore.watermarks`` names it as a target; append mode, so
+        no primary key or unique index; a ``column`` with the batch-id) grows only by whole
+        batches: its watermark row says how far it reaches and how many rows the sink has
+        written (``rows_total``), so what changed since a copy is read from one row, not from
+        a scan. None for any other table (its copies are checked by fingerprint).
 
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+        The table is trusted to change only through its sink: rows written into it by hand
+        are not seen by a copy made by batch (see docs/polystore.md)."""
+        table = _single_table(sql)
+        if table is None:
+            return None
+        from migrators.postgres import split_name
+        schema, name = split_name(table)
+        found = self._execute(
+            "SELECT c.relfilenode, (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid "
+            "AND i.indisunique), (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "AND a.attname = %s AND NOT a.attisdropped), "
+            "to_regclass('sstore.watermarks') IS NOT NULL "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (column, schema, name))
+        if not found or found[0][1] or not found[0][2] or not found[0][3]:
+            return None
+        full = f"{schema}.{name}"
+        marks = self._execute(
+            "SELECT max(batch_id), sum(rows_total), count(*) FROM sstore.watermarks "
+            "WHERE target IN (%s, %s) AND (target_oid IS NULL OR "
+            "target_oid = to_regclass(%s))",
+            (full, name if schema == "public" else full, qualified(full)))
+        if not marks or not marks[0][2] or marks[0][2] > 1:
+            return None  # no sink writes it (or several: their batch-ids do not line up)
+        high, total = marks[0][0], int(marks[0][1] or 0)
+        new = None  # the caller knows: rows written since its copy's ``total``
+        return Growth(0 if total else None, high, total, new, str(found[0][0]))  # type: ignore[arg-type]
+
+    def cache_note(self, table: str) -> str | None:
         from migrators.postgres import split_name
         schema, name = split_name(table)
         found = self._execute(
             "SELECT obj_description(c.oid, 'pg_class') FROM pg_class c JOIN pg_namespace n ON "
             "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
-        if not found:
-            return None
-        top = f", max({ident(growing)})" if growing else ", NULL"
-        row = self._execute(f"SELECT count(*){top} FROM {qualified(table)}")[0]
-        return CacheState(row[0], found[0][0] or "", row[1])
+        return (found[0][0] or "") if found else None
 
     def close(self) -> None:
         if self._con is not None:
             self._con.close()
             self._con = None
         self._close_adbc()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 class SparkConnector:
@@ -387,7 +496,8 @@ class SparkConnector:
         return self.spark.sql(sql).toArrow()
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
-              note: str | None = None, delete_below: tuple[str, Any] | None = None) -> int:
+              note: str | None = None, delete_below: tuple[str, Any] | None = None,
+              expect_note: str | None = None) -> int:
         from migrators.spark import arrow_to_spark
         self._creatable(table, mode)
         arrow_to_spark(self.spark, rows).createOrReplaceTempView(table)
@@ -427,17 +537,26 @@ class SparkConnector:
     def fingerprint(self, sql: str) -> str:
         return str(self.spark.sql(sql).count())  # never a cache source that needs more
 
-    def growth(self, sql: str, column: str) -> tuple[Any, Any, int]:
-        col = _spark_ident(column)
-        row = self.spark.sql(f"SELECT min({col}), max({col}), count(*) FROM ({sql}) AS q"
-                             ).collect()[0]
-        return row[0], row[1], row[2]
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None:
+        return None  # never a cache source that grows by batch
 
-    def cache_state(self, table: str, growing: str | None) -> CacheState | None:
+    def cache_note(self, table: str) -> str | None:
         return None  # temporary views do not outlive the session: never a cache
 
     def close(self) -> None:
         return None
+
+
+def _single_table(sql: str) -> str | None:
+    """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise)."""
+    from sqlglot import exp
+
+    from sstore.polystore.sqltext import parse
+    tree = parse(sql, "postgres")
+    tables = list(tree.find_all(exp.Table))
+    if not isinstance(tree, exp.Select) or len(tables) != 1 or tree.args.get("where"):
+        return None
+    return ".".join(p for p in (tables[0].db, tables[0].name) if p)
 
 
 def _schema_and_name(table: str, default_schema: str) -> tuple[str, str]:

@@ -73,50 +73,101 @@ class CostModel:
             json.dump(asdict(self), f, indent=2)
 
     # ------------------------------------------------------------------ pricing
+    def value(self, term: str) -> float:
+        """A constant by its term name: ``fixed.postgres``, ``spark_start``."""
+        group, _, kind = term.partition(".")
+        found = getattr(self, group)
+        return float(found[kind] if kind else found)
+
+    def scale(self, term: str, factor: float) -> None:
+        """Multiply one constant (refitting, ``sstore.polystore.learning``)."""
+        group, _, kind = term.partition(".")
+        if kind:
+            getattr(self, group)[kind] *= factor
+        else:
+            setattr(self, group, getattr(self, group) * factor)
+
     def price(self, plan: Plan, kinds: dict[str, str], *, spark_running: bool = False,
               repeats: int = 1) -> Plan:
-        """Set ``plan.cost`` (seconds) and ``plan.cost_detail`` (seconds per part).
-        ``kinds`` maps engine names to kinds (``island`` to itself)."""
-        detail: dict[str, float] = {}
+        """Set ``plan.cost`` (seconds), ``plan.cost_detail`` (seconds per part) and
+        ``plan.cost_terms`` (the price as a sum of constants times counts: what a refit from
+        measured times adjusts). ``kinds`` maps engine names to kinds (``island`` to itself)."""
+        parts: dict[str, Terms] = {}
         fetches = [self._fetch(s, kinds) for s in plan.steps if isinstance(s, Fetch)]
         if fetches:
-            slowest = max(fetches)
-            detail["fetch"] = slowest + self.parallel_overlap * (sum(fetches) - slowest)
+            slowest = max(fetches, key=self._sum)
+            merged = Terms()
+            for terms in fetches:
+                merged.add(terms, 1.0 if terms is slowest else self.parallel_overlap)
+            parts["fetch"] = merged
         moves = [self._move(s, kinds, max(1, repeats)) for s in plan.steps if isinstance(s, Move)]
         if moves:
-            detail["move"] = sum(moves)
-        detail["run"] = self._run(plan.final, kinds)
+            merged = Terms()
+            for terms in moves:
+                merged.add(terms)
+            parts["move"] = merged
+        parts["run"] = self._run(plan.final, kinds)
         if (not spark_running and "spark" in {kinds[e] for e in plan.engines()}):
-            detail["spark start"] = self.spark_start
-        plan.cost_detail = detail
-        plan.cost = sum(detail.values()) if plan.feasible else math.inf
+            parts["spark start"] = Terms({"spark_start": 1.0})
+        plan.cost_detail = {name: self._sum(terms) for name, terms in parts.items()}
+        total = Terms()
+        for terms in parts.values():
+            total.add(terms)
+        plan.cost_terms = dict(total)
+        plan.cost = sum(plan.cost_detail.values()) if plan.feasible else math.inf
         return plan
 
-    def _fetch(self, step: Fetch, kinds: dict[str, str]) -> float:
-        kind = kinds[step.engine]
-        return self.fixed[kind] + step.rows * step.columns * self.fetch[kind]
+    def _sum(self, terms: Terms) -> float:
+        return sum(count * self.value(term) for term, count in terms.items())
 
-    def _move(self, step: Move, kinds: dict[str, str], repeats: int) -> float:
+    def _fetch(self, step: Fetch, kinds: dict[str, str]) -> Terms:
+        kind = kinds[step.engine]
+        return Terms({f"fixed.{kind}": 1.0, f"fetch.{kind}": step.rows * step.columns})
+
+    def _move(self, step: Move, kinds: dict[str, str], repeats: int) -> Terms:
         """A cast: read at the source, write at the target. A cached move first checks its
-        copy (the source's fingerprint, a scan, or for a growing stream only its newest
-        batch-id; and the copy's state at the target); a valid copy costs only that check."""
+        copy, and the check is priced by what it reads:
+
+        - a growing source (an engine stream, a sink-fed PostgreSQL table): the copy's note at
+          the target, and one question at the source (a stream: one pass over its batch-id
+          column; a sink-fed table: its watermark row); then only the new rows move, in one
+          append (``fresh``: rows the copy lacks), and a table's new rows are found by a scan
+          of its batch-id column;
+        - any other source: its fingerprint, a hash of every value (a scan), and a changed
+          source is copied whole.
+
+        A first copy (nothing cached yet) may be spread over ``repeats`` expected runs."""
         source, target = kinds[step.source], kinds[step.target]
         fresh = max(0, step.rows - step.cached_rows)
         values = fresh * step.columns
         if source == "postgres" and target == "spark":
-            return self.store_fixed[target] + values * self.spark_jdbc
-        copy = (self.fixed[source] + self.store_fixed[target]
-                + values * (self.fetch[source] + self.load[target]))
+            return Terms({f"store_fixed.{target}": 1.0, "spark_jdbc": values})
+        copy = Terms({f"fixed.{source}": 1.0, f"store_fixed.{target}": 1.0,
+                      f"fetch.{source}": values, f"load.{target}": values})
         if not step.cache_key:
             return copy
-        check = self.fixed[source] + 2 * self.fixed[target]
+        check = Terms({f"fixed.{source}": 1.0, f"fixed.{target}": 1.0})
         if step.incremental_by is None:
-            check += step.rows * step.columns * self.fingerprint[source]
+            check.add(Terms({f"fingerprint.{source}": step.rows * step.columns}))
+        elif source == "streaming":
+            check.add(Terms({f"process.{source}": step.rows}))
         if fresh == 0:
             return check
-        return check + copy / repeats
+        if step.incremental_by is not None and source != "streaming" and step.cached_rows:
+            copy.add(Terms({f"process.{source}": step.rows}))  # finding the new batches: a scan
+        check.add(copy, 1.0 / repeats if step.cached_rows == 0 else 1.0)
+        return check
 
-    def _run(self, final: Run, kinds: dict[str, str]) -> float:
+    def _run(self, final: Run, kinds: dict[str, str]) -> Terms:
         kind = kinds[final.engine]
-        return (self.fixed[kind] + final.input_rows * final.input_columns * self.process[kind]
-                + final.output_rows * final.output_columns * self.fetch[kind])
+        return Terms({f"fixed.{kind}": 1.0,
+                      f"process.{kind}": final.input_rows * final.input_columns,
+                      f"fetch.{kind}": final.output_rows * final.output_columns})
+
+
+class Terms(dict[str, float]):
+    """A price as constants times counts: ``{"fixed.postgres": 2, "fetch.postgres": 1e6}``."""
+
+    def add(self, other: Terms, factor: float = 1.0) -> None:
+        for term, count in other.items():
+            self[term] = self.get(term, 0.0) + factor * count

@@ -23,7 +23,9 @@ from sstore.polystore.plan import ISLAND, Fetch, Move, Plan
 from sstore.readonly import check_query
 
 
-def execute(plan: Plan, connectors: Mapping[str, Connector]) -> pa.Table:
+def execute(plan: Plan, connectors: Mapping[str, Connector],
+            refreshes: list[tuple[str, cache.Refresh]] | None = None) -> pa.Table:
+    """Run ``plan``; ``refreshes`` (if given) receives (table, what its move did) per move."""
     fetches = [s for s in plan.steps if isinstance(s, Fetch)]
     moves = [s for s in plan.steps if isinstance(s, Move)]
     fetched: dict[str, pa.Table] = {}
@@ -34,7 +36,9 @@ def execute(plan: Plan, connectors: Mapping[str, Connector]) -> pa.Table:
                            for f in fetches}
                 fetched = {name: fut.result() for name, fut in futures.items()}
         for move in moves:
-            _move(move, connectors)
+            done = _move(move, connectors)
+            if refreshes is not None:
+                refreshes.append((move.table, done))
         if plan.final.engine == ISLAND:
             return run_in_island(plan.final.sql, fetched)
         return connectors[plan.final.engine].fetch(plan.final.sql)
@@ -44,14 +48,16 @@ def execute(plan: Plan, connectors: Mapping[str, Connector]) -> pa.Table:
                 connectors[move.target].drop(move.table)
 
 
-def _move(move: Move, connectors: Mapping[str, Connector]) -> int:
+def _move(move: Move, connectors: Mapping[str, Connector]) -> cache.Refresh:
+    """One move; a cached one is refreshed (incrementally where it can), never served as it
+    was: the refresh asks the source what it holds now."""
     source, target = connectors[move.source], connectors[move.target]
     if move.cache_key is not None:
         return cache.refresh(move, source, target)
     if isinstance(target, SparkConnector) and isinstance(source, PostgresConnector):
         target.store_from_postgres(move.table, source.url, move.sql)  # Spark reads by JDBC
-        return move.rows
-    return target.store(move.table, source.fetch(move.sql), mode="replace")
+        return cache.Refresh(move.rows, True)
+    return cache.Refresh(target.store(move.table, source.fetch(move.sql), mode="replace"), True)
 
 
 _island: duckdb.DuckDBPyConnection | None = None

@@ -67,6 +67,9 @@ class Plan:
     final: Run
     cost: float = math.nan
     cost_detail: dict[str, float] = field(default_factory=dict)
+    cost_terms: dict[str, float] = field(default_factory=dict)  # constant -> count (cost.py)
+    measured: float | None = None  # seconds its last run took (set by Polystore.query)
+    pruned: tuple[tuple[str, str], ...] = ()  # (engine, physical) left out as empty
     feasible: bool = True
     why_not: str = ""
 
@@ -81,6 +84,8 @@ class Plan:
         head = f"plan {self.name}  (rule {self.rule})"
         if costs and not math.isnan(self.cost):
             head += f"  estimated {self.cost * 1000:.1f} ms"
+        if costs and self.measured is not None:
+            head += f", measured {self.measured * 1000:.1f} ms (last run)"
         if not self.feasible:
             head += f"  [not feasible: {self.why_not}]"
         lines = [head]

@@ -7,7 +7,9 @@ How a query is answered:
    the catalog does not know is an error that lists the names it does.
 3. If more than one engine is involved, each fragment's size is asked of its engine.
 4. The planner rules (``rules.RULES``, in order) propose plans; moves that would reuse a cached
-   copy are checked against their source, and the rules run again knowing what is cached.
+   copy are checked against their source (``cache.changes``: by what changed since the copy)
+   and learn how many rows the copy already holds. A repeated query reuses its chosen plan
+   for a few runs (``plancache``).
 5. The cost model prices every plan; the cheapest feasible one runs (``executor``).
 
 Read paths cannot write: every SQL part is checked to be a plain query before planning
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Self
@@ -43,7 +46,9 @@ from sstore.polystore.connectors import (
     StreamingConnector,
 )
 from sstore.polystore.cost import CostModel
+from sstore.polystore.learning import Learner, learner_for
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
+from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import REWRITES, RULES
 from sstore.polystore.scratch import (
@@ -61,6 +66,7 @@ from sstore.polystore.sqltext import (
 )
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
+from sstore.sql import ident, qualified
 from sstore.statefile import StateFileReader
 
 GROWING_COLUMN = "_batch_id"  # engine streams only grow; their copies can be topped up
@@ -75,13 +81,16 @@ class Polystore:
     state file is locked while it runs; one opened here from its state file is opened
     read-only, with external access off: nothing is written into it). ``costs``: a
     ``CostModel`` or the path of calibrated constants (default: ``costs.json`` beside the
-    catalog).
+    catalog). ``replan_every``: a repeated query reuses its chosen plan for this many runs
+    (1: plan every query afresh). ``learn``: refit the constants from the measured times of the queries this
+    polystore runs (``sstore.polystore.learning``; in this process, the file is not changed).
     """
 
     def __init__(self, catalog: Catalog | str | None = None, *,
                  engines: Mapping[str, Engine] | None = None,
                  costs: CostModel | str | None = None, dialect: str = "postgres",
-                 memory_budget_bytes: int = 4 << 30) -> None:
+                 memory_budget_bytes: int = 4 << 30, learn: bool = True,
+                 replan_every: int = 10) -> None:
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
         self.dialect = dialect
         self.memory_budget_bytes = memory_budget_bytes
@@ -89,6 +98,11 @@ class Polystore:
             self.costs = costs
         else:
             self.costs = CostModel.read(costs or self.default_costs_path())
+        #: refits ``costs`` from the measured times of the plans ``query`` runs (None: off)
+        self.learner: Learner | None = learner_for(self.costs) if learn else None
+        self._measured: dict[tuple[str, str], float] = {}  # (sql, plan) -> last run, seconds
+        #: chosen plans of repeated queries, reused for up to ``replan_every`` runs
+        self.plan_cache = PlanCache(replan_every)
         self._connectors: dict[str, Connector] = {}
         for name, engine in (engines or {}).items():
             self._connectors[name] = StreamingConnector(name, engine)
@@ -190,8 +204,37 @@ class Polystore:
         self._run_casts(parsed, replace)
         if parsed.call is not None:
             return self._call_procedure(*parsed.call)
-        chosen = self._choose(self.plans(parsed, repeats=repeats), plan)
-        return executor.execute(chosen, self._connectors_for(chosen))
+        chosen = (self.choose(parsed, repeats) if plan is None
+                  else self._choose(self.plans(parsed, repeats=repeats), plan))
+        started = time.perf_counter()
+        answer = executor.execute(chosen, self._connectors_for(chosen))
+        self.observe(chosen, time.perf_counter() - started, parsed.sql)
+        return answer
+
+    def choose(self, parsed: IslandQuery | str, repeats: int = 1) -> Plan:
+        """The plan ``query`` runs for this query: the cheapest feasible one, or the one chosen
+        for the same query a few runs ago (``plancache``: a repeated query is planned afresh
+        every ``replan_every`` runs, and at once when a fragment left out as empty has rows)."""
+        if isinstance(parsed, str):
+            parsed = parse_island(parsed)
+        key = PlanCache.key(f"{parsed.island}:{parsed.sql}", repeats, self.catalog.to_dict())
+        chosen = self.plan_cache.get(key, self._still_empty)
+        if chosen is None:
+            chosen = self._choose(self.plans(parsed, repeats=repeats), None)
+            self.plan_cache.put(key, chosen)
+        return chosen
+
+    def _still_empty(self, engine: str, physical: str) -> bool:
+        return self.connector(engine).row_count(physical) == 0
+
+    def observe(self, plan: Plan, seconds: float, sql: str | None = None) -> None:
+        """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``) and
+        let the learner refit the constants from it."""
+        plan.measured = seconds
+        if sql is not None:
+            self._measured[(sql, plan.name)] = seconds
+        if self.learner is not None:
+            self.learner.observe(plan.cost_terms, seconds, self.costs)
 
     def explain(self, sql: str, repeats: int = 1) -> str:
         """Every plan the rules propose, cheapest first, with estimated costs and SQL."""
@@ -209,6 +252,7 @@ class Polystore:
         chosen = self._choose(plans, None)
         lines.append(f"cost model: {self.costs.measured}")
         for plan in plans:
+            plan.measured = self._measured.get((parsed.sql, plan.name))
             mark = "* chosen" if plan is chosen else "  "
             lines.append(f"{mark} {plan.describe()}")
         return "\n".join(lines)
@@ -239,10 +283,15 @@ class Polystore:
         if rewrite:
             for step in REWRITES:
                 inp = step(inp)
+        kept = {f for _obj, _i, f in inp.fragments()}
+        pruned = tuple((f.engine, f.physical) for obj in objects for f in obj.fragments
+                       if f not in kept)
         candidates = _propose(inp)
+        for plan in candidates:
+            plan.pruned = pruned
         cached = self._cached(candidates)
-        if cached:
-            candidates = _propose(replace(inp, cached=cached))
+        if cached:  # what the rules would propose knowing it (they read only cached_rows)
+            candidates = [_with_cached(plan, cached) for plan in candidates]
         kinds = {name: entry.kind.value for name, entry in engines.items()}
         kinds[ISLAND] = ISLAND
         from migrators.spark_session import is_running
@@ -251,9 +300,10 @@ class Polystore:
             self.costs.price(plan, kinds, spark_running=running, repeats=repeats)
         return sorted(candidates, key=lambda p: (p.cost, p.name))
 
-    def run_plan(self, plan: Plan) -> pa.Table:
-        """Execute a plan from ``plans`` (benchmarks time each plan this way)."""
-        return executor.execute(plan, self._connectors_for(plan))
+    def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
+        """Execute a plan from ``plans`` (benchmarks time each plan this way); ``refreshes``
+        receives (cache table, ``cache.Refresh``) for each move it made."""
+        return executor.execute(plan, self._connectors_for(plan), refreshes)
 
     # ------------------------------------------------------------------ internals
     def _objects(self, tree: exp.Expression, island: str) -> list[CatalogObject]:
@@ -284,20 +334,38 @@ class Polystore:
         for obj in objects:
             for frag in obj.fragments:
                 connector = self.connector(frag.engine)
+                if isinstance(connector, PostgresConnector) and len(engines) > 1:
+                    columns, rows, grows = connector.describe(frag.physical, GROWING_COLUMN)
+                    stats[frag] = FragmentStats(rows, columns, GROWING_COLUMN if grows else None)
+                    continue
                 columns = connector.columns(frag.physical)
                 rows = connector.row_count(frag.physical) if len(engines) > 1 else UNKNOWN_ROWS
-                growing = (GROWING_COLUMN if connector.kind is EngineKind.STREAMING
-                           and GROWING_COLUMN in columns else None)
+                growing = (GROWING_COLUMN if len(engines) > 1 and GROWING_COLUMN in columns
+                           and self._grows_by_batch(connector, frag.physical) else None)
                 stats[frag] = FragmentStats(rows, columns, growing)
         return stats
 
+    @staticmethod
+    def _grows_by_batch(connector: Connector, physical: str) -> bool:
+        """An engine stream, or a PostgreSQL table a sink appends to by batch-id: its copies
+        are topped up by batch (``cache``), and their freshness is priced by what changed."""
+        if connector.kind is EngineKind.STREAMING:
+            return True
+        if connector.kind is not EngineKind.POSTGRES:
+            return False
+        sql = f"SELECT {ident(GROWING_COLUMN)} FROM {qualified(physical)}"
+        return connector.growth_since(sql, GROWING_COLUMN, None) is not None
+
     def _cached(self, plans: list[Plan]) -> dict[str, int]:
+        """Cache key -> rows its copy already holds, up to date (asked of both engines: a
+        note and a watermark, or a fingerprint of a source that is not growing)."""
         found: dict[str, int] = {}
         for plan in plans:
             for step in plan.steps:
                 if isinstance(step, Move) and step.cache_key and step.cache_key not in found:
-                    found[step.cache_key] = cache.valid_rows(
-                        step, self.connector(step.source), self.connector(step.target))
+                    found[step.cache_key] = cache.changes(
+                        step, self.connector(step.source), self.connector(step.target)
+                    ).cached_rows
         return {k: v for k, v in found.items() if v}
 
     def _choose(self, plans: list[Plan], name: str | None) -> Plan:
@@ -422,6 +490,16 @@ def _propose(inp: PlanningInput) -> list[Plan]:
     if not plans:
         raise QueryError("no rule could plan this query")
     return plans
+
+
+def _with_cached(plan: Plan, cached: Mapping[str, int]) -> Plan:
+    """``plan`` with each cached move's ``cached_rows`` set: the same plan the rules propose
+    from a ``PlanningInput`` whose ``cached`` is ``cached`` (rule ``migrate_then_run`` reads
+    it for that field only; tests/test_planner_golden.py checks the two agree), without
+    printing every plan's SQL again."""
+    steps = tuple(replace(s, cached_rows=cached.get(s.cache_key, 0))
+                  if isinstance(s, Move) and s.cache_key else s for s in plan.steps)
+    return replace(plan, steps=steps)
 
 
 def _literal_value(node: exp.Expression) -> object:
