@@ -53,7 +53,7 @@ from benchmarks.tpcdi_setup import (
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.postgres_to_engine import read_postgres
-from sstore.duck import arrow
+from sstore.duck import LARGE_ROWS, arrow
 from sstore.sql import ident, qualified
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMESSAGES as DIMESSAGES_ARROW
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMTRADE as DIMTRADE_ARROW
@@ -174,13 +174,14 @@ class ReferenceDimTrade:
         con.begin()
         try:
             con.register("chunk", chunk)
-            judged = arrow(con, JUDGE_SQL)  # planned once, as sstore does
+            large = chunk.num_rows >= LARGE_ROWS  # sstore's rule for planning once or streaming
+            judged = arrow(con, JUDGE_SQL, large=large)
             con.register("keyed", judged)
-            changed = arrow(con, APPLY_SQL)
+            changed = arrow(con, APPLY_SQL, large=large)
 
             def alerts_of(applied: pa.Table) -> pa.Table:
                 con.register("applied", applied)
-                return arrow(con, ALERTS_SQL)
+                return arrow(con, ALERTS_SQL, large=large)
 
             alerts, rejects = merge_outcome(judged, changed, alerts_of)
             rejects = rejects.cast(REJECT_SCHEMA)

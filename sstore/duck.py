@@ -14,8 +14,10 @@ import pyarrow as pa
 # ``con.sql(q).to_arrow_table()``, the form DuckDB 2.x recommends, binds the statement to build
 # a relation and binds and plans it again to run it: 2-4 ms per statement here whatever the
 # batch size (SP1 of TPC-DI: 8.7 ms that way, 6.0 ms via ``execute``, for 251 lines). The DB-API
-# form runs it once and pays an extra copy of the result, which is cheaper up to at least 25,000
-# rows (38 vs 34 ms). Its advice warning is silenced for that message only.
+# form runs it once but materializes the result before converting it: cheaper up to ~25,000
+# rows (38 vs 34 ms), dearer from ~100,000 (SP1 over 100,000 lines: 198 ms vs 292). ``arrow``
+# takes the DB-API form unless told the result is large; its advice warning is silenced for
+# that message only.
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result makes an extra copy",
                         category=UserWarning)
 
@@ -61,8 +63,14 @@ def registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table,
                 pass
 
 
+LARGE_ROWS = 50_000  # from about here on, a streamed conversion beats planning once
+
+
 def arrow(con: duckdb.DuckDBPyConnection, query: str,
-          params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
-    """Run ``query`` (parameters bound) and return its rows as an Arrow table, planning it once
-    (see the note on the warning filter above)."""
+          params: Sequence[Any] | Mapping[str, Any] | None = None, *,
+          large: bool = False) -> pa.Table:
+    """Run ``query`` (parameters bound) and return its rows as an Arrow table: planned once,
+    or, for a ``large`` result, converted as DuckDB streams it (see the note above)."""
+    if large:
+        return con.sql(query, params=params).to_arrow_table()
     return con.execute(query, params).to_arrow_table()

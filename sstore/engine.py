@@ -696,7 +696,7 @@ class Engine:
             assert cursor is not None, "set when the engine starts"
             cursor.execute("BEGIN TRANSACTION READ ONLY")
             try:
-                table = arrow(cursor, sql, bind(args, params))
+                table = arrow(cursor, sql, bind(args, params), large=True)  # size unknown
             except BaseException:
                 cursor.execute("ROLLBACK")
                 raise
@@ -903,7 +903,7 @@ class Engine:
             if rt.store.schema(stream) is None:
                 return pa.table({"_batch_id": pa.array([], pa.int64())})
             return arrow(rt.con, f"SELECT * FROM {ident(stream)} WHERE _batch_id BETWEEN ? AND ? "
-                                 f"ORDER BY _batch_id", [first, last])
+                                 f"ORDER BY _batch_id", [first, last], large=True)
 
     def load_table(self, table: str, rows: pa.Table, mode: str = "append",
                    key: Sequence[str] = ()) -> int:

@@ -247,8 +247,9 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
     con, guard, batch_id = rt.con, rt.interrupts, group.batch_id
     inputs = {node: group.produced[node] if node in group.produced
               else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
-    member = _Member(decl, Transaction(con, batch_id, decl.name), PendingCommit(),
-                     sum(t.num_rows for t in inputs.values()))
+    rows_in = sum(t.num_rows for t in inputs.values())
+    member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in),
+                     PendingCommit(), rows_in)
     began = time.perf_counter()
     try:
         executor.register_inputs(con, inputs)

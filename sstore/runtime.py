@@ -156,6 +156,7 @@ class Runtime:
                 self.cache[(node, batch_id)] = cached  # other consumers still want it
             return cached
         schema = self.store.schema(node)
-        if self.ledger.node_batches(node).number(batch_id) in (None, 0) and schema is not None:
+        rows = self.ledger.node_batches(node).number(batch_id)
+        if rows in (None, 0) and schema is not None:
             return schema.empty_table()
-        return self.store.read(node, batch_id)
+        return self.store.read(node, batch_id, rows or 0)

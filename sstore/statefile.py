@@ -154,4 +154,4 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, args: tuple[Any, ...],
               params: Sequence[Any] | Mapping[str, Any] | None) -> pa.Table:
     """``sql``, checked to be a plain query, on a read-only connection, as Arrow."""
     check_query(sql, "duckdb")
-    return arrow(con, sql, bind(args, params))
+    return arrow(con, sql, bind(args, params), large=True)

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore import event_windows
-from sstore.duck import arrow, registered
+from sstore.duck import LARGE_ROWS, arrow, registered
 from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
@@ -212,12 +212,13 @@ class StreamStore:
             self.schemas.pop(stream, None)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, stream: str, batch_id: int) -> pa.Table:
+    def read(self, stream: str, batch_id: int, rows: int = 0) -> pa.Table:
+        """Batch ``batch_id`` of ``stream`` (``rows``: how many it has, if known)."""
         schema = self.schemas.get(stream)
         if schema is None:
             return pa.table({})
         return arrow(self.con, f"SELECT * EXCLUDE (_batch_id) FROM {ident(stream)} "
-                               f"WHERE _batch_id = ?", [batch_id])
+                               f"WHERE _batch_id = ?", [batch_id], large=rows >= LARGE_ROWS)
 
     def read_window(self, window: str, promoted: int) -> pa.Table:
         state = self.windows[window]

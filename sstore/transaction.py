@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import arrow
+from sstore.duck import LARGE_ROWS, arrow
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
 
@@ -42,8 +42,11 @@ class Transaction:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
                  procedure: str | None = None,
-                 recorder: Callable[[str, Any], None] | None = None) -> None:
+                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0) -> None:
         self._con = con
+        #: a TE over a large input batch likely returns large results: convert them streamed
+        #: (``sstore.duck.arrow``)
+        self._large = rows_in >= LARGE_ROWS
         self.batch_id = batch_id
         self.procedure = procedure
         self._state = TxState.OPEN
@@ -76,7 +79,7 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return arrow(self._con, query, bound)
+            return arrow(self._con, query, bound, large=self._large)
 
     query = sql
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import arrow, registered
+from sstore.duck import LARGE_ROWS, arrow, registered
 from sstore.graph import WindowDecl
 from sstore.sql import ident, literal
 
@@ -106,4 +106,5 @@ def read_window(con: duckdb.DuckDBPyConnection, state: WindowState, promoted: in
     low, high = state.bounds(promoted)
     select = ", ".join(ident(c) for c in columns)
     return arrow(con, f"SELECT {select} FROM {ident(state.rows_table)} WHERE _seq > ? AND _seq <= ?"
-                      f" ORDER BY _seq", [low, high])
+                      f" ORDER BY _seq", [low, high],
+                 large=state.decl.unit == "rows" and high - low >= LARGE_ROWS)

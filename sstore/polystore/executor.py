@@ -77,6 +77,6 @@ def run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
     try:
         for name, table in tables.items():
             cursor.register(name, table)
-        return arrow(cursor, sql)
+        return arrow(cursor, sql, large=True)
     finally:
         cursor.close()
