@@ -161,14 +161,14 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     status = EngineStatus(path, durability)
     halted = {**(halted or {}),  # the running engine's view, then what the state file keeps
               **{name: halt_text(b, e) for name, (b, e) in load_halts(con).items()}}
-    commits: dict[str, list[int]] = {}
-    at: dict[str, float | None] = {}  # node -> epoch seconds of its last commit record
+    # aggregates in SQL, never the records themselves: a border stream keeps one record per
+    # batch for good, so a service that ran for weeks has millions of them (1.1 million took
+    # 1.5 s to list here, under the engine's lock, for every /status)
     when = "epoch(committed_at)" if systables.has_commit_times(con) else "NULL"
-    for node, batch_id, epoch in con.execute(f"SELECT node, batch_id, {when} FROM "
-                                             f"sstore_sys.commits ORDER BY batch_id").fetchall():
-        commits.setdefault(node, []).append(int(batch_id))
-        at[node] = epoch
-    last = {node: ids[-1] for node, ids in commits.items()}
+    latest = con.execute(f"SELECT node, max(batch_id), arg_max({when}, batch_id) "
+                         f"FROM sstore_sys.commits GROUP BY node").fetchall()
+    last = {str(node): int(batch) for node, batch, _ in latest}
+    at: dict[str, float | None] = {str(node): epoch for node, _, epoch in latest}
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                         "WHERE table_schema = 'main'").fetchall()}
     graph = load_graph(con)
@@ -188,9 +188,11 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     for name, kind, spec in graph:
         if kind == "procedure":
             done = last.get(name, 0)
-            waiting = {b for node in spec["inputs"] for b in commits.get(node, ()) if b > done}
+            waiting = con.execute("SELECT count(DISTINCT batch_id) FROM sstore_sys.commits "
+                                  "WHERE list_contains(?, node) AND batch_id > ?",
+                                  [spec["inputs"], done]).fetchall()[0][0]
             procedures[name] = ProcedureStatus(
-                name, spec["inputs"], spec["outputs"], done, len(waiting),
+                name, spec["inputs"], spec["outputs"], done, int(waiting),
                 halted.get(name), spec["on_error"], _iso(at.get(name)))
         elif kind in ("stream", "window"):
             table = name if kind == "stream" else name + "__rows"
@@ -206,7 +208,7 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     status.procedures = [procedures[name] for name in order]
     position = {name: i for i, (_, name) in enumerate(dataflow_nodes(status))}
     status.streams.sort(key=lambda s: position[s.name])
-    _consumers(con, status, commits, last)
+    _consumers(con, status, last)
     errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "
                          "FROM sstore_sys.errors ORDER BY logged_at DESC LIMIT 20").fetchall()
     status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act, "error": e}
@@ -221,7 +223,7 @@ def _iso(epoch: float | None) -> str | None:
 
 
 def _consumers(con: duckdb.DuckDBPyConnection, status: EngineStatus,
-               commits: dict[str, list[int]], last: dict[str, int]) -> None:
+               last: dict[str, int]) -> None:
     """Identity and consumer holds, from the tables (a state file made by an older sstore may
     lack some of them: it is read as it is, never changed here)."""
     present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
@@ -232,8 +234,17 @@ def _consumers(con: duckdb.DuckDBPyConnection, status: EngineStatus,
     for stream, consumer in systables.load_holders(con):
         holders.setdefault(stream, set()).add(consumer)
     gaps = systables.load_gaps(con) if "gaps" in present else []
-    status.consumers = describe(holders, lambda c: last.get(c, 0),
-                                lambda s: commits.get(s, []), gaps, load_halts(con))
+
+    def batch_ids(stream: str) -> list[int]:
+        """The stream's batch-ids above what its slowest holder acknowledged (all ``describe``
+        looks at)."""
+        floor = min((last.get(c, 0) for c in holders.get(stream, ())), default=0)
+        return [int(b) for (b,) in con.execute(
+            "SELECT batch_id FROM sstore_sys.commits WHERE node = ? AND batch_id > ? "
+            "ORDER BY batch_id", [stream, floor]).fetchall()]
+
+    status.consumers = describe(holders, lambda c: last.get(c, 0), batch_ids, gaps,
+                                load_halts(con))
 
 
 def status_of_file(path: str) -> EngineStatus:
