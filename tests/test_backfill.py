@@ -3,6 +3,12 @@ transaction that replaces an interval, and which rows of other intervals it keep
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import psycopg
 import pyarrow as pa
 import pytest
@@ -17,6 +23,7 @@ from migrators.backfill import (
     versions,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 ROWS = pa.schema([("id", pa.int64()), ("b", pa.int32()), ("v", pa.string())])
 
 
@@ -109,3 +116,28 @@ def test_an_interval_is_a_closed_range() -> None:
         Interval("backwards", "b", 3, 2)
     assert Interval("q3", "d", 20170701, 20170930).predicate() == \
         ('"d" BETWEEN %s AND %s', (20170701, 20170930))
+
+
+def sstore(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sstore.cli", *args], capture_output=True,
+                          check=False,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_the_cli_refuses_an_unsealed_batch_and_shows_the_versions(url: str,
+                                                                  tmp_path: Path) -> None:
+    with psycopg.connect(url) as con:
+        seal(con, [piece(2)])
+    refused = sstore("backfill", "run", "--input", str(tmp_path), "--batch", "2", "--schema",
+                     "w", "--postgres", url)
+    assert refused.returncode == 1
+    assert "refusing to backfill Batch2 of w.dimtrade: the stream has not finished loading " \
+           "it (the stream has delivered nothing to it)" in " ".join(refused.stderr.split())
+    shown = sstore("backfill", "status", "--postgres", url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [(r["target"], r["interval"], r["version"], r["source"], r["rows"])
+            for r in json.loads(shown.stdout)] == [("w.t", "batch 2", 1, "stream", 3)]
+    table = sstore("backfill", "status", "--postgres", url, "--schema", "w")
+    assert "w.t" in table.stdout and "batch 2" in table.stdout
+    assert "sstore backfill run --input" in sstore("backfill", "--help").stdout

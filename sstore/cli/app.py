@@ -46,8 +46,8 @@ from sstore.cli.options import (
 )
 from sstore.engine import Engine
 from sstore.errors import SStoreError
-from sstore.readonly import ReadOnlyQueryError
 from sstore.observe.options import serve_options, start_serving
+from sstore.readonly import ReadOnlyQueryError
 from sstore.statefile import explain, file_status, query_file
 from sstore.stopping import command_stops
 
@@ -393,6 +393,7 @@ def consumers_drop(state: str, consumer: str, stream: str | None) -> None:
 
 
 def _attach_workloads() -> None:
+    from sstore.cli.backfill import backfill
     from sstore.cli.dead_letters import dead_letters
     from sstore.cli.polystore import polystore
     from sstore.cli.postgres import postgres
@@ -401,6 +402,7 @@ def _attach_workloads() -> None:
     main.add_command(polystore)
     main.add_command(dead_letters)
     main.add_command(postgres)
+    main.add_command(backfill)
 
 
 _attach_workloads()

@@ -102,19 +102,23 @@ class BackfillReport:
                 "seconds": {k: round(v, 3) for k, v in self.phases.items()}}
 
 
-def backfill_batch(spark: SparkSession, data_dir: str | PathLike[str], url: str, schema: str,
+def backfill_batch(spark: SparkSession | None, data_dir: str | PathLike[str], url: str, schema: str,
                    batch: int, before_swap: Callable[[], None] | None = None,
                    before_commit: Callable[[psycopg.Connection], None] | None = None
                    ) -> BackfillReport:
     """Rebuild TPC-DI batch ``batch`` with Spark and replace the streamed rows of it (module
     docstring). Refused before any Spark work if the stream has not sealed the batch.
-    ``before_swap``, ``before_commit``: test hooks (``migrators.backfill.replace``)."""
+    ``spark``: None starts (or finds) the process's session (``get_spark``) after that
+    check. ``before_swap``, ``before_commit``: test hooks (``migrators.backfill.replace``)."""
     report = BackfillReport(schema, batch)
     pieces = slices(schema, batch)
     with connect(url) as con:
         missing = backfill.sealed(con, pieces)
     if missing:
         raise IntervalNotSealed(_not_sealed(url, schema, batch))
+    if spark is None:
+        from migrators.spark_session import get_spark
+        spark = get_spark()
     t0 = time.perf_counter()
     out = rebuild(spark, data_dir, url, schema, batch)
     report.phases["rebuild (Spark)"] = time.perf_counter() - t0
