@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sstore.workloads.tpcdi.dimtrade_spark_rules import Dimensions
 
 __all__ = ["BackfillReport", "IntervalNotSealed", "backfill_batch", "batch_interval",
-           "rebuild", "seal_batch", "slices", "versions"]
+           "rebuild", "seal_batch", "sealed_batches", "slices", "versions"]
 
 
 def batch_interval(batch: int) -> Interval:
@@ -67,6 +67,14 @@ def seal_batch(url: str, schema: str, batch: int) -> list[int]:
     the batch was sealed or backfilled before). Returns the versions."""
     with connect(url) as con:
         return backfill.seal(con, slices(schema, batch))
+
+
+def sealed_batches(con: psycopg.Connection, schema: str) -> list[int]:
+    """The TPC-DI batches of ``schema`` whose DimTrade interval is recorded (sealed by the
+    stream, or backfilled since), sorted; no transaction left."""
+    table = f"{schema}.dimtrade"
+    return sorted(int(str(r["interval"]).removeprefix("batch ")) for r in
+                  backfill.versions(con, table) if str(r["interval"]).startswith("batch "))
 
 
 def versions(url: str, schema: str) -> list[dict[str, Any]]:
