@@ -73,6 +73,22 @@ def corrupt_batch2(url: str, data: Path) -> tuple[list[int], list[int]]:
     return corrupted, lost
 
 
+def new_account_version(url: str) -> None:
+    """A version of a Batch2 trade's account made by a later batch (as Batch3's changes would
+    make it: the old version closed, a new current one with another surrogate key)."""
+    with psycopg.connect(url) as con:
+        row = con.execute("SELECT a.accountid FROM dw.dimtrade t JOIN dw.dimaccount a ON "
+                          "a.sk_accountid = t.sk_accountid WHERE t.batchid = 2 AND "
+                          "t.sk_createdateid >= 20170708 AND a.iscurrent LIMIT 1").fetchone()
+        assert row is not None, "no trade created in Batch2"
+        con.execute("UPDATE dw.dimaccount SET iscurrent = false, enddate = DATE '2017-07-10' "
+                    "WHERE accountid = %s AND iscurrent", row)
+        con.execute("INSERT INTO dw.dimaccount SELECT (SELECT max(sk_accountid) + 1 FROM "
+                    "dw.dimaccount), accountid, sk_brokerid, sk_customerid, status, accountdesc, "
+                    "taxstatus, true, 4, DATE '2017-07-10', DATE '9999-12-31' FROM dw.dimaccount "
+                    "WHERE accountid = %s AND enddate = DATE '2017-07-10'", row)
+
+
 class Reader(threading.Thread):
     """Polls interval "batch 2": each look is one statement (one snapshot) of its versions and
     of how much of the corruption it still shows."""
@@ -184,8 +200,11 @@ def test_backfill_of_batch2_while_batch3_streams_equals_a_clean_run(
                        ("dw.dimtrade", "batch 3"): (1, "stream"),
                        ("dw.dimessages", "batch 3"): (1, "stream")}
 
-        # again, now that Batch3 is all in: the same rows, a new version; the Batch2 trades
-        # that Batch3 updated keep their Batch3 rows
+        # again, now that Batch3 is all in and a later batch has made a new version of an
+        # account a Batch2 trade was created with: the same rows (the rebuild looks Batch2's
+        # trades up in the dimensions as of Batch2), a new version; the Batch2 trades that
+        # Batch3 updated keep their Batch3 rows
+        new_account_version(url)
         again = backfill_batch(spark, data, url, "dw", 2)
         assert again.version == 3
         assert rows(url, "dw") == expected
