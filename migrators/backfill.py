@@ -29,7 +29,12 @@ updated in place). Versions live in ``sstore.intervals``, one row per (target, i
   5. bumps the version (source ``backfill``, the rows now in the interval, ``replaced_at``);
   6. COMMIT; the stage tables are dropped afterwards (also on failure).
 
-Intervals of one target should not overlap (the versions are per interval name).
+The tables are locked in name order; a writer that takes them in another order (the Spark bulk
+DimTrade loader writes dimtrade, then dimessages) may deadlock with a swap: PostgreSQL aborts
+one of the two, and both retry a deadlock (``migrators.pg_errors``: transient), the swap from
+step 1. Intervals of one target should not overlap (the versions are per interval name). A
+process killed between staging and the swap leaves its ``sstore.backfill_stage_*`` tables
+behind (nothing else): drop them by hand.
 """
 
 from __future__ import annotations
@@ -170,7 +175,7 @@ def versions(con: psycopg.Connection, table: str | None = None) -> list[dict[str
     return [dict(zip(names, r, strict=True)) for r in rows]
 
 
-def sealed(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[Slice]:
+def unsealed(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[Slice]:
     """The slices whose interval is not sealed yet (none: all are); no transaction left."""
     ensure_intervals(con)
     missing = [p for p in pieces if con.execute(

@@ -3,6 +3,7 @@ transaction that replaces an interval, and which rows of other intervals it keep
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -141,3 +142,22 @@ def test_the_cli_refuses_an_unsealed_batch_and_shows_the_versions(url: str,
     table = sstore("backfill", "status", "--postgres", url, "--schema", "w")
     assert "w.t" in table.stdout and "batch 2" in table.stdout
     assert "sstore backfill run --input" in sstore("backfill", "--help").stdout
+
+
+def test_a_date_range_and_a_batch_range_are_intervals_too(url: str) -> None:
+    with psycopg.connect(url) as con:
+        con.execute("CREATE TABLE w.e (id bigint, d date NOT NULL, v text)")
+        con.execute("INSERT INTO w.e VALUES (1, '2017-06-30', 'june'), (2, '2017-07-01', 'x'), "
+                    "(3, '2017-07-31', 'y'), (4, '2017-08-01', 'august')")
+        con.commit()
+        july = Slice("w.e", Interval("2017-07", "d", dt.date(2017, 7, 1), dt.date(2017, 7, 31)))
+        batches = Slice("w.t", Interval("batches 2-3", "b", 2, 3), key=("id",))
+        seal(con, [july, batches])
+    rows = pa.table({"id": [5], "d": [dt.date(2017, 7, 15)], "v": ["rebuilt"]})
+    [e, t] = replace(url, [(july, rows), (batches, table([(2, 3, 'b'), (9, 2, 'c')]))])
+    with psycopg.connect(url) as con:
+        assert con.execute("SELECT id, v FROM w.e ORDER BY id").fetchall() == [
+            (1, "june"), (4, "august"), (5, "rebuilt")]
+    assert contents(url) == [(1, 1, 'a'), (2, 3, 'b'), (6, 1, 'stale'), (9, 2, 'c')]
+    assert (e.rows_deleted, e.rows_inserted, t.rows_deleted, t.rows_inserted) == (2, 1, 5, 2)
+    assert (e.version, t.version) == (2, 2)

@@ -121,7 +121,7 @@ def backfill_batch(spark: SparkSession | None, data_dir: str | PathLike[str], ur
     report = BackfillReport(schema, batch)
     pieces = slices(schema, batch)
     with connect(url) as con:
-        missing = backfill.sealed(con, pieces)
+        missing = backfill.unsealed(con, pieces)
     if missing:
         raise IntervalNotSealed(_not_sealed(url, schema, batch))
     if spark is None:
@@ -144,13 +144,13 @@ def _not_sealed(url: str, schema: str, batch: int) -> str:
     from sstore.workloads.tpcdi.streaming.pipeline import ID_STRIDE
 
     with connect(url) as con:
-        rows = con.execute("SELECT stream, batch_id FROM sstore.watermarks WHERE target = %s "
-                           "AND stream = 'dimtrade_changes'", (f"{schema}.dimtrade",)
-                           ).fetchall() if con.execute(
-            "SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0] else []
+        known = con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()
+        rows = con.execute("SELECT batch_id FROM sstore.watermarks WHERE target = %s AND "
+                           "stream = 'dimtrade_changes'", (f"{schema}.dimtrade",)
+                           ).fetchall() if known and known[0] else []
     where = "the stream has delivered nothing to it"
     if rows:
-        last = max(int(r[1]) for r in rows)
+        last = max(int(r[0]) for r in rows)
         where = (f"the stream has delivered up to event line {last % ID_STRIDE:,} of Batch"
                  f"{last // ID_STRIDE}" if last else "the stream has delivered nothing to it")
     return (f"refusing to backfill Batch{batch} of {schema}.dimtrade: the stream has not "
