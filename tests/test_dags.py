@@ -31,6 +31,7 @@ EXPECTED = {
                          "load_trades", "audit"],
     "tpcdi_incremental": ["locate_batches", "stream_batches", "migrate_streams", "audit"],
     "sstore_maintenance": ["migrate_streams", "report_status"],
+    "tpcdi_backfill": ["choose_batches", "backfill_batches", "audit"],
 }
 
 
@@ -112,6 +113,8 @@ def test_every_dag_imports_with_its_tasks(airflow: Any) -> None:
     assert airflow.get_dag("tpcdi_incremental").get_task("stream_batches").upstream_task_ids \
         == {"locate_batches"}
     assert airflow.get_dag("sstore_maintenance").schedule == dt.timedelta(minutes=10)
+    assert airflow.get_dag("tpcdi_backfill").get_task("audit").upstream_task_ids == \
+        {"backfill_batches"}
 
 
 def test_tpcdi_dags_load_the_warehouse_exactly_once(airflow: Any, spark: Any, pg_url: str,
@@ -164,6 +167,23 @@ def test_tpcdi_dags_load_the_warehouse_exactly_once(airflow: Any, spark: Any, pg
     assert report["status"] == "ok"
     assert [t["behind"] for t in report["targets"]] == [False, False, False]
     assert report["targets"][0]["rows"] == facts.total("T_NEW")
+    assert snapshot(pg_url, "dw") == loaded_once
+
+    # backfill: Batch1 came from Spark's bulk load, not the stream: refused at once, nothing
+    # changed; Batch2 rebuilt by Spark and swapped in: the same rows, version 2
+    refused = airflow.get_dag("tpcdi_backfill").test(
+        run_conf={"data_dir": str(data), "schema": "dw", "batches": [1, 2]})
+    assert str(refused.state) == "failed"
+    chosen = {ti.task_id: ti for ti in refused.get_task_instances()}["choose_batches"]
+    assert str(chosen.state) == "failed" and chosen.try_number == 1
+    filled = run(airflow, "tpcdi_backfill", data_dir=str(data), schema="dw", batches=[2])
+    assert result(filled, "choose_batches") == [2]
+    [done] = result(filled, "backfill_batches")
+    assert (done["batch"], done["version"]) == (2, 2)
+    assert [t["table"] for t in done["tables"]] == ["dw.dimtrade", "dw.dimessages"]
+    assert all(t["rows_deleted"] == t["rows_inserted"] == t["rows_after"] > 0
+               for t in done["tables"])
+    assert result(filled, "audit")["ok"]
     assert snapshot(pg_url, "dw") == loaded_once
 
 

@@ -399,6 +399,7 @@ def consumers_drop(state: str, consumer: str, stream: str | None) -> None:
 
 
 def _attach_workloads() -> None:
+    from sstore.cli.backfill import backfill
     from sstore.cli.dead_letters import dead_letters
     from sstore.cli.polystore import polystore
     from sstore.cli.postgres import postgres
@@ -407,6 +408,7 @@ def _attach_workloads() -> None:
     main.add_command(polystore)
     main.add_command(dead_letters)
     main.add_command(postgres)
+    main.add_command(backfill)
 
 
 _attach_workloads()

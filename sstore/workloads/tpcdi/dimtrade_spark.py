@@ -165,17 +165,23 @@ def _names(table: pa.Table, code: str, name: str) -> dict[str, str]:
     return dict(zip(table[code].to_pylist(), table[name].to_pylist(), strict=True))
 
 
-def read_dimensions(spark: SparkSession, data_dir: Path, url: str, schema: str, current: bool
-                    ) -> Dimensions:
+def read_dimensions(spark: SparkSession, data_dir: Path, url: str, schema: str, current: bool,
+                    as_of: int | None = None) -> Dimensions:
     """What the DimTrade rules look up: status and type names from Batch1's reference files
     under ``data_dir``; DimSecurity and DimAccount of the warehouse ``schema`` as lazy
     DataFrames over JDBC (``current``: only the current versions, as Batch2/3 read them;
     else every version, which Batch1 picks by date). The bulk pipeline reads them once per
-    batch; a streaming job that reuses them across micro-batches caches them itself."""
+    batch; a streaming job that reuses them across micro-batches caches them itself.
+
+    ``as_of`` (a backfill, which may run after later batches changed the dimensions): only
+    the versions that batches up to ``as_of`` made; "current" is then the latest of those per
+    key (a later batch closes a version by its EndDate and IsCurrent, never its BatchID)."""
     batch1 = data_dir / "Batch1"
     status = sources.read_status_type(batch1 / "StatusType.txt").table
     types = sources.read_trade_type(batch1 / "TradeType.txt").table
     s, where = ident(schema), " WHERE iscurrent" if current else ""
+    if as_of is not None:
+        where = f" WHERE batchid <= {int(as_of)}"
     securities = postgres_to_dataframe(url, spark=spark, query=(
         f"SELECT symbol, sk_securityid, sk_companyid, effectivedate, enddate "
         f"FROM {s}.dimsecurity{where}"))

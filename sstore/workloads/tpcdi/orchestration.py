@@ -10,6 +10,8 @@ returns a small JSON-able dict (Airflow keeps it as the task's XCom) and may run
   batch: its dimension changes, then its trades through the engine's DimTrade dataflow; the
   engine's state file and the sink watermarks make a re-run change nothing) -> ``migrate``
   (catch-up of the engine's output streams) -> ``audit``.
+- backfill (``tpcdi_backfill``): ``backfill_batches_to_run`` (sealed batches only) ->
+  ``backfill`` (Spark rebuild, one swap transaction per batch) -> ``audit``.
 
 ``Settings.from_params`` reads the DAG parameters (``PARAMS``); the PostgreSQL URL comes from
 the Airflow connection ``postgres_conn_id`` when Airflow has it, else ``SSTORE_POSTGRES_URL``,
@@ -61,6 +63,9 @@ PARAMS: dict[str, dict[str, Any]] = {
                    "description": "The engine's state file; empty: STATE.duckdb in data_dir."},
     "batch_size": {"default": 1000, "type": "integer", "minimum": 1,
                    "description": "Trade events per engine batch."},
+    "batches": {"default": [], "type": "array", "items": {"type": "integer", "minimum": 1},
+                "description": "Backfill: the TPC-DI batches to rebuild; empty: every batch "
+                               "the stream has sealed."},
     "rebuild": {"default": False, "type": "boolean",
                 "description": "Start over: drop the schema, its watermarks and the state "
                                "file before loading."},
@@ -288,6 +293,39 @@ def maintenance_targets(settings: Settings, given: Sequence[Mapping[str, Any]] |
     from sstore.workloads.tpcdi.streaming.pipeline import sinks
 
     return list(sinks(settings.schema))
+
+
+# -- backfill --------------------------------------------------------------------------------
+def backfill_batches_to_run(settings: Settings, batches: Sequence[int]) -> list[int]:
+    """The batches a backfill run rebuilds: ``batches`` (each must be sealed by the stream,
+    else ``IntervalNotSealed``, terminal: nothing is rebuilt), or, if empty, every batch
+    the stream has sealed in ``settings.schema``."""
+    from migrators.postgres import connect
+    from sstore.workloads.tpcdi.backfill import IntervalNotSealed, sealed_batches
+
+    with connect(settings.url) as con:
+        done = sealed_batches(con, settings.schema)
+    if not batches:
+        return done
+    missing = [b for b in batches if b not in done]
+    if missing:
+        raise IntervalNotSealed(
+            f"refusing to backfill Batch{', Batch'.join(map(str, missing))} of "
+            f"{settings.schema}: the stream has not finished loading "
+            f"{'them' if len(missing) > 1 else 'it'} (sealed: {done or 'none'}). Nothing was "
+            f"changed")
+    return sorted(set(batches))
+
+
+def backfill(settings: Settings, batches: Sequence[int]) -> list[dict[str, Any]]:
+    """Rebuild each batch with Spark and replace its streamed rows, one transaction per
+    batch (``sstore.workloads.tpcdi.backfill``). Safe to run again: the same rows, a new
+    version."""
+    from sstore.workloads.tpcdi.backfill import backfill_batch
+
+    spark = spark_session(settings) if batches else None
+    return [backfill_batch(spark, settings.data_dir, settings.url, settings.schema, b).to_dict()
+            for b in batches]
 
 
 # -- the audit -------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from sstore.engine import Engine
 from sstore.errors import TerminalError
 from sstore.maintenance import StreamTarget
 from sstore.sql import ident, qualified
+from sstore.workloads.tpcdi.backfill import seal_batch
 from sstore.workloads.tpcdi.streaming.events import (
     BatchEvents,
     batch1_events,
@@ -128,7 +129,9 @@ class StreamingDimTrade:
         warehouse has it. Latency per engine batch: ingest to visible in PostgreSQL. Lines the
         state file already took are skipped (see the module docstring); the sinks must be
         attached. ``migrate=False``: do not wait for the warehouse (the results stay in the
-        engine until attached sinks, ``flush`` or a migration move them)."""
+        engine until attached sinks, ``flush`` or a migration move them). Once the warehouse
+        has the whole batch, it is sealed (``backfill.seal_batch``): a backfill may replace it
+        from then on, not before."""
         began = time.perf_counter()
         self.engine.run_until_idle()  # whatever a crash left between ingest and procedures
         self.store_file_rejects(events)
@@ -154,6 +157,8 @@ class StreamingDimTrade:
                 self.progress(phase, done, total)
         if migrate:
             self.flush()
+            # every row of the batch is in the warehouse: from now on it may be backfilled
+            seal_batch(self.url, self.schema, events.tpcdi_batch)
         self.report.events += lines.num_rows
         self.report.phases[phase] = time.perf_counter() - began
 

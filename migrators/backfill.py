@@ -1,0 +1,307 @@
+"""Versioned backfill: replace one interval of a table's rows in ONE PostgreSQL transaction.
+
+A stream loads a table interval after interval (a TPC-DI batch, a range of batch-ids, a range of
+dates); a batch job (Spark) may later rebuild an interval from the sources. Its rows must
+replace what the stream wrote for that interval so that a reader sees the interval all old or
+all new, never half of each, while the stream keeps loading later intervals.
+
+An ``Interval`` is a named, closed range of one column (``batchid`` 2..2, ``sk_createdateid``
+20170701..20170731); a ``Slice`` is the rows of one interval in one table (with an optional
+fixed filter, e.g. ``messagesource = 'DimTrade'``, and the key for tables whose rows are
+updated in place). Versions live in ``sstore.intervals``, one row per (target, interval):
+
+- the stream *seals* an interval (``seal``: version 1, source ``stream``) once every row of it
+  is in PostgreSQL; before that a backfill of it is refused (``IntervalNotSealed``): the
+  stream may still write rows of it, and a replace now would lose them or be overwritten;
+- ``replace`` stages the rebuilt rows (binary COPY into an unlogged table, its own committed
+  transaction: a large stage holds no lock on the target), then in ONE transaction:
+
+  1. locks the ``sstore.intervals`` rows of the slices (``FOR UPDATE``: two backfills of one
+     interval queue) and checks each is sealed;
+  2. locks each target ``IN SHARE ROW EXCLUSIVE MODE``: readers go on (they see the old
+     rows until COMMIT), writers (the stream's sink delivering a later interval) wait for the
+     swap's few milliseconds, so a sink's chunk lands wholly before or wholly after it;
+  3. checks the staged rows lie in the interval (else nothing is written);
+  4. deletes the interval's rows, inserts the staged ones; with a key, a staged row whose key
+     is held by a row of a *later* interval (column above the range) keeps that row (it is
+     newer: the stream updated it after the interval), one of an *earlier* interval is
+     replaced (the interval's change to it was missing);
+  5. bumps the version (source ``backfill``, the rows now in the interval, ``replaced_at``);
+  6. COMMIT; the stage tables are dropped afterwards (also on failure).
+
+The tables are locked in name order; a writer that takes them in another order (the Spark bulk
+DimTrade loader writes dimtrade, then dimessages) may deadlock with a swap: PostgreSQL aborts
+one of the two, and both retry a deadlock (``migrators.pg_errors``: transient), the swap from
+step 1. Intervals of one target should not overlap (the versions are per interval name). A
+process killed between staging and the swap leaves its ``sstore.backfill_stage_*`` tables
+behind (nothing else): drop them by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psycopg
+import pyarrow as pa
+
+from migrators.postgres import Session, copy_arrow
+from sstore.errors import TerminalError
+from sstore.sql import ident, qualified
+
+INTERVALS = "sstore.intervals"
+INTERVALS_DDL = (
+    "CREATE SCHEMA IF NOT EXISTS sstore",
+    """CREATE TABLE IF NOT EXISTS sstore.intervals (
+        target TEXT NOT NULL, interval TEXT NOT NULL, version INTEGER NOT NULL,
+        source TEXT NOT NULL CHECK (source IN ('stream', 'backfill')),
+        rows BIGINT NOT NULL, replaced_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (target, interval))""",
+)
+
+Bound = int | dt.date
+
+
+class IntervalNotSealed(TerminalError):
+    """The stream has not finished loading the interval (or never loaded it): a backfill now
+    could lose rows the stream is still writing. Nothing was changed."""
+
+
+class StagedRowsOutside(TerminalError):
+    """The rebuilt rows include rows outside the interval they are to replace."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``column`` BETWEEN ``low`` AND ``high``, known as ``name`` in ``sstore.intervals``."""
+
+    name: str
+    column: str
+    low: Bound
+    high: Bound
+
+    def __post_init__(self) -> None:
+        if self.high < self.low:  # type: ignore[operator]
+            raise ValueError(f"interval {self.name!r}: high {self.high} is below low "
+                             f"{self.low}")
+
+    def predicate(self, alias: str = "") -> tuple[str, tuple[Bound, Bound]]:
+        column = f"{alias}.{ident(self.column)}" if alias else ident(self.column)
+        return f"{column} BETWEEN %s AND %s", (self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The rows of ``interval`` in ``table``: those in its range that match ``where`` (a fixed
+    SQL condition of the caller's own, with bound ``params``). ``key``: the table's primary
+    key, for tables whose rows are updated in place (see the module docstring, step 4)."""
+
+    table: str
+    interval: Interval
+    key: tuple[str, ...] = ()
+    where: str | None = None
+    params: tuple[object, ...] = ()
+
+    def condition(self) -> tuple[str, tuple[object, ...]]:
+        sql, bounds = self.interval.predicate()
+        if self.where is None:
+            return sql, bounds
+        return f"{sql} AND ({self.where})", (*bounds, *self.params)
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """What ``replace`` did to one slice."""
+
+    table: str
+    interval: str
+    version: int
+    rows_before: int
+    rows_deleted: int
+    rows_inserted: int
+    rows_kept_newer: int
+    rows_after: int
+
+
+def ensure_intervals(con: psycopg.Connection) -> None:
+    """Create ``sstore.intervals`` if it is missing (own transaction, committed)."""
+    exists = con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL").fetchone()
+    con.rollback()
+    if exists and exists[0]:
+        return
+    try:
+        for statement in INTERVALS_DDL:
+            con.execute(statement)
+        con.commit()
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+        con.rollback()  # a concurrent writer created it first
+
+
+def _count(cur: psycopg.Cursor, piece: Slice) -> int:
+    sql, params = piece.condition()
+    row = cur.execute(f"SELECT count(*) FROM {qualified(piece.table)} WHERE {sql}",
+                      params).fetchone()
+    return int(row[0]) if row else 0
+
+
+def seal(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[int]:
+    """Record that the stream has loaded every row of these slices (version 1, source
+    ``stream``), committed. Sealing again keeps the version (a backfill's stays). Returns
+    each slice's version."""
+    ensure_intervals(con)
+    versions = []
+    with con.cursor() as cur:
+        for piece in pieces:
+            cur.execute(f"INSERT INTO {INTERVALS} (target, interval, version, source, rows) "
+                        f"VALUES (%s, %s, 1, 'stream', %s) ON CONFLICT DO NOTHING",
+                        (piece.table, piece.interval.name, _count(cur, piece)))
+            row = cur.execute(f"SELECT version FROM {INTERVALS} WHERE target = %s AND "
+                              f"interval = %s", (piece.table, piece.interval.name)).fetchone()
+            versions.append(int(row[0]) if row else 0)
+    con.commit()
+    return versions
+
+
+def versions(con: psycopg.Connection, table: str | None = None) -> list[dict[str, object]]:
+    """The rows of ``sstore.intervals`` (of ``table``, or all), by target and interval."""
+    ensure_intervals(con)
+    sql = f"SELECT target, interval, version, source, rows, replaced_at FROM {INTERVALS}"
+    rows = con.execute(sql + (" WHERE target = %s" if table else "") + " ORDER BY 1, 2",
+                       (table,) if table else ()).fetchall()
+    con.rollback()
+    names = ("target", "interval", "version", "source", "rows", "replaced_at")
+    return [dict(zip(names, r, strict=True)) for r in rows]
+
+
+def unsealed(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[Slice]:
+    """The slices whose interval is not sealed yet (none: all are); no transaction left."""
+    ensure_intervals(con)
+    missing = [p for p in pieces if con.execute(
+        f"SELECT 1 FROM {INTERVALS} WHERE target = %s AND interval = %s",
+        (p.table, p.interval.name)).fetchone() is None]
+    con.rollback()
+    return missing
+
+
+def replace(url: str, staged: Sequence[tuple[Slice, pa.Table]],
+            not_sealed: Callable[[list[Slice]], str] | None = None,
+            before_swap: Callable[[], None] | None = None,
+            before_commit: Callable[[psycopg.Connection], None] | None = None
+            ) -> list[Replaced]:
+    """Replace each slice's rows by its staged rows, all in one transaction (module
+    docstring). ``not_sealed(slices)`` words the refusal for the caller's domain;
+    ``before_swap`` runs after staging, before the swap transaction, and ``before_commit``
+    with the open connection before COMMIT (test hooks)."""
+    tag = uuid.uuid4().hex[:12]
+    stages = [f"sstore.backfill_stage_{tag}_{i}" for i in range(len(staged))]
+    session = Session(url)
+    try:
+        session.run(lambda con: _stage(con, staged, stages), "stage the backfill's rows")
+        if before_swap is not None:
+            before_swap()
+        return session.run(lambda con: _swap(con, staged, stages, not_sealed, before_commit),
+                           "replace the interval's rows")
+    finally:
+        try:
+            session.run(lambda con: _drop(con, stages), "drop the backfill's stage tables")
+        finally:
+            session.close()
+
+
+def _stage(con: psycopg.Connection, staged: Sequence[tuple[Slice, pa.Table]],
+           stages: list[str]) -> None:
+    """Step 0: the rows into unlogged stage tables shaped like their targets (committed)."""
+    ensure_intervals(con)
+    with con.cursor() as cur:
+        for (piece, rows), stage in zip(staged, stages, strict=True):
+            cur.execute(f"CREATE UNLOGGED TABLE IF NOT EXISTS {qualified(stage)} "
+                        f"(LIKE {qualified(piece.table)})")
+            cur.execute(f"TRUNCATE {qualified(stage)}")  # a retried stage starts empty
+            copy_arrow(cur, stage, rows)
+    con.commit()
+
+
+def _drop(con: psycopg.Connection, stages: list[str]) -> None:
+    for stage in stages:
+        con.execute(f"DROP TABLE IF EXISTS {qualified(stage)}")
+    con.commit()
+
+
+def _swap(con: psycopg.Connection, staged: Sequence[tuple[Slice, pa.Table]],
+          stages: list[str], not_sealed: Callable[[list[Slice]], str] | None,
+          before_commit: Callable[[psycopg.Connection], None] | None) -> list[Replaced]:
+    """Steps 1-6 of the module docstring."""
+    pieces = [piece for piece, _ in staged]
+    done = []
+    with con.cursor() as cur:
+        locked = {}
+        for piece in sorted(pieces, key=lambda p: (p.table, p.interval.name)):  # step 1
+            row = cur.execute(f"SELECT version FROM {INTERVALS} WHERE target = %s AND "
+                              f"interval = %s FOR UPDATE",
+                              (piece.table, piece.interval.name)).fetchone()
+            if row is not None:
+                locked[piece.table, piece.interval.name] = int(row[0])
+        missing = [p for p in pieces if (p.table, p.interval.name) not in locked]
+        if missing:
+            con.rollback()
+            raise IntervalNotSealed(not_sealed(missing) if not_sealed else
+                                    _not_sealed(missing))
+        tables = sorted({p.table for p in pieces})  # step 2, in one order for every writer
+        cur.execute(f"LOCK TABLE {', '.join(qualified(t) for t in tables)} "
+                    f"IN SHARE ROW EXCLUSIVE MODE")
+        for piece, stage in zip(pieces, stages, strict=True):
+            sql, params = piece.interval.predicate()
+            outside = cur.execute(f"SELECT count(*) FROM {qualified(stage)} WHERE NOT "
+                                  f"({sql})", params).fetchone()  # step 3
+            if outside and outside[0]:
+                con.rollback()
+                raise StagedRowsOutside(
+                    f"{outside[0]} rebuilt row(s) for {piece.table} lie outside interval "
+                    f"{piece.interval.name!r} ({piece.interval.column} {piece.interval.low}.."
+                    f"{piece.interval.high}); nothing was replaced")
+            done.append(_replace_one(cur, piece, stage,
+                                     locked[piece.table, piece.interval.name]))
+    if before_commit is not None:
+        before_commit(con)
+    con.commit()  # step 6
+    return done
+
+
+def _replace_one(cur: psycopg.Cursor, piece: Slice, stage: str, version: int) -> Replaced:
+    """Step 4 and 5 for one slice."""
+    target = qualified(piece.table)
+    where, params = piece.condition()
+    before = _count(cur, piece)
+    deleted = cur.execute(f"DELETE FROM {target} WHERE {where}", params).rowcount
+    columns = [r[0] for r in cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum", (target,)).fetchall()]
+    names = ", ".join(ident(c) for c in columns)
+    staged_rows = cur.execute(f"SELECT count(*) FROM {qualified(stage)}").fetchone()
+    staged_n = int(staged_rows[0]) if staged_rows else 0
+    insert = f"INSERT INTO {target} AS t ({names}) SELECT {names} FROM {qualified(stage)}"
+    if piece.key:
+        keys = ", ".join(ident(k) for k in piece.key)
+        sets = ", ".join(f"{ident(c)} = excluded.{ident(c)}" for c in columns
+                         if c not in piece.key)
+        column = ident(piece.interval.column)
+        # a row of an earlier interval is replaced; one of a later interval is newer: kept
+        insert += (f" ON CONFLICT ({keys}) DO UPDATE SET {sets} WHERE "
+                   f"t.{column} < %s")
+        inserted = cur.execute(insert, (piece.interval.low,)).rowcount
+    else:
+        inserted = cur.execute(insert).rowcount
+    after = _count(cur, piece)
+    cur.execute(f"UPDATE {INTERVALS} SET version = version + 1, source = 'backfill', rows = %s, "
+                f"replaced_at = now() WHERE target = %s AND interval = %s",
+                (after, piece.table, piece.interval.name))  # step 5
+    return Replaced(piece.table, piece.interval.name, version + 1, before, deleted, inserted,
+                    staged_n - inserted, after)
+
+
+def _not_sealed(missing: list[Slice]) -> str:
+    names = ", ".join(f"{p.interval.name!r} of {p.table}" for p in missing)
+    return (f"refusing to backfill {names}: the stream has not finished loading it (no row in "
+            f"{INTERVALS}); wait until it has, then run the backfill again. Nothing was changed")
