@@ -8,6 +8,7 @@ status reads from sources to sinks whatever order the program declared things in
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -57,6 +58,10 @@ class EngineStatus:
     #: (``sstore.backpressure.PressureReport``); None for a bare state file (bounds are the
     #: program's, not the file's)
     backpressure: dict[str, Any] | None = None
+    #: each event-time window's watermark and counts (``sstore_sys.event_windows``): name,
+    #: source, watermark (the column's unit; for a timestamp also ``watermark_at``, ISO),
+    #: rows_in, rows_late
+    event_windows: list[dict[str, Any]] = field(default_factory=list)
 
     def halted(self) -> dict[str, str]:
         """procedure -> why it is halted, for every halted procedure."""
@@ -77,6 +82,8 @@ class EngineStatus:
                "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
         if self.backpressure is not None:
             out["backpressure"] = self.backpressure
+        if self.event_windows:
+            out["event_windows"] = self.event_windows
         if self.live is not None:
             out["live"] = self.live
         return out
@@ -90,7 +97,8 @@ class EngineStatus:
                    [_known(StreamStatus, s) for s in data.get("streams", [])],
                    list(data.get("errors", [])), data.get("engine_id"),
                    [_known(ConsumerStatus, c) for c in data.get("consumers", [])],
-                   data.get("live"), data.get("backpressure"))
+                   data.get("live"), data.get("backpressure"),
+                   list(data.get("event_windows", [])))
 
 
 def _known(kind: type[Any], values: Mapping[str, Any]) -> Any:
@@ -209,11 +217,32 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     position = {name: i for i, (_, name) in enumerate(dataflow_nodes(status))}
     status.streams.sort(key=lambda s: position[s.name])
     _consumers(con, status, last)
+    status.event_windows = _event_windows(con)
     errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "
                          "FROM sstore_sys.errors ORDER BY logged_at DESC LIMIT 20").fetchall()
     status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act, "error": e}
                      for a, p, b, act, e in errors]
     return status
+
+
+def _event_windows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Watermark and counts of each event-time window (none in a file made before them)."""
+    present = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema "
+                          "= 'sstore_sys' AND table_name = 'event_windows'").fetchall()[0][0]
+    if not present:
+        return []
+    out = []
+    for name, spec, watermark, rows_in, rows_late in con.execute(
+            "SELECT name, spec, watermark, rows_in, rows_late FROM sstore_sys.event_windows "
+            "ORDER BY name").fetchall():
+        decl = json.loads(spec)
+        row: dict[str, Any] = {"name": name, "source": decl.get("source"),
+                               "watermark": watermark, "rows_in": rows_in,
+                               "rows_late": rows_late}
+        if watermark is not None and str(decl.get("time_type", "")).startswith("TIMESTAMP"):
+            row["watermark_at"] = _iso(watermark / 1e6)  # the window keeps epoch microseconds
+        out.append(row)
+    return out
 
 
 def _iso(epoch: float | None) -> str | None:

@@ -411,3 +411,28 @@ def test_an_event_window_over_another_event_windows_closes() -> None:
     assert [(r["window_end"], r["minutes"], r["peak"]) for r in got] == [
         (at(300), 4, 3.0), (at(600), 5, 8.0)]
     eng.close()
+
+
+def test_status_shows_each_windows_watermark_and_counts(state_path: str) -> None:
+    """What an operator sees: the watermark (as a time for a timestamp column) and the rows
+    taken in and found late, in ``status()``, its JSON and ``sstore status``'s text."""
+    from sstore.cli.format import status_view
+    from sstore.status import EngineStatus
+
+    eng = Engine(state_path)
+    eng.stream("v", {"k": "VARCHAR", "ts": "TIMESTAMP", "x": "DOUBLE"})
+    eng.event_window("per_min", "v", time="ts", size="1 minute", key="k", delay="10 seconds")
+    eng.ingest("v", [("a", at(0), 1.0), ("a", at(100), 2.0)])
+    eng.ingest("v", [("a", at(5), 3.0)])  # behind the watermark (90 s) and its window is done
+    status = eng.status()
+    (w,) = status.event_windows
+    assert (w["name"], w["source"], w["rows_in"], w["rows_late"]) == ("per_min", "v", 3, 1)
+    assert w["watermark_at"] == at(90).replace(tzinfo=datetime.UTC).isoformat()
+    again = EngineStatus.from_dict(status.to_dict())
+    assert again.event_windows == status.event_windows
+    from rich.console import Console
+    console = Console(record=True, width=160)
+    console.print(status_view(status))
+    text = console.export_text()
+    assert "Event-time windows" in text and "per_min" in text
+    eng.close()

@@ -132,6 +132,8 @@ def status_view(status: EngineStatus) -> RenderableType:
     pressure = status.backpressure or (status.live or {}).get("backpressure")
     if pressure:
         parts.append(backpressure_view(pressure))
+    if status.event_windows:
+        parts.append(event_windows_view(status.event_windows))
     if status.consumers:
         parts.append(consumers_view(status.consumers))
     if status.errors:
@@ -208,6 +210,20 @@ def backpressure_view(report: Mapping[str, Any]) -> RenderableType:
                       f"{c['lag_batches']:,} batches, {c['lag_rows']:,} rows, "
                       f"~{_bytes(c['lag_bytes'])}", bound(c), f"{c['blocked_seconds']:.1f}",
                       state)
+    return table
+
+
+def event_windows_view(windows: list[Mapping[str, Any]]) -> RenderableType:
+    """Each event-time window's watermark and how many rows it took in and found late."""
+    table = Table(title="Event-time windows", **TABLE_STYLE)  # type: ignore[arg-type]
+    for name, justify in (("window", "left"), ("source", "left"), ("watermark", "left"),
+                          ("rows in", "right"), ("late", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for w in windows:
+        mark = w.get("watermark_at") or ("none yet" if w["watermark"] is None
+                                         else str(w["watermark"]))
+        table.add_row(w["name"], str(w["source"]), mark, f"{w['rows_in']:,}",
+                      f"{w['rows_late']:,}")
     return table
 
 
