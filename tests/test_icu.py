@@ -136,3 +136,20 @@ def test_bad_rows_are_rejected_with_reasons_not_dropped(engine: Engine) -> None:
         (5, "diastolic above systolic", 1), (6, "implausible pressure", 1)]
     assert run.counts(engine) == {"rows_in": 8, "clean": 1, "rejected": 5,
                                        "duplicates": 2, "windowed": 1, "late": 0}
+
+
+def test_cli_demo_shows_alerts_and_fills_the_warehouse(pg_url: str) -> None:
+    from click.testing import CliRunner
+
+    from sstore.cli.app import main
+
+    args = ["icu", "demo", "--postgres", pg_url, "--patients", "6", "--seconds", "400",
+            "--speed", "0", "--seed", "4"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    gen = icu.generate(6, 400, seed=4, rate_per_hour=12.0)
+    assert result.output.count("ALERT") == len(gen.episodes) >= 2
+    assert "each episode alerted exactly once" in result.output
+    with psycopg.connect(pg_url) as con:
+        assert con.execute("SELECT count(*) FROM icu_demo.alerts").fetchone()[0] \
+            == len(gen.episodes)
