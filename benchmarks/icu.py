@@ -36,7 +36,6 @@ import time
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
@@ -152,14 +151,14 @@ def compare(url: str, engine: dict[str, Any], spark: dict[str, Any]) -> dict[str
 
 
 def measure(patients: int, seconds: int, base_url: str, spark: Any | None,
-            console: Console) -> dict[str, Any]:
+            console: Console, database: str = "sstore_bench_icu") -> dict[str, Any]:
     t0 = time.perf_counter()
     gen = generate(patients, seconds, seed=SEED, batch_seconds=BATCH_SECONDS,
                    rate_per_hour=RATE_PER_HOUR)
     console.print(f"[bold]{patients:,} patients[/]: {gen.rows:,} readings in "
                   f"{len(gen.batches)} batches, {len(gen.episodes)} episodes "
                   f"(generated in {time.perf_counter() - t0:.1f} s)")
-    url = fresh_database(base_url, "sstore_bench_icu")
+    url = fresh_database(base_url, database)
     record: dict[str, Any] = {"patients": patients, "seconds_event_time": seconds,
                               "readings": gen.rows, "batches": len(gen.batches),
                               "episodes": len(gen.episodes)}

@@ -32,9 +32,9 @@ import time
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-import pyarrow.parquet as pq
 
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
@@ -61,12 +61,12 @@ ALERT_SCHEMA = pa.schema([("alert_id", pa.int64()), ("patient", pa.int32()),
 _AGGREGATES = [
     "size(d) AS n",
     # tenths of mmHg as integers: the engine's exact DECIMAL(12, 1) sum
-    "round(CAST(aggregate(d, 0L, (a, x) -> a + CAST(round((x.pap_sys + 2 * x.pap_dia) * 10) "
-    "AS BIGINT)) AS DOUBLE) / 10 / (3 * size(d)), 2) AS mean_pap",
+    ("round(CAST(aggregate(d, 0L, (a, x) -> a + CAST(round((x.pap_sys + 2 * x.pap_dia) * 10) "
+    "AS BIGINT)) AS DOUBLE) / 10 / (3 * size(d)), 2) AS mean_pap"),
     "round(aggregate(d, 0L, (a, x) -> a + x.hr) / size(d), 2) AS mean_hr",
-    "CASE WHEN size(d) > 1 THEN round(aggregate(sequence(2, size(d)), 0L, (a, i) -> a + "
+    ("CASE WHEN size(d) > 1 THEN round(aggregate(sequence(2, size(d)), 0L, (a, i) -> a + "
     "abs(element_at(d, i).rr_ms - element_at(d, i - 1).rr_ms)) / (size(d) - 1) "
-    "/ (aggregate(d, 0L, (a, x) -> a + x.rr_ms) / size(d)), 4) END AS irregularity",
+    "/ (aggregate(d, 0L, (a, x) -> a + x.rr_ms) / size(d)), 4) END AS irregularity"),
 ]
 
 
