@@ -77,6 +77,7 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
     \b
     Try it:
       sstore tpcdi demo          (TPC-DI DimTrade streamed, audited, queried across engines)
+      sstore icu demo            (ICU vital signs: event-time windows, live alerts)
       sstore demo --state voter.duckdb
       sstore status voter.duckdb
       sstore query voter.duckdb "SELECT * FROM vote_totals ORDER BY votes DESC"
@@ -401,10 +402,12 @@ def consumers_drop(state: str, consumer: str, stream: str | None) -> None:
 def _attach_workloads() -> None:
     from sstore.cli.backfill import backfill
     from sstore.cli.dead_letters import dead_letters
+    from sstore.cli.icu import icu
     from sstore.cli.polystore import polystore
     from sstore.cli.postgres import postgres
     from sstore.cli.tpcdi import tpcdi
     main.add_command(tpcdi)
+    main.add_command(icu)
     main.add_command(polystore)
     main.add_command(dead_letters)
     main.add_command(postgres)
