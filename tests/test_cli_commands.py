@@ -24,7 +24,7 @@ from tests.test_cli_dead_letters import dead_lettered, program
 
 ROOT = Path(__file__).resolve().parents[1]
 WAREHOUSE_COMMANDS = {("migrate",), ("tpcdi", "run"), ("tpcdi", "audit"), ("tpcdi", "demo"),
-                      ("icu", "demo"),
+                      ("icu", "demo"), ("backfill", "run"), ("backfill", "status"),
                       ("polystore", "add-postgres"), ("polystore", "calibrate")}
 
 
