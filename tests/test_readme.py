@@ -20,5 +20,5 @@ def test_readme_example_runs_and_resumes(tmp_path: Path) -> None:
                               text=True, timeout=120) for _ in range(2)]
     for out in outputs:
         assert out.returncode == 0, out.stderr
-    assert "n: [[1,1]]" in outputs[0].stdout
-    assert "n: [[2,1]]" in outputs[1].stdout  # batch 1 was not counted twice
+    assert "n: [[1,1,1]]" in outputs[0].stdout
+    assert "n: [[2,1,2]]" in outputs[1].stdout  # batch 1 was not counted twice
