@@ -281,6 +281,12 @@ def test_a_fragment_is_probed_in_one_question_with_its_engines_notes(live, pg_ur
     assert probed.columns == st.columns("orders_in")
     assert probed.rows == st.row_count("orders_in")
     assert probed.notes and probed.notes == {t: st.cache_note(t) for t in probed.notes}
+    stream_sql = 'SELECT "o_id", "o_c_id", "_batch_id" FROM "orders_in"'
+    with_growth = st.probe("orders_in", "_batch_id", [1, 3])
+    assert with_growth.columns == probed.columns and with_growth.rows == probed.rows
+    assert with_growth.growths == {a: st.growth_since(stream_sql, "_batch_id", a) for a in (1, 3)}
+    no_column = st.probe("orders_in", "no_such_column", [1])  # asked again without it
+    assert no_column.columns == probed.columns and no_column.growths == {}
     with psycopg.connect(pg_url, autocommit=True) as con:  # the watermarks went away
         con.execute("DROP TABLE sstore.watermarks")
     gone = pg.probe("public.orders_old", "_batch_id")

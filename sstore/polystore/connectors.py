@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import duckdb
 import pyarrow as pa
 
 from sstore import retry
@@ -78,6 +80,7 @@ class Probed:
     rows: int
     growth: Growth | None
     notes: dict[str, str] | None
+    growths: dict[int, Growth] = field(default_factory=dict)  # watermark -> growth since
 
 
 class Connector(Protocol):
@@ -228,22 +231,38 @@ class StreamingConnector:
             "WHERE schema_name = ?", CACHE_SCHEMA).to_pylist()
         return {r["t"]: r["comment"] or "" for r in found}
 
-    def probe(self, physical: str, growing: str) -> Probed:
+    def probe(self, physical: str, growing: str, afters: Sequence[int] = ()) -> Probed:
         """Columns, rows and the notes of every cached copy in this engine, in one question:
         the planner asks it of every engine fragment of a query over several engines. An
-        engine stream (with ``growing``, the batch-id) grows by batch; its growth is asked
-        when a copy's freshness is (it depends on the copy's watermark)."""
+        engine stream grows by ``growing`` (the batch-id); ``afters``: the watermarks of its
+        copies elsewhere, whose growth since (``growth_since``) is asked in the same question
+        (``Probed.growths``)."""
         table = qualified(physical)
-        found = self._reader.query(
-            "SELECT c.n AS sstore__probe_rows, d.notes AS sstore__probe_notes, t.* "
-            f"FROM (SELECT count(*) AS n FROM {table}) AS c "
+        col = ident(growing)
+        since = "".join(f", count(*) FILTER (WHERE {col} > {int(a)}) AS new{i}"
+                        for i, a in enumerate(afters))
+        counts = (f"count(*) AS n, min({col}) AS lo, max({col}) AS hi{since}" if afters
+                  else "count(*) AS n")
+        question = (
+            "SELECT c.*, d.notes AS sstore__probe_notes, t.* "
+            f"FROM (SELECT {counts} FROM {table}) AS c "
             "CROSS JOIN (SELECT list({'t': schema_name || '.' || table_name, 'c': comment}) "
             "AS notes FROM duckdb_tables() WHERE schema_name = ?) AS d "
-            f"LEFT JOIN (SELECT * FROM {table} LIMIT 0) AS t ON true", CACHE_SCHEMA)
+            f"LEFT JOIN (SELECT * FROM {table} LIMIT 0) AS t ON true")
+        try:
+            found = self._reader.query(question, CACHE_SCHEMA)
+        except duckdb.Error:  # no growing column after all: ask without it
+            if not afters:
+                raise
+            return self.probe(physical, growing)
         row = found.slice(0, 1).to_pylist()[0]
-        columns = found.column_names[2:]  # the table's own, from the empty join's schema
+        skip = 2 + (2 + len(afters) if afters else 0)
+        columns = found.column_names[skip:]  # the table's own, from the empty join's schema
         notes = {n["t"]: n["c"] or "" for n in row["sstore__probe_notes"] or []}
-        return Probed(columns, int(row["sstore__probe_rows"]), None, notes)
+        n = int(row["n"])
+        growths = {int(a): Growth(row["lo"], row["hi"], n, int(row[f"new{i}"]))
+                   for i, a in enumerate(afters)}
+        return Probed(columns, n, None, notes, growths)
 
     def exists(self, table: str) -> bool:
         return bool(self._reader.query(

@@ -364,16 +364,18 @@ class Polystore:
         (``probes``)."""
         engines = {f.engine for obj in objects for f in obj.fragments}
         stats = {}
-        for obj in objects:
-            for frag in obj.fragments:
-                if len(engines) > 1:
-                    columns, rows, grows = probes.describe(frag.engine, frag.physical,
-                                                           GROWING_COLUMN)
-                    stats[frag] = FragmentStats(rows, columns, GROWING_COLUMN if grows else None)
-                    continue
-                columns = self.connector(frag.engine).columns(frag.physical)
-                stats[frag] = FragmentStats(UNKNOWN_ROWS, columns, None)
-        return stats
+        # PostgreSQL first: its notes carry the watermarks an engine stream's probe asks about
+        fragments = [frag for obj in objects for frag in obj.fragments]
+        for frag in sorted(fragments, key=lambda f: self.catalog.engine(f.engine).kind
+                           is not EngineKind.POSTGRES):
+            if len(engines) > 1:
+                columns, rows, grows = probes.describe(frag.engine, frag.physical,
+                                                       GROWING_COLUMN)
+                stats[frag] = FragmentStats(rows, columns, GROWING_COLUMN if grows else None)
+                continue
+            columns = self.connector(frag.engine).columns(frag.physical)
+            stats[frag] = FragmentStats(UNKNOWN_ROWS, columns, None)
+        return {frag: stats[frag] for frag in fragments}
 
     def _cached(self, plans: list[Plan], probes: Probes) -> dict[str, int]:
         """Cache key -> rows its copy already holds, up to date (asked of both engines: a

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sstore.polystore.cache import parse_note
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.connectors import (
     Connector,
@@ -50,20 +51,43 @@ class Probes:
     def describe(self, engine: str, physical: str, growing: str
                  ) -> tuple[list[str], int, bool]:
         """(columns, rows, grows by ``growing``) of one fragment of a query over several
-        engines; the engine's notes come with it."""
+        engines; the engine's notes come with it, and an engine stream's growth since each
+        watermark its copies in engines probed before carry (``Polystore._stats`` probes
+        PostgreSQL first)."""
         connector = self._connector_for(engine)
         self.questions += 1
-        if isinstance(connector, (PostgresConnector, StreamingConnector)):
+        if isinstance(connector, StreamingConnector):
+            found = connector.probe(physical, growing, sorted(self._copy_marks(engine, physical)))
+            self._notes.setdefault(engine, found.notes or {})
+            for after, growth in found.growths.items():
+                self._growth[(engine, _duck_key(physical), after)] = growth
+            return found.columns, found.rows, growing in found.columns
+        if isinstance(connector, PostgresConnector):
             found = connector.probe(physical, growing)
             if found.notes is not None:
                 self._notes.setdefault(engine, found.notes)
-            if isinstance(connector, StreamingConnector):
-                return found.columns, found.rows, growing in found.columns
             self._growth[(engine, _pg_key(physical), None)] = found.growth
             return found.columns, found.rows, found.growth is not None
         columns = connector.columns(physical)
         self.questions += 1
         return columns, connector.row_count(physical), False
+
+    def _copy_marks(self, engine: str, physical: str) -> set[int]:
+        """The watermarks (``hi``) of the copies of ``engine``'s ``physical`` whose notes this
+        planning has read (in other engines)."""
+        found = set()
+        for other, notes in self._notes.items():
+            if other == engine:
+                continue
+            for note in notes.values():
+                parsed = parse_note(note)
+                if parsed is None or parsed[0] != engine:
+                    continue
+                hi = parsed[2].get("hi")
+                source = single_table(parsed[1])
+                if isinstance(hi, int) and source and _duck_key(source) == _duck_key(physical):
+                    found.add(hi)
+        return found
 
     def cache_note(self, engine: str, table: str) -> str | None:
         connector = self._connector_for(engine)
@@ -78,9 +102,11 @@ class Probes:
 
     def growth_since(self, engine: str, sql: str, column: str, after: Any) -> Growth | None:
         connector = self._connector_for(engine)
+        table = single_table(sql)
         if isinstance(connector, PostgresConnector):
-            table = single_table(sql)
             key: tuple[str, str, Any] = (engine, _pg_key(table) if table else sql, None)
+        elif isinstance(connector, StreamingConnector) and table is not None:
+            key = (engine, _duck_key(table), after)  # a whole table: its growth, as probed
         else:
             key = (engine, sql, after)
         found = self._growth.get(key, UNKNOWN)
@@ -111,6 +137,11 @@ class ProbeView:
 
     def fingerprint(self, sql: str) -> str:
         return self._probes.fingerprint(self._engine, sql)
+
+
+def _duck_key(table: str) -> str:
+    schema, _, name = table.rpartition(".")
+    return f"{schema or 'main'}.{name}"
 
 
 def _pg_key(table: str) -> str:
