@@ -247,3 +247,47 @@ def test_a_conditional_append_refuses_a_changed_copy(live) -> None:
     with pytest.raises(CacheMoved):
         target.store(move.table, rows, mode="append", note="x", expect_note="not the note")
     assert target.row_count(move.table) == rows.num_rows      # nothing appended
+
+
+def test_a_repeated_planning_reuses_its_proposals_and_plans_as_afresh(live) -> None:
+    """The rules run once per query shape; a later planning re-stamps their proposals with
+    the new row counts: the same plans, costs and cached rows as planning from scratch."""
+    ps, _engine, _sink, ingest = live
+    first = [p.describe() for p in ps.plans(SQL)]
+    ingest([7, 8, 9])
+    again = ps.plans(SQL)
+    assert ps.proposals.hits == 1
+    ps.proposals.clear()
+    fresh = ps.plans(SQL)
+    assert [p.describe() for p in again] == [p.describe() for p in fresh]
+    assert [p.describe() for p in again] != first  # three more rows in the stream
+
+
+def test_a_fragment_is_probed_in_one_question_with_its_engines_notes(live, pg_url) -> None:
+    """``probe`` answers what the separate questions answer: columns, rows, a sink-fed
+    table's growth (its watermark in the same question once seen), every copy's note."""
+    ps, _engine, _sink, _ingest = live
+    for name in ("migrate into pg", "migrate into stream"):
+        ps.query(SQL, plan=name)  # both copies exist
+    pg, st = ps.connector("pg"), ps.connector("stream")
+    first = pg.probe("public.orders_old", "_batch_id")
+    second = pg.probe("public.orders_old", "_batch_id")
+    assert first == second and first.growth is not None
+    assert first.growth == pg.growth_since('SELECT "_batch_id" FROM "public"."orders_old"',
+                                           "_batch_id", None)
+    assert first.columns == pg.columns("public.orders_old")
+    assert first.notes and first.notes == {t: pg.cache_note(t) for t in first.notes}
+    probed = st.probe("orders_in", "_batch_id")
+    assert probed.columns == st.columns("orders_in")
+    assert probed.rows == st.row_count("orders_in")
+    assert probed.notes and probed.notes == {t: st.cache_note(t) for t in probed.notes}
+    stream_sql = 'SELECT "o_id", "o_c_id", "_batch_id" FROM "orders_in"'
+    with_growth = st.probe("orders_in", "_batch_id", [1, 3])
+    assert with_growth.columns == probed.columns and with_growth.rows == probed.rows
+    assert with_growth.growths == {a: st.growth_since(stream_sql, "_batch_id", a) for a in (1, 3)}
+    no_column = st.probe("orders_in", "no_such_column", [1])  # asked again without it
+    assert no_column.columns == probed.columns and no_column.growths == {}
+    with psycopg.connect(pg_url, autocommit=True) as con:  # the watermarks went away
+        con.execute("DROP TABLE sstore.watermarks")
+    gone = pg.probe("public.orders_old", "_batch_id")
+    assert gone.growth is None and gone.columns == first.columns

@@ -79,3 +79,60 @@ def test_explain_shows_the_estimate_and_after_a_run_the_measured_time(tmp_path,
     assert ps.learner is not None and len(ps.learner.observations) == 1
     ps.close()
     engine.close()
+
+
+def test_learned_equations_are_kept_atomically_and_restored(tmp_path) -> None:
+    """``save`` then ``restore`` in a new learner: the same equations, the same refit; the
+    file is written by rename (no temporary file left), the calibrated file is not touched."""
+    base = CostModel()
+    model = copy.deepcopy(base)
+    learner = Learner(copy.deepcopy(base), every=1)
+    for rows in (10_000, 50_000, 200_000):
+        plan = base.price(_plan(rows), {"pg": "postgres", ISLAND: ISLAND})
+        learner.observe(plan.cost_terms, plan.cost * 2.0, model)
+    path = tmp_path / "costs.learned.json"
+    learner.save(str(path))
+    assert [p.name for p in tmp_path.iterdir()] == ["costs.learned.json"]
+    restored_model = copy.deepcopy(base)
+    again = Learner(copy.deepcopy(base))
+    assert again.restore(str(path), restored_model) == 3
+    assert list(again.observations) == list(learner.observations)
+    assert again.factors == pytest.approx(learner.factors)
+    assert restored_model.value("fetch.postgres") == pytest.approx(model.value("fetch.postgres"))
+    assert restored_model.value("fetch.postgres") > base.value("fetch.postgres")
+
+
+def test_a_damaged_learned_file_is_an_error_that_names_it(tmp_path) -> None:
+    path = tmp_path / "costs.learned.json"
+    path.write_text('{"observations": [[1, 2, 3]]}')
+    with pytest.raises(ValueError, match="costs.learned.json"):
+        Learner(CostModel()).restore(str(path), CostModel())
+
+
+def test_a_later_polystore_starts_from_what_earlier_queries_measured(tmp_path) -> None:
+    """``sstore query`` is one process per query: what it measured is kept beside the
+    calibrated constants (``costs.learned.json``) and the next polystore refits from it."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER"})
+    engine.ingest("orders_in", [(1,), (2,)])
+    CostModel().write(str(tmp_path / "costs.json"))
+    calibrated = (tmp_path / "costs.json").read_text()
+    ps = Polystore(str(tmp_path / "catalog.json"))
+    ps.attach_engine("stream", engine)
+    ps.query("SELECT count(*) AS n FROM orders_in")
+    assert ps.learner is not None and len(ps.learner.observations) == 1
+    ps.close()
+    assert (tmp_path / "costs.learned.json").exists()
+    later = Polystore(str(tmp_path / "catalog.json"), engines={"stream": engine})
+    assert later.learner is not None and len(later.learner.observations) == 1
+    assert "refitted from 1 measured runs" in later.costs.measured
+    later.query("SELECT count(*) AS n FROM orders_in")
+    later.close()
+    third = Polystore(str(tmp_path / "catalog.json"), engines={"stream": engine})
+    assert third.learner is not None and len(third.learner.observations) == 2
+    third.close()
+    assert (tmp_path / "costs.json").read_text() == calibrated
+    off = Polystore(str(tmp_path / "catalog.json"), engines={"stream": engine}, learn=False)
+    assert off.learner is None and "refitted" not in off.costs.measured
+    off.close()
+    engine.close()

@@ -31,7 +31,8 @@ VARIABLES = (
     Variable("SSTORE_CATALOG", "the polystore catalog of `sstore query` and "
              "`sstore polystore`", "`sstore-catalog.json`"),
     Variable("SSTORE_COSTS", "the cost model's calibrated constants "
-             "(`sstore polystore calibrate`)", "`costs.json` beside the catalog"),
+             "(`sstore polystore calibrate`); what queries measured since is kept beside "
+             "them (`costs.learned.json`)", "`costs.json` beside the catalog"),
     Variable("SSTORE_TPCDI_DIR", "the TPC-DI data directory of the Airflow DAGs",
              "`/tmp/sstore/tpcdi`"),
     Variable("SSTORE_SPARK_MASTER", "the Spark master for bulk work", "`local[*]`"),

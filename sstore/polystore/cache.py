@@ -58,6 +58,22 @@ def note_text(move: Move, mark: dict[str, Any]) -> str:
     return f"{_base(move)} @ {json.dumps(mark, sort_keys=True)}"
 
 
+def parse_note(note: str) -> tuple[str, str, dict[str, Any]] | None:
+    """(source engine, source query, watermark) of a copy's note; None when it is not one
+    ``note_text`` wrote."""
+    if not note.startswith(CACHE_NOTE):
+        return None
+    source, sep, rest = note[len(CACHE_NOTE):].partition(": ")
+    sql, at, text = rest.rpartition(" @ ")
+    if not sep or not at:
+        return None
+    try:
+        mark = json.loads(text)
+    except ValueError:
+        return None
+    return (source, sql, mark) if isinstance(mark, dict) else None
+
+
 def read_mark(move: Move, target: Connector, note: str | None = None) -> dict[str, Any] | None:
     """The copy's watermark, when the target holds a copy of this very move (same source and
     query); None otherwise (no copy, a copy of something else, or an older note format).

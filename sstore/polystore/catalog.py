@@ -71,6 +71,9 @@ class Catalog:
         self.path = path
         self.engines: dict[str, EngineEntry] = {}
         self.objects: dict[str, CatalogObject] = {}
+        #: counts the changes made through this object (each ends in ``save``): what planned
+        #: under one version is planned over the same engines and objects
+        self.version = 0
         if path is not None and os.path.exists(path):
             self._read(path)
 
@@ -173,6 +176,7 @@ class Catalog:
 
     def save(self) -> None:
         """Write the catalog atomically (temp file + rename): a reader never sees half."""
+        self.version += 1
         if self.path is None:
             return
         folder = os.path.dirname(os.path.abspath(self.path))

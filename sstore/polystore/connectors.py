@@ -17,16 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import duckdb
 import pyarrow as pa
 
 from sstore import retry
 from sstore.engine import Engine
 from sstore.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
-from sstore.polystore.scratch import CastExistsError, ProtectedObjectError, check_owned
+from sstore.polystore.scratch import (
+    CACHE_SCHEMA,
+    CastExistsError,
+    ProtectedObjectError,
+    check_owned,
+)
 from sstore.readonly import check_query
 from sstore.retry import Kind, RetryPolicy, kind_of
 from sstore.sql import ident, literal, qualified
@@ -63,6 +70,19 @@ class Growth:
         return max(0, self.total - int(mark.get("total") or 0))
 
 
+@dataclass(frozen=True)
+class Probed:
+    """One fragment as the planner sees it, asked in one question: its columns and rows, its
+    growth when it grows by batch, and the notes of the engine's cached copies (None: not
+    asked)."""
+
+    columns: list[str]
+    rows: int
+    growth: Growth | None
+    notes: dict[str, str] | None
+    growths: dict[int, Growth] = field(default_factory=dict)  # watermark -> growth since
+
+
 class Connector(Protocol):
     name: str
     kind: EngineKind
@@ -79,6 +99,7 @@ class Connector(Protocol):
     def fingerprint(self, sql: str) -> str: ...
     def growth_since(self, sql: str, column: str, after: Any) -> Growth | None: ...
     def cache_note(self, table: str) -> str | None: ...
+    def cache_notes(self) -> dict[str, str]: ...
     def close(self) -> None: ...
 
 
@@ -202,6 +223,47 @@ class StreamingConnector:
             *_schema_and_name(table, "main")).to_pylist()
         return (found[0]["comment"] or "") if found else None
 
+    def cache_notes(self) -> dict[str, str]:
+        """Every table of ``sstore_cache`` with its note, in one question: the planner reads
+        all its copies' notes at once (``probes``)."""
+        found = self._reader.query(
+            "SELECT schema_name || '.' || table_name AS t, comment FROM duckdb_tables() "
+            "WHERE schema_name = ?", CACHE_SCHEMA).to_pylist()
+        return {r["t"]: r["comment"] or "" for r in found}
+
+    def probe(self, physical: str, growing: str, afters: Sequence[int] = ()) -> Probed:
+        """Columns, rows and the notes of every cached copy in this engine, in one question:
+        the planner asks it of every engine fragment of a query over several engines. An
+        engine stream grows by ``growing`` (the batch-id); ``afters``: the watermarks of its
+        copies elsewhere, whose growth since (``growth_since``) is asked in the same question
+        (``Probed.growths``)."""
+        table = qualified(physical)
+        col = ident(growing)
+        since = "".join(f", count(*) FILTER (WHERE {col} > {int(a)}) AS new{i}"
+                        for i, a in enumerate(afters))
+        counts = (f"count(*) AS n, min({col}) AS lo, max({col}) AS hi{since}" if afters
+                  else "count(*) AS n")
+        question = (
+            "SELECT c.*, d.notes AS sstore__probe_notes, t.* "
+            f"FROM (SELECT {counts} FROM {table}) AS c "
+            "CROSS JOIN (SELECT list({'t': schema_name || '.' || table_name, 'c': comment}) "
+            "AS notes FROM duckdb_tables() WHERE schema_name = ?) AS d "
+            f"LEFT JOIN (SELECT * FROM {table} LIMIT 0) AS t ON true")
+        try:
+            found = self._reader.query(question, CACHE_SCHEMA)
+        except duckdb.Error:  # no growing column after all: ask without it
+            if not afters:
+                raise
+            return self.probe(physical, growing)
+        row = found.slice(0, 1).to_pylist()[0]
+        skip = 2 + (2 + len(afters) if afters else 0)
+        columns = found.column_names[skip:]  # the table's own, from the empty join's schema
+        notes = {n["t"]: n["c"] or "" for n in row["sstore__probe_notes"] or []}
+        n = int(row["n"])
+        growths = {int(a): Growth(row["lo"], row["hi"], n, int(row[f"new{i}"]))
+                   for i, a in enumerate(afters)}
+        return Probed(columns, n, None, notes, growths)
+
     def exists(self, table: str) -> bool:
         return bool(self._reader.query(
             "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
@@ -228,6 +290,7 @@ class PostgresConnector:
         self._adbc: Any = None       # ADBC: reads into Arrow
         self._adbc_lock = threading.Lock()
         self._writer: Any = None     # migrators.postgres.Session: casts and caches
+        self._watermarks_seen = False  # sstore.watermarks existed at the last probe
         self._write_lock = threading.Lock()
 
     def fetch(self, sql: str) -> pa.Table:
@@ -371,32 +434,77 @@ class PostgresConnector:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
 
     def describe(self, physical: str, growing: str) -> tuple[list[str], int, bool]:
-        """(columns, rows, whether a sink appends to it by ``growing``): the planner asks this
-        of every PostgreSQL fragment of every query, so it costs one round trip for the
-        table's facts and one for its sink's watermark when it could have one, and no scan
-        of a sink-fed table: its rows are the sink's running total (rows written by hand
-        are not counted: that only prices plans). Whether it is empty (which leaves it out
-        of a plan) is always asked of the table itself (one row read, never estimated)."""
+        """(columns, rows, whether a sink appends to it by ``growing``): ``describe_growth``."""
+        columns, rows, growth = self.describe_growth(physical, growing)
+        return columns, rows, growth is not None
+
+    def describe_growth(self, physical: str, growing: str
+                        ) -> tuple[list[str], int, Growth | None]:
+        """(columns, rows, its growth when a sink appends to it by ``growing``): ``probe``."""
+        found = self.probe(physical, growing)
+        return found.columns, found.rows, found.growth
+
+    def probe(self, physical: str, growing: str) -> Probed:
+        """What the planner asks of every PostgreSQL fragment of every query, in one round
+        trip: its columns, whether it has rows, whether a sink appends to it by ``growing``
+        (then its rows are the sink's running total and its growth is the sink's watermark
+        row: no scan of a sink-fed table; rows written by hand are not counted, which only
+        prices plans), and the notes of every cached copy in this database. Whether it is empty
+        (which leaves it out of a plan) is always asked of the table itself (one row read,
+        never estimated). The watermark row is read in the same question once this
+        connection has seen ``sstore.watermarks`` exist; until then it is a second one."""
         from migrators.postgres import split_name
         schema, name = split_name(physical)
         table = qualified(physical)
-        found = self._execute(
+        full = f"{schema}.{name}"
+        marks_sql = ("(SELECT ARRAY[max(batch_id)::text, sum(rows_total)::text, "
+                     "count(*)::text] FROM sstore.watermarks WHERE target IN (%s, %s) AND "
+                     "(target_oid IS NULL OR target_oid = to_regclass(%s)))")
+        marks_params = (full, name if schema == "public" else full, qualified(full))
+        question = (
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
             f"EXISTS (SELECT 1 FROM {table}), "
-            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique) "
+            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique), "
+            "c.relfilenode, to_regclass('sstore.watermarks') IS NOT NULL, "
+            "(SELECT array_agg(ARRAY[n2.nspname || '.' || c2.relname, "
+            "coalesce(obj_description(c2.oid, 'pg_class'), '')]) FROM pg_class c2 "
+            "JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = %s), "
+            "{marks} "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+            "WHERE n.nspname = %s AND c.relname = %s")
+        with_marks = self._watermarks_seen
+        try:
+            found = self._execute(
+                question.format(marks=marks_sql if with_marks else "NULL"),
+                (CACHE_SCHEMA, *(marks_params if with_marks else ()), schema, name))
+        except Exception as exc:  # the watermarks table went away since: ask without it
+            import psycopg
+            if not with_marks or not isinstance(exc, psycopg.errors.UndefinedTable):
+                raise
+            self._watermarks_seen = with_marks = False
+            found = self._execute(question.format(marks="NULL"), (CACHE_SCHEMA, schema, name))
         if not found:
-            return self.columns(physical), self.row_count(physical), False
-        columns, filled, unique = list(found[0][0] or []), bool(found[0][1]), bool(found[0][2])
-        growth = (self.growth_since(f"SELECT {ident(growing)} FROM {table}", growing, None)
-                  if growing in columns and not unique else None)
+            return Probed(self.columns(physical), self.row_count(physical), None, None)
+        cols, filled, unique, origin, has_marks, notes, marks = found[0]
+        columns = list(cols or [])
+        notes_by_table = {t: note for t, note in (notes or [])}
+        self._watermarks_seen = bool(has_marks)
+        growth = None
+        if growing in columns and not unique and has_marks:
+            if marks is None:  # not asked in the same question: this connection's first time
+                row = self._execute(
+                    "SELECT max(batch_id), sum(rows_total), count(*) FROM sstore.watermarks "
+                    "WHERE target IN (%s, %s) AND (target_oid IS NULL OR "
+                    "target_oid = to_regclass(%s))", marks_params)[0]
+            else:
+                row = (None if marks[0] is None else int(marks[0]), marks[1], int(marks[2]))
+            growth = _sink_growth(row, origin)
         if not filled:
-            return columns, 0, growth is not None
+            return Probed(columns, 0, growth, notes_by_table)
         if growth is not None:
-            return columns, max(1, growth.total), True
-        return columns, self.row_count(physical), False
+            return Probed(columns, max(1, growth.total), growth, notes_by_table)
+        return Probed(columns, self.row_count(physical), None, notes_by_table)
 
     def columns(self, physical: str) -> list[str]:
         from migrators.postgres import split_name
@@ -431,7 +539,7 @@ class PostgresConnector:
 
         The table is trusted to change only through its sink: rows written into it by hand
         are not seen by a copy made by batch (see docs/polystore.md)."""
-        table = _single_table(sql)
+        table = single_table(sql)
         if table is None:
             return None
         from migrators.postgres import split_name
@@ -451,11 +559,7 @@ class PostgresConnector:
             "WHERE target IN (%s, %s) AND (target_oid IS NULL OR "
             "target_oid = to_regclass(%s))",
             (full, name if schema == "public" else full, qualified(full)))
-        if not marks or not marks[0][2] or marks[0][2] > 1:
-            return None  # no sink writes it (or several: their batch-ids do not line up)
-        high, total = marks[0][0], int(marks[0][1] or 0)
-        new = None  # the caller knows: rows written since its copy's ``total``
-        return Growth(0 if total else None, high, total, new, str(found[0][0]))  # type: ignore[arg-type]
+        return _sink_growth(marks[0] if marks else None, found[0][0])
 
     def cache_note(self, table: str) -> str | None:
         from migrators.postgres import split_name
@@ -464,6 +568,14 @@ class PostgresConnector:
             "SELECT obj_description(c.oid, 'pg_class') FROM pg_class c JOIN pg_namespace n ON "
             "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
         return (found[0][0] or "") if found else None
+
+    def cache_notes(self) -> dict[str, str]:
+        """Every table of ``sstore_cache`` with its note, in one question (``probes``)."""
+        found = self._execute(
+            "SELECT n.nspname || '.' || c.relname, obj_description(c.oid, 'pg_class') "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s", (CACHE_SCHEMA,))
+        return {r[0]: r[1] or "" for r in found}
 
     def close(self) -> None:
         if self._con is not None:
@@ -543,16 +655,30 @@ class SparkConnector:
     def cache_note(self, table: str) -> str | None:
         return None  # temporary views do not outlive the session: never a cache
 
+    def cache_notes(self) -> dict[str, str]:
+        return {}
+
     def close(self) -> None:
         return None
 
 
-def _single_table(sql: str) -> str | None:
+def _sink_growth(marks: tuple[Any, Any, Any] | None, origin: Any) -> Growth | None:
+    """A sink-fed table's growth from its watermark row (max batch-id, rows written, sinks
+    writing it); None unless exactly one sink writes it (several: their batch-ids do not line
+    up)."""
+    if not marks or not marks[2] or int(marks[2]) > 1:
+        return None
+    high, total = marks[0], int(marks[1] or 0)
+    new = None  # the caller knows: rows written since its copy's ``total``
+    return Growth(0 if total else None, high, total, new, str(origin))  # type: ignore[arg-type]
+
+
+def single_table(sql: str) -> str | None:
     """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise)."""
     from sqlglot import exp
 
-    from sstore.polystore.sqltext import parse
-    tree = parse(sql, "postgres")
+    from sstore.polystore.sqltext import parse_shared
+    tree = parse_shared(sql, "postgres")
     tables = list(tree.find_all(exp.Table))
     if not isinstance(tree, exp.Select) or len(tables) != 1 or tree.args.get("where"):
         return None

@@ -9,11 +9,22 @@ per constant that best explains them (least squares), pulled toward 1 (``prior``
 no run has exercised keeps its calibrated value, and one noisy run moves nothing far), and
 kept within ``[1/limit, limit]`` of the calibrated value. As the polystore only observes
 the plans it chose, it learns where it spends its time; the prior keeps the rest as measured.
+
+What it learnt outlives the process: ``save`` writes the kept equations (counts and measured
+seconds: they do not depend on the constants, so they stay valid after a new calibration) to
+``costs.learned.json`` beside the calibrated ``costs.json`` (``learned_path``), atomically
+(a temporary file renamed over it), and ``restore`` reads them back and refits, so each
+``sstore query`` starts from what the earlier ones measured. The calibrated file is never
+rewritten. Two processes saving at once: the last rename wins (the other's newest runs are
+lost, never half-written).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -73,6 +84,55 @@ class Learner:
                 model.scale(name, wanted / current)
         model.measured = (f"{self.base.measured}; refitted from {len(self.observations)} "
                           f"measured runs")
+
+
+    def save(self, path: str) -> None:
+        """Write the kept equations to ``path`` atomically (temporary file, then rename)."""
+        data = {"format": 1, "observations": [[terms, seconds]
+                                              for terms, seconds in self.observations]}
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".costs-learned-", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    def restore(self, path: str, model: CostModel) -> int:
+        """Read the equations ``save`` wrote and refit ``model`` from them; the number read.
+        A missing file is none; one that is not what ``save`` writes is an error that names
+        it (a silent fresh start would hide that the learning is lost)."""
+        if not os.path.exists(path):
+            return 0
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            found = [(dict(terms), float(seconds)) for terms, seconds in data["observations"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a file of learned cost equations ({exc}); "
+                             f"delete it to start learning afresh") from None
+        for terms, seconds in found[-self.window:]:
+            self.observations.append((terms, seconds))
+        while len(self.observations) > self.window:
+            self.observations.popleft()
+        if self.observations:
+            self.refit(model)
+        return len(found)
+
+
+def learned_path(costs_path: str) -> str:
+    """Where the equations learnt with the constants at ``costs_path`` are kept:
+    ``costs.json`` -> ``costs.learned.json``, beside it."""
+    root, ext = os.path.splitext(costs_path)
+    return f"{root}.learned{ext or '.json'}"
 
 
 def learner_for(model: CostModel) -> Learner:

@@ -14,8 +14,7 @@ gained rows sends the query back to the planner.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from sstore.polystore.plan import Plan
@@ -32,13 +31,15 @@ class _Entry:
 @dataclass
 class PlanCache:
     replan_every: int = 10
-    entries: dict[tuple[str, int, str], _Entry] = field(default_factory=dict)
+    entries: dict[tuple[str, int, Hashable], _Entry] = field(default_factory=dict)
 
     @staticmethod
-    def key(sql: str, repeats: int, catalog: dict) -> tuple[str, int, str]:
-        return sql, repeats, json.dumps(catalog, sort_keys=True, default=str)
+    def key(sql: str, repeats: int, catalog: Hashable) -> tuple[str, int, Hashable]:
+        """``catalog``: what identifies the catalog's state (``Polystore`` passes the catalog
+        object (by identity) and ``Catalog.version``, which every change moves on)."""
+        return sql, repeats, catalog
 
-    def get(self, key: tuple[str, int, str], is_empty: IsEmpty) -> Plan | None:
+    def get(self, key: tuple[str, int, Hashable], is_empty: IsEmpty) -> Plan | None:
         """The plan to reuse for ``key``, or None (plan afresh)."""
         entry = self.entries.get(key)
         if entry is None:
@@ -50,7 +51,7 @@ class PlanCache:
         entry.uses += 1
         return entry.plan
 
-    def put(self, key: tuple[str, int, str], plan: Plan) -> None:
+    def put(self, key: tuple[str, int, Hashable], plan: Plan) -> None:
         self.entries[key] = _Entry(plan, 1)
         while len(self.entries) > 256:  # oldest first
             del self.entries[next(iter(self.entries))]

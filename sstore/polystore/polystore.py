@@ -46,10 +46,12 @@ from sstore.polystore.connectors import (
     StreamingConnector,
 )
 from sstore.polystore.cost import CostModel
-from sstore.polystore.learning import Learner, learner_for
+from sstore.polystore.learning import Learner, learned_path, learner_for
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
 from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
+from sstore.polystore.probes import Probes
+from sstore.polystore.proposals import ProposalCache, shape_key
 from sstore.polystore.rules import REWRITES, RULES
 from sstore.polystore.scratch import (
     CastExistsError,
@@ -61,12 +63,12 @@ from sstore.polystore.sqltext import (
     ISLAND_DIALECT,
     QueryError,
     parse,
+    parse_shared,
     table_names,
     to_sql,
 )
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
-from sstore.sql import ident, qualified
 from sstore.statefile import StateFileReader
 
 GROWING_COLUMN = "_batch_id"  # engine streams only grow; their copies can be topped up
@@ -83,7 +85,8 @@ class Polystore:
     ``CostModel`` or the path of calibrated constants (default: ``costs.json`` beside the
     catalog). ``replan_every``: a repeated query reuses its chosen plan for this many runs
     (1: plan every query afresh). ``learn``: refit the constants from the measured times of the queries this
-    polystore runs (``sstore.polystore.learning``; in this process, the file is not changed).
+    polystore runs (``sstore.polystore.learning``): kept in ``costs.learned.json`` beside the
+    constants file, so the next process starts from them (the constants file is not changed).
     """
 
     def __init__(self, catalog: Catalog | str | None = None, *,
@@ -94,15 +97,23 @@ class Polystore:
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
         self.dialect = dialect
         self.memory_budget_bytes = memory_budget_bytes
-        if isinstance(costs, CostModel):
-            self.costs = costs
-        else:
-            self.costs = CostModel.read(costs or self.default_costs_path())
+        costs_path = None if isinstance(costs, CostModel) else (
+            costs or self.default_costs_path())
+        self.costs = costs if isinstance(costs, CostModel) else CostModel.read(costs_path)
         #: refits ``costs`` from the measured times of the plans ``query`` runs (None: off)
         self.learner: Learner | None = learner_for(self.costs) if learn else None
+        #: where the learner's equations are kept between processes: beside calibrated
+        #: constants read from a file (none with the defaults: nothing is written then)
+        self.learned_path = (learned_path(costs_path) if learn and costs_path
+                             and os.path.exists(costs_path) else None)
+        self._unsaved = 0
+        if self.learner is not None and self.learned_path is not None:
+            self.learner.restore(self.learned_path, self.costs)
         self._measured: dict[tuple[str, str], float] = {}  # (sql, plan) -> last run, seconds
         #: chosen plans of repeated queries, reused for up to ``replan_every`` runs
         self.plan_cache = PlanCache(replan_every)
+        #: the rules' proposals by query shape, re-stamped with fresh row counts (``proposals``)
+        self.proposals = ProposalCache()
         self._connectors: dict[str, Connector] = {}
         for name, engine in (engines or {}).items():
             self._connectors[name] = StreamingConnector(name, engine)
@@ -175,6 +186,7 @@ class Polystore:
         return connector
 
     def close(self) -> None:
+        self.save_learned()
         for connector in self._connectors.values():
             connector.close()
         self._connectors.clear()
@@ -217,7 +229,8 @@ class Polystore:
         every ``replan_every`` runs, and at once when a fragment left out as empty has rows)."""
         if isinstance(parsed, str):
             parsed = parse_island(parsed)
-        key = PlanCache.key(f"{parsed.island}:{parsed.sql}", repeats, self.catalog.to_dict())
+        key = PlanCache.key(f"{parsed.island}:{parsed.sql}", repeats,
+                            (self.catalog, self.catalog.version))
         chosen = self.plan_cache.get(key, self._still_empty)
         if chosen is None:
             chosen = self._choose(self.plans(parsed, repeats=repeats), None)
@@ -234,7 +247,17 @@ class Polystore:
         if sql is not None:
             self._measured[(sql, plan.name)] = seconds
         if self.learner is not None:
-            self.learner.observe(plan.cost_terms, seconds, self.costs)
+            refitted = self.learner.observe(plan.cost_terms, seconds, self.costs)
+            self._unsaved += 1
+            if refitted:
+                self.save_learned()
+
+    def save_learned(self) -> None:
+        """Keep what the learner has measured for the next process (``learning``): after each
+        refit and when the polystore closes. Nothing without a constants file."""
+        if self.learner is not None and self.learned_path is not None and self._unsaved:
+            self.learner.save(self.learned_path)
+            self._unsaved = 0
 
     def explain(self, sql: str, repeats: int = 1) -> str:
         """Every plan the rules propose, cheapest first, with estimated costs and SQL."""
@@ -264,7 +287,7 @@ class Polystore:
         if isinstance(parsed, str):
             parsed = parse_island(parsed)
         self._check_sql(parsed.sql)
-        tree = parse(parsed.sql, self.dialect)
+        tree = parse_shared(parsed.sql, self.dialect)
         if not table_names(tree):  # SELECT 1, now(): nothing to fetch, the island answers
             plan = Plan("island", "no_tables", (),
                         Run(ISLAND, to_sql(tree, ISLAND_DIALECT), 0, 0, 1, 1))
@@ -275,7 +298,8 @@ class Polystore:
         for entry in self.catalog.engines.values():
             if entry.kind is EngineKind.SPARK:
                 engines.setdefault(entry.name, entry)
-        stats = self._stats(objects)
+        probes = Probes(self.connector)
+        stats = self._stats(objects, probes)
         read_only = frozenset(name for name, c in self._connectors.items()
                               if isinstance(c, StreamingConnector) and c.read_only)
         inp = PlanningInput(tree, tuple(objects), engines, stats, read_only=read_only,
@@ -286,10 +310,14 @@ class Polystore:
         kept = {f for _obj, _i, f in inp.fragments()}
         pruned = tuple((f.engine, f.physical) for obj in objects for f in obj.fragments
                        if f not in kept)
-        candidates = _propose(inp)
+        shape = shape_key(f"{parsed.island}:{self.dialect}:{parsed.sql}", inp)
+        candidates = self.proposals.get(shape, inp)
+        if candidates is None:
+            candidates = _propose(inp)
+            self.proposals.put(shape, candidates)
         for plan in candidates:
             plan.pruned = pruned
-        cached = self._cached(candidates)
+        cached = self._cached(candidates, probes)
         if cached:  # what the rules would propose knowing it (they read only cached_rows)
             candidates = [_with_cached(plan, cached) for plan in candidates]
         kinds = {name: entry.kind.value for name, entry in engines.items()}
@@ -328,43 +356,37 @@ class Polystore:
             if isinstance(connector, StreamingConnector) and name in self.catalog.engines:
                 self.catalog.register_many(name, connector.discover())
 
-    def _stats(self, objects: list[CatalogObject]) -> dict[Fragment, FragmentStats]:
+    def _stats(self, objects: list[CatalogObject], probes: Probes
+               ) -> dict[Fragment, FragmentStats]:
+        """Each fragment's columns; over several engines also its rows and whether it grows by
+        batch (an engine stream, or a PostgreSQL table a sink appends to: its copies are topped
+        up by batch and their freshness is priced by what changed), one question per fragment
+        (``probes``)."""
         engines = {f.engine for obj in objects for f in obj.fragments}
         stats = {}
-        for obj in objects:
-            for frag in obj.fragments:
-                connector = self.connector(frag.engine)
-                if isinstance(connector, PostgresConnector) and len(engines) > 1:
-                    columns, rows, grows = connector.describe(frag.physical, GROWING_COLUMN)
-                    stats[frag] = FragmentStats(rows, columns, GROWING_COLUMN if grows else None)
-                    continue
-                columns = connector.columns(frag.physical)
-                rows = connector.row_count(frag.physical) if len(engines) > 1 else UNKNOWN_ROWS
-                growing = (GROWING_COLUMN if len(engines) > 1 and GROWING_COLUMN in columns
-                           and self._grows_by_batch(connector, frag.physical) else None)
-                stats[frag] = FragmentStats(rows, columns, growing)
-        return stats
+        # PostgreSQL first: its notes carry the watermarks an engine stream's probe asks about
+        fragments = [frag for obj in objects for frag in obj.fragments]
+        for frag in sorted(fragments, key=lambda f: self.catalog.engine(f.engine).kind
+                           is not EngineKind.POSTGRES):
+            if len(engines) > 1:
+                columns, rows, grows = probes.describe(frag.engine, frag.physical,
+                                                       GROWING_COLUMN)
+                stats[frag] = FragmentStats(rows, columns, GROWING_COLUMN if grows else None)
+                continue
+            columns = self.connector(frag.engine).columns(frag.physical)
+            stats[frag] = FragmentStats(UNKNOWN_ROWS, columns, None)
+        return {frag: stats[frag] for frag in fragments}
 
-    @staticmethod
-    def _grows_by_batch(connector: Connector, physical: str) -> bool:
-        """An engine stream, or a PostgreSQL table a sink appends to by batch-id: its copies
-        are topped up by batch (``cache``), and their freshness is priced by what changed."""
-        if connector.kind is EngineKind.STREAMING:
-            return True
-        if connector.kind is not EngineKind.POSTGRES:
-            return False
-        sql = f"SELECT {ident(GROWING_COLUMN)} FROM {qualified(physical)}"
-        return connector.growth_since(sql, GROWING_COLUMN, None) is not None
-
-    def _cached(self, plans: list[Plan]) -> dict[str, int]:
+    def _cached(self, plans: list[Plan], probes: Probes) -> dict[str, int]:
         """Cache key -> rows its copy already holds, up to date (asked of both engines: a
-        note and a watermark, or a fingerprint of a source that is not growing)."""
+        note and a watermark, or a fingerprint of a source that is not growing; the notes of
+        one engine in one question, see ``probes``)."""
         found: dict[str, int] = {}
         for plan in plans:
             for step in plan.steps:
                 if isinstance(step, Move) and step.cache_key and step.cache_key not in found:
                     found[step.cache_key] = cache.changes(
-                        step, self.connector(step.source), self.connector(step.target)
+                        step, probes.view(step.source), probes.view(step.target)
                     ).cached_rows
         return {k: v for k, v in found.items() if v}
 

@@ -7,6 +7,7 @@ the tree printed in its own dialect (``DIALECTS``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -44,6 +45,14 @@ def parse(sql: str, dialect: str = "postgres") -> exp.Expression:
     if len(statements) != 1:
         raise QueryError(f"expected one SQL statement, got {len(statements)}")
     return statements[0]
+
+
+@functools.lru_cache(maxsize=512)
+def parse_shared(sql: str, dialect: str = "postgres") -> exp.Expression:
+    """``parse``, kept by text: planning a repeated query parses it once. The tree is shared
+    between callers, who must only read it (the planner's rules are pure: they copy before they
+    rewrite, and tests/test_planner_golden.py checks they leave their input as it was)."""
+    return parse(sql, dialect)
 
 
 #: sqlglot's names of incomplete parts, in SQL's words

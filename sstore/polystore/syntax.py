@@ -18,6 +18,7 @@ parentheses; the SQL inside them is parsed by sqlglot like any other query.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Iterator
@@ -45,8 +46,10 @@ class IslandQuery:
     call: tuple[str, str] | None = field(default=None)  # (procedure, argument SQL) for CALL
 
 
+@functools.lru_cache(maxsize=512)
 def parse_island(text: str) -> IslandQuery:
-    """Split ``text`` into casts to run first and the query that remains."""
+    """Split ``text`` into casts to run first and the query that remains (kept by text: a
+    repeated query is split once; the result is immutable)."""
     body = text.strip().rstrip(";").strip()
     island = "relational"
     outer = _whole_call(body)

@@ -35,7 +35,7 @@ def gather_fragments(inp: PlanningInput, make_step: MakeStep, prefix: str = ""
     for obj in inp.objects:
         parts = []
         for i, fragment in enumerate(obj.fragments):
-            name = f"{prefix}{obj.name.replace('.', '_')}__{i}"
+            name = fragment_name(obj, i, prefix)
             select = read_fragment(inp, obj, fragment)
             steps.append(make_step(fragment.engine, to_sql(select, inp.dialect(fragment.engine)),
                                    name, inp.stats[fragment].rows, width(inp, obj)))
@@ -43,6 +43,11 @@ def gather_fragments(inp: PlanningInput, make_step: MakeStep, prefix: str = ""
         replacements[obj.name] = (physical_table(parts[0].args["from_"].this.name)
                                   if len(parts) == 1 else combined(parts))
     return steps, replacements
+
+
+def fragment_name(obj: CatalogObject, i: int, prefix: str = "") -> str:
+    """The name fragment ``i`` of ``obj`` is fetched or moved under (``orders__0``)."""
+    return f"{prefix}{obj.name.replace('.', '_')}__{i}"
 
 
 def read_fragment(inp: PlanningInput, obj: CatalogObject, fragment: Fragment,

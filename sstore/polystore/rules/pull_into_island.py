@@ -7,7 +7,9 @@ written anywhere. Not feasible when the inputs would not fit the island's memory
 
 from __future__ import annotations
 
-from sstore.polystore.plan import Fetch, Plan
+from collections.abc import Sequence
+
+from sstore.polystore.plan import Fetch, Plan, Step
 from sstore.polystore.planning import PlanningInput
 from sstore.polystore.rules.common import final_run, gather_fragments
 from sstore.polystore.sqltext import ISLAND_DIALECT
@@ -21,9 +23,14 @@ def pull_into_island(inp: PlanningInput) -> list[Plan]:
     fetches, replacements = gather_fragments(inp, Fetch)
     final = final_run(inp, "island", ISLAND_DIALECT, replacements)
     plan = Plan("pull into island", "pull_into_island", tuple(fetches), final)
-    needed = sum(f.rows * f.columns for f in fetches) * BYTES_PER_VALUE
-    if needed > inp.memory_budget_bytes:
-        plan.feasible = False
-        plan.why_not = (f"~{needed / 1e9:.1f} GB of inputs exceed the island's budget of "
-                        f"{inp.memory_budget_bytes / 1e9:.1f} GB")
+    plan.feasible, plan.why_not = island_fit(fetches, inp.memory_budget_bytes)
     return [plan]
+
+
+def island_fit(fetches: Sequence[Step], budget_bytes: int) -> tuple[bool, str]:
+    """Whether the fetched inputs fit the island's memory budget, and if not, why."""
+    needed = sum(f.rows * f.columns for f in fetches) * BYTES_PER_VALUE
+    if needed > budget_bytes:
+        return False, (f"~{needed / 1e9:.1f} GB of inputs exceed the island's budget of "
+                       f"{budget_bytes / 1e9:.1f} GB")
+    return True, ""
