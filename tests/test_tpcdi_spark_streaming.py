@@ -121,3 +121,38 @@ def test_spark_streaming_resumes_exactly_once_and_equals_the_engine(
     refused = rows(pg_url, "SELECT raw_line, reason FROM tpcdi_sss.rejects WHERE batch_id = 3")
     assert sorted(line for line, _ in refused) == sorted(BAD_LINES)
     assert all(reason for _, reason in refused)
+
+
+def test_a_second_checkpoint_into_the_same_table_is_refused(spark, pg_url: str,
+                                                            tmp_path: Path) -> None:
+    """A new checkpoint numbers its micro-batches from 0 again: were it taken for the first
+    one, its batches would be skipped as replays and lost. The protocol refuses it instead."""
+    import pyarrow as pa
+
+    from migrators import delivery
+    from sstore.workloads.tpcdi.spark_streaming.query import (
+        SOURCE,
+        StreamingQueryFailed,
+        StructuredStreamingDimTrade,
+    )
+    from sstore.workloads.tpcdi.streaming.events import LINE_SCHEMA
+
+    create_warehouse(pg_url, "tpcdi")
+    with psycopg.connect(pg_url) as con:  # a first query delivered micro-batches 1..5
+        delivery.ensure_watermarks(con)
+        first = delivery.SinkKey(f"{SOURCE} first-checkpoint", BATCH_STREAM, "tpcdi.dimtrade")
+        delivery.deliver(con, first, 1, 5, lambda cur, _watermark: 0, after=None)
+    job = StructuredStreamingDimTrade(spark, tmp_path, pg_url, "tpcdi", str(tmp_path / "q2"),
+                                      "second_checkpoint")
+    try:
+        line = "I|1|7|2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42|Ann||||"
+        job.drop(pa.table({"line": [line], "line_no": [1], "source": ["Trade.txt"],
+                           "tpcdi_batch": [2]}, schema=LINE_SCHEMA), "b2-0000000001.txt")
+        with pytest.raises(StreamingQueryFailed, match="from another source"):
+            job.wait_all()
+    finally:
+        job.close()
+    assert rows(pg_url, "SELECT count(*) FROM tpcdi.dimtrade") == [(0,)]
+    with psycopg.connect(pg_url) as con:  # no watermark row for the second checkpoint
+        assert con.execute("SELECT count(*) FROM sstore.watermarks WHERE stream = %s",
+                           (BATCH_STREAM,)).fetchone() == (1,)

@@ -44,6 +44,7 @@ with needs("spark"):
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
+from sstore.errors import TerminalError
 from sstore.sql import ident
 from sstore.workloads.tpcdi import dimtrade_spark
 from sstore.workloads.tpcdi.dimtrade_spark_events import empty_rows
@@ -67,6 +68,11 @@ SOURCE = "tpcdi DimTrade (spark structured streaming)"
 BATCH_STREAM = "foreachBatch batchId"
 FILE_REJECTS_STREAM = "file rejects"
 WAIT_SECONDS = 900.0  # a micro-batch slower than this means the query is stuck
+
+
+class StreamingQueryFailed(TerminalError):
+    """The query stopped on an error (foreachBatch raised, Spark failed); what the warehouse
+    committed stays, the checkpoint knows where to resume."""
 
 
 @dataclasses.dataclass
@@ -282,7 +288,8 @@ class StructuredStreamingDimTrade:
         try:
             self.query.processAllAvailable()
         except Exception as exc:
-            raise RuntimeError(f"the Spark streaming query failed: {exc}") from exc
+            raise StreamingQueryFailed(f"the Spark streaming query failed (run again to "
+                                       f"resume from its checkpoint): {exc}") from exc
 
     def breakdown(self, batch_ids: Callable[[int], bool]) -> dict[str, float]:
         """Median milliseconds per micro-batch of the batches ``batch_ids`` accepts: the three
