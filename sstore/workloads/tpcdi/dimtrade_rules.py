@@ -76,7 +76,8 @@ DIFFERENCES: tuple[Difference, ...] = (
                "Batch1 picks the version valid on the create date, later batches the current"),
     Difference("reject reasons (text)", "'unknown status X', 'unknown symbol X', ...",
                "'unknown T_ST_ID ''X''', 'no DimSecurity row for ...', ...",
-               "as Spark Structured Streaming",
+               "the rules' reasons as Spark Structured Streaming; parse reasons from the "
+               "bulk readers (``dimtrade_spark_events``)",
                "the same lines are rejected; only the wording of the reason differs"),
     Difference("exactly once", "engine batch-id in the watermark (continuous sink)",
                "Spark's batchId in the watermark, per checkpoint",
