@@ -54,3 +54,20 @@ def test_dockerfile_installs_sstore_on_airflow_3_with_java() -> None:
     assert f"AIRFLOW_VERSION:-{version.group(1)}" in (ROOT / "docker-compose.yml").read_text()
     init = (ROOT / "docker" / "airflow-init.sh").read_text(encoding="utf-8")
     assert "airflow db migrate" in init
+
+
+def test_spark_workers_read_the_drivers_data_volume() -> None:
+    """docs/scaling.md runs ``--mode spark-streaming`` on the cluster with its input and
+    checkpoint (the watched inbox the executors read) on the ``sstore-data`` volume: the
+    worker must mount it where the driver (the Airflow scheduler) does, and the driver must
+    be reachable by its name."""
+    services = compose()["services"]
+    driver = services["airflow-scheduler"]
+    worker = services["spark-worker"]
+    mounts = [m for m in driver["volumes"] if m.startswith("sstore-data:")]
+    assert mounts == ["sstore-data:/opt/sstore/data"]
+    assert mounts[0] in worker["volumes"]
+    assert driver["hostname"] == "airflow-scheduler"
+    assert "ports" not in worker  # so `--scale spark-worker=N` starts N of them
+    scaling = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")
+    assert "--checkpoint /opt/sstore/data/" in scaling and "spark://spark-master:7077" in scaling

@@ -14,8 +14,8 @@ import click
 from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
 from sstore.cli.tpcdi_audit import audit_command
 from sstore.cli.tpcdi_generate import generate_command
-from sstore.stopping import StopSignal, command_stops
 from sstore.observe.options import serve_options, start_serving
+from sstore.stopping import StopSignal, command_stops
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,24 +46,35 @@ tpcdi.add_command(audit_command, name="audit")
 @click.option("--input", "data_dir", required=True, type=click.Path(file_okay=False, exists=True),
               help="A TPC-DI data set (Batch1, Batch2, Batch3), e.g. from `sstore tpcdi generate`.")
 @postgres_option
-@click.option("--mode", type=click.Choice(["streaming", "spark"]), default="streaming",
-              show_default=True, help="The engine's dataflow of five procedures, or Spark bulk.")
+@click.option("--mode", type=click.Choice(["streaming", "spark-streaming", "spark"]),
+              default="streaming", show_default=True,
+              help="The engine's dataflow of five procedures, the same five steps on Spark "
+                   "Structured Streaming (master: $SSTORE_SPARK_MASTER, else local[2]), or "
+                   "Spark bulk. See docs/scaling.md.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Streaming: trade events per engine batch.")
+              help="Streaming: trade events per engine batch; spark-streaming: per "
+                   "micro-batch.")
 @click.option("--schema", default="tpcdi", show_default=True, help="Warehouse schema.")
 @click.option("--state", type=click.Path(dir_okay=False), default=None,
               help="Streaming: the engine's state file (default: STATE.duckdb in --input). "
                    "Running again on the same file changes nothing: exactly once.")
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None,
+              help="spark-streaming: the query's directory (watched inbox, checkpoint), on "
+                   "storage every Spark node reads (default: SSS in --input). Running again "
+                   "with the same directory resumes; nothing is written twice.")
 @json_option
 @serve_options
 def run_command(data_dir: str, url: str | None, mode: str, batch_size: int, schema: str,
-                state: str | None, as_json: bool, serve: int | None, serve_host: str) -> None:
+                state: str | None, checkpoint: str | None, as_json: bool, serve: int | None,
+                serve_host: str) -> None:
     """Load DimTrade and its dimensions into the PostgreSQL warehouse.
 
-    Both modes build the dimensions with PySpark. Streaming then sends Batch1's trades in
+    Every mode builds the dimensions with PySpark. Streaming then sends Batch1's trades in
     time order, and the Batch2/Batch3 CDC rows, through five stored procedures (S-Store's
-    split), moving results into PostgreSQL with the exactly-once migrator. Spark mode does the
-    same work as bulk Spark jobs. Both give identical dimtrade and dimessages tables.
+    split), moving results into PostgreSQL with the exactly-once migrator. spark-streaming
+    runs the same five steps on Spark Structured Streaming (a file of --batch-size events per
+    micro-batch, exactly once by batchId). Spark mode does the same work as bulk Spark jobs.
+    All give identical dimtrade and dimessages tables.
 
     Ctrl-C (SIGINT) or SIGTERM stops it cleanly (exit status 130 or 143): the engine's
     transaction in flight and running Spark jobs are cancelled and roll back, the sinks finish
@@ -79,7 +90,7 @@ def run_command(data_dir: str, url: str | None, mode: str, batch_size: int, sche
     with command_stops() as stop:
         stop.on_stop(_cancel_spark_jobs)
         report = _run(stop, console, data_dir, url, mode, batch_size, schema, state,
-                      serve, serve_host)
+                      checkpoint, serve, serve_host)
     if as_json:
         from dataclasses import asdict
 
@@ -100,8 +111,8 @@ def run_command(data_dir: str, url: str | None, mode: str, batch_size: int, sche
 
 
 def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
-         batch_size: int, schema: str, state: str | None, serve: int | None,
-         serve_host: str) -> Any:
+         batch_size: int, schema: str, state: str | None, checkpoint: str | None,
+         serve: int | None, serve_host: str) -> Any:
     """``run_command``'s work, inside its clean-stop block."""
     import os
 
@@ -126,6 +137,17 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
                                                    f"{status.halt_report()}")
                 finally:
                     run.close()
+            elif mode == "spark-streaming":
+                from sstore.workloads.tpcdi.spark_streaming.run import (
+                    SparkStreamingDimTrade,
+                )
+                sss = SparkStreamingDimTrade(data_dir, url,
+                                             checkpoint or os.path.join(data_dir, "SSS"),
+                                             schema, batch_size, progress)
+                try:
+                    report = sss.run()
+                finally:
+                    sss.close()
             else:
                 from sstore.workloads.tpcdi.spark_pipeline import run_spark
                 report = run_spark(data_dir, url, schema, progress)

@@ -27,7 +27,17 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-CLOSING = ("CMPT", "CNCL")
+from sstore.workloads.tpcdi.dimtrade_rules import (
+    ALERTS,
+    CLOSE,
+    CLOSING,
+    CREATED,
+    EVERY,
+    MESSAGE_SOURCE,
+    MESSAGE_TYPE,
+    RENAMED,
+)
+
 DIMTRADE = pa.schema([
     ("tradeid", pa.int64()), ("sk_brokerid", pa.int64()), ("sk_createdateid", pa.int64()),
     ("sk_createtimeid", pa.int64()), ("sk_closedateid", pa.int64()),
@@ -42,13 +52,8 @@ DIMESSAGES = pa.schema([
     ("messagedateandtime", pa.timestamp("us")), ("batchid", pa.int32()),
     ("messagesource", pa.string()), ("messagetext", pa.string()),
     ("messagetype", pa.string()), ("messagedata", pa.string())])
-# Set by the I event only (rule 2), kept from the existing row afterwards.
-_CREATED = ("sk_createdateid", "sk_createtimeid", "cashflag", "quantity", "bidprice",
-            "executedby", "sk_securityid", "sk_companyid", "sk_accountid", "sk_customerid",
-            "sk_brokerid")
-# Set by every event (rule 3).
-_EVERY = ("status", "type", "tradeprice", "fee", "commission", "tax")
-_CLOSE = ("sk_closedateid", "sk_closetimeid")
+# The rule definitions shared with the engine (``dimtrade_rules``).
+_CREATED, _EVERY, _CLOSE = CREATED, EVERY, CLOSE
 
 
 @dataclass
@@ -161,9 +166,7 @@ _KEPT = ("eid", "k", "t_id", "t_dts", "t_st_id", "status", "type", "t_is_cash", 
          "sk_securityid", "sk_companyid", "sk_accountid", "sk_customerid", "sk_brokerid")
 
 
-_RENAMED = {"t_is_cash": "cashflag", "t_qty": "quantity", "t_bid_price": "bidprice",
-            "t_exec_name": "executedby", "t_trade_price": "tradeprice", "t_chrg": "fee",
-            "t_comm": "commission", "t_tax": "tax"}
+_RENAMED = RENAMED
 
 
 def dimtrade_rows(evaluated: DataFrame, existing: DataFrame | None, batch_id: int
@@ -202,16 +205,19 @@ def alerts(evaluated: DataFrame, batch_id: int) -> DataFrame:
     """Rule 4: a DImessages row per applied event and invalid commission or fee."""
     gross = F.col("t_trade_price") * F.col("t_qty")
     parts = []
-    for column, text, name in (("t_comm", "Invalid trade commission", "T_COMM"),
-                               ("t_chrg", "Invalid trade fee", "T_CHRG")):
+    for alert in ALERTS:
+        column = alert.field
         parts.append(evaluated.where(F.col("applied") & (F.col(column) > gross)).select(
             F.col("t_dts").alias("messagedateandtime"), F.lit(batch_id).alias("batchid"),
-            F.lit("DimTrade").alias("messagesource"), F.lit(text).alias("messagetext"),
-            F.lit("Alert").alias("messagetype"),
-            F.format_string(f"T_ID = %d, {name} = %s", F.col("t_id"),
+            F.lit(MESSAGE_SOURCE).alias("messagesource"), F.lit(alert.text).alias("messagetext"),
+            F.lit(MESSAGE_TYPE).alias("messagetype"),
+            F.format_string(f"T_ID = %d, {alert.label} = %s", F.col("t_id"),
                             F.col(column).cast("decimal(10,2)").cast("string"))
             .alias("messagedata")))
-    return parts[0].unionByName(parts[1])
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
 
 
 def _spark_type(type_: pa.DataType) -> str:

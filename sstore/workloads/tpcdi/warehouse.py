@@ -72,3 +72,16 @@ def row_counts(url: str, schema: str = "tpcdi") -> dict[str, int]:
     with connect(url) as con:
         rows = dict(con.execute(query).fetchall())
     return {t: int(rows[i]) for i, t in enumerate(names)}
+
+
+def dimensions_applied(url: str, schema: str, batch: int) -> bool:
+    """Whether the warehouse has the dimension changes of ``batch`` (or of a later batch,
+    which builds on them): DimCustomer or DimAccount rows of that batch-id or above. Every
+    run mode asks this before applying a batch's dimension changes, so a resumed run does
+    not apply them twice."""
+    s = ident(schema)
+    with connect(url) as con:
+        row = con.execute(f"SELECT EXISTS (SELECT 1 FROM {s}.dimcustomer WHERE batchid >= %s) "
+                          f"OR EXISTS (SELECT 1 FROM {s}.dimaccount WHERE batchid >= %s)",
+                          (batch, batch)).fetchone()
+    return bool(row and row[0])

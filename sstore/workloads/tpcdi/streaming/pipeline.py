@@ -47,6 +47,7 @@ from sstore.workloads.tpcdi.streaming.events import (
     incremental_events,
 )
 from sstore.workloads.tpcdi.streaming.procedures import LOOKUPS, declare
+from sstore.workloads.tpcdi.warehouse import dimensions_applied
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -198,12 +199,7 @@ class StreamingDimTrade:
     def dimensions_applied(self, batch: int) -> bool:
         """Whether the warehouse has the dimension changes of ``batch`` (or of a later batch,
         which builds on them): DimCustomer or DimAccount rows of that batch-id or above."""
-        s = ident(self.schema)
-        with connect(self.url) as con:
-            row = con.execute(f"SELECT EXISTS (SELECT 1 FROM {s}.dimcustomer WHERE batchid >= "
-                              f"%s) OR EXISTS (SELECT 1 FROM {s}.dimaccount WHERE batchid >= "
-                              f"%s)", (batch, batch)).fetchone()
-        return bool(row and row[0])
+        return dimensions_applied(self.url, self.schema, batch)
 
     def flush(self) -> None:
         """Wait until the warehouse has every batch the engine has committed (the sinks must

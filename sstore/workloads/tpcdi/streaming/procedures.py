@@ -20,7 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sstore.engine import Engine
+from sstore.sql import ident, literal
 from sstore.transaction import Transaction
+from sstore.workloads.tpcdi.dimtrade_rules import (
+    ALERTS,
+    CLOSING,
+    MESSAGE_SOURCE,
+    MESSAGE_TYPE,
+)
 from sstore.workloads.tpcdi.streaming.events import LINE_SCHEMA
 from sstore.workloads.tpcdi.streaming.parse import EVENT_COLUMNS, PARSE_SQL
 
@@ -51,6 +58,7 @@ LOOKUPS = {
                   "iscurrent",
 }
 
+_CLOSING = ", ".join(literal(c) for c in CLOSING)
 TIMED_SQL = """
 SELECT e.* REPLACE (coalesce(e.reason,
            CASE WHEN st.st_id IS NULL THEN 'unknown status ' || e.t_st_id
@@ -60,14 +68,15 @@ SELECT e.* REPLACE (coalesce(e.reason,
            AS sk_createdateid,
        CASE WHEN e.cdc_flag = 'I' THEN strftime(e.t_dts, '%H%M%S')::BIGINT END
            AS sk_createtimeid,
-       CASE WHEN e.t_st_id IN ('CMPT', 'CNCL') THEN strftime(e.t_dts, '%Y%m%d')::BIGINT END
+       CASE WHEN e.t_st_id IN ({closing}) THEN strftime(e.t_dts, '%Y%m%d')::BIGINT END
            AS sk_closedateid,
-       CASE WHEN e.t_st_id IN ('CMPT', 'CNCL') THEN strftime(e.t_dts, '%H%M%S')::BIGINT END
+       CASE WHEN e.t_st_id IN ({closing}) THEN strftime(e.t_dts, '%H%M%S')::BIGINT END
            AS sk_closetimeid
 FROM batch e LEFT JOIN statustype st ON st.st_id = e.t_st_id
              LEFT JOIN tradetype tt ON tt.tt_id = e.t_tt_id
 ORDER BY e.line_no
-"""
+""".replace("{closing}", _CLOSING)
+
 
 def lookup_sql(dimension: str, natural_key: str, event_column: str, keys: tuple[str, ...],
                what: str) -> str:
@@ -136,16 +145,23 @@ WHEN NOT MATCHED AND s.inserts THEN INSERT ({columns}) VALUES ({values})
 RETURNING *
 """.format(columns=", ".join(DIMTRADE), values=", ".join(f"s.{c}" for c in DIMTRADE))
 
-ALERTS_SQL = """
-SELECT t_dts AS messagedateandtime, tpcdi_batch AS batchid, 'DimTrade' AS messagesource,
-       'Invalid trade commission' AS messagetext, 'Alert' AS messagetype,
-       'T_ID = ' || t_id || ', T_COMM = ' || t_comm::VARCHAR AS messagedata
-FROM applied WHERE t_comm > t_trade_price * t_qty
-UNION ALL
-SELECT t_dts, tpcdi_batch, 'DimTrade', 'Invalid trade fee', 'Alert',
-       'T_ID = ' || t_id || ', T_CHRG = ' || t_chrg::VARCHAR
-FROM applied WHERE t_chrg > t_trade_price * t_qty
-"""
+def alerts_sql() -> str:
+    """Rule 4 over the ``applied`` rows, one SELECT per alert of ``dimtrade_rules.ALERTS``
+    (the table the Spark pipelines read too)."""
+    selects = []
+    for alert in ALERTS:
+        column = ident(alert.field)
+        selects.append(
+            f"SELECT t_dts AS messagedateandtime, tpcdi_batch AS batchid, "
+            f"{literal(MESSAGE_SOURCE)} AS messagesource, {literal(alert.text)} AS messagetext, "
+            f"{literal(MESSAGE_TYPE)} AS messagetype,\n"
+            f"       'T_ID = ' || t_id || {literal(', ' + alert.label + ' = ')} || "
+            f"{column}::VARCHAR AS messagedata\n"
+            f"FROM applied WHERE {column} > t_trade_price * t_qty")
+    return "\n".join(selects[:1] + [f"UNION ALL\n{s}" for s in selects[1:]]) + "\n"
+
+
+ALERTS_SQL = alerts_sql()
 
 
 def declare(engine: Engine) -> None:
@@ -224,9 +240,8 @@ def may_alert(applied: pa.Table) -> bool:
     ALERTS_SQL makes). Few batches have an alert, so most skip that statement."""
     value = pc.multiply(applied["t_trade_price"],
                         applied["t_qty"].cast(pa.decimal128(10, 0)))
-    suspect = pc.or_kleene(pc.greater(applied["t_comm"], value),
-                           pc.greater(applied["t_chrg"], value))
-    return bool(pc.any(suspect).as_py())
+    suspects = [pc.greater(applied[alert.field], value) for alert in ALERTS]
+    return any(bool(pc.any(s).as_py()) for s in suspects)
 
 
 _ARROW = {"TIMESTAMP": pa.timestamp("us"), "INTEGER": pa.int32(), "VARCHAR": pa.string()}
