@@ -42,6 +42,7 @@ from sstore.statefile import StateFileReader
 # A cached copy remembers what it was copied from in its table comment, written in the same
 # transaction as its rows (PostgreSQL), so a copy and its description cannot disagree.
 CACHE_NOTE = "sstore cache of "
+PROBE = "sstore__probe_"  # prefix of the columns a probe adds beside a table's own
 
 
 class CacheMoved(TerminalError):
@@ -239,12 +240,14 @@ class StreamingConnector:
         (``Probed.growths``)."""
         table = qualified(physical)
         col = ident(growing)
-        since = "".join(f", count(*) FILTER (WHERE {col} > {int(a)}) AS new{i}"
+        # the probe's own columns carry a prefix: the table's columns follow them in the same
+        # row (a table with a column ``n`` used to shadow the count, and the probe failed)
+        since = "".join(f", count(*) FILTER (WHERE {col} > {int(a)}) AS {PROBE}new{i}"
                         for i, a in enumerate(afters))
-        counts = (f"count(*) AS n, min({col}) AS lo, max({col}) AS hi{since}" if afters
-                  else "count(*) AS n")
+        counts = (f"count(*) AS {PROBE}n, min({col}) AS {PROBE}lo, max({col}) AS {PROBE}hi"
+                  f"{since}" if afters else f"count(*) AS {PROBE}n")
         question = (
-            "SELECT c.*, d.notes AS sstore__probe_notes, t.* "
+            f"SELECT c.*, d.notes AS {PROBE}notes, t.* "
             f"FROM (SELECT {counts} FROM {table}) AS c "
             "CROSS JOIN (SELECT list({'t': schema_name || '.' || table_name, 'c': comment}) "
             "AS notes FROM duckdb_tables() WHERE schema_name = ?) AS d "
@@ -258,9 +261,10 @@ class StreamingConnector:
         row = found.slice(0, 1).to_pylist()[0]
         skip = 2 + (2 + len(afters) if afters else 0)
         columns = found.column_names[skip:]  # the table's own, from the empty join's schema
-        notes = {n["t"]: n["c"] or "" for n in row["sstore__probe_notes"] or []}
-        n = int(row["n"])
-        growths = {int(a): Growth(row["lo"], row["hi"], n, int(row[f"new{i}"]))
+        notes = {n["t"]: n["c"] or "" for n in row[f"{PROBE}notes"] or []}
+        n = int(row[f"{PROBE}n"])
+        growths = {int(a): Growth(row[f"{PROBE}lo"], row[f"{PROBE}hi"], n,
+                                  int(row[f"{PROBE}new{i}"]))
                    for i, a in enumerate(afters)}
         return Probed(columns, n, None, notes, growths)
 
