@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,15 @@ BATCHES = 80
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start(mode: str, path: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+def start(mode: str, path: str, env_extra: dict[str, str] | None = None,
+          batches: int = BATCHES) -> subprocess.Popen:
+    """``tests.crash_worker MODE PATH BATCHES`` as a child process (other crash tests use it
+    with their own modes and batch counts)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("SSTORE_CRASH_AT", None)
     env.update(env_extra or {})
-    return subprocess.Popen([sys.executable, "-m", "tests.crash_worker", mode, path, str(BATCHES)],
+    return subprocess.Popen([sys.executable, "-m", "tests.crash_worker", mode, path,
+                             str(batches)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -56,13 +61,16 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {"result": ref, "seconds": seconds}
 
 
-def kill_until_done(mode: str, path: str, rng: random.Random, max_delay: float) -> int:
-    """Start, kill after a random delay, repeat until the worker finishes; return kills."""
+def kill_until_done(mode: str, path: str, rng: random.Random, max_delay: float, *,
+                    min_delay: float = 0.05,
+                    launch: Callable[[str, str], subprocess.Popen] | None = None) -> int:
+    """Start (``launch``, default ``start``), kill after a random delay, repeat until the
+    worker finishes; return kills."""
     kills = 0
     while True:
-        proc = start(mode, path)
+        proc = (launch or start)(mode, path)
         try:
-            proc.wait(timeout=rng.uniform(0.05, max_delay))
+            proc.wait(timeout=rng.uniform(min_delay, max_delay))
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

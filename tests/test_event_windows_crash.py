@@ -7,29 +7,22 @@ tests/test_crash.py, with fewer batches to keep the runtime modest."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import test_crash as crash
 from tests.test_crash import finish, result
 
 BATCHES = 24
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(mode: str, path: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("SSTORE_CRASH_AT", None)
-    env.update(env_extra or {})
-    return subprocess.Popen([sys.executable, "-m", "tests.crash_worker", f"events-{mode}", path,
-                             str(BATCHES)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return crash.start(f"events-{mode}", path, env_extra, BATCHES)
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +50,7 @@ def test_random_sigkills_keep_windows_and_late_rows(mode: str, wanted_kills: int
     kills = episodes = 0
     while kills < wanted_kills:
         path = str(tmp_path / f"{mode}-{episodes}.state")
-        while True:
-            proc = start(mode, path)
-            try:
-                proc.wait(timeout=rng.uniform(0.3, max_delay))
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                continue
-            finish(proc)
-            break
+        kills += crash.kill_until_done(mode, path, rng, max_delay, min_delay=0.3, launch=start)
         assert result(path) == reference["result"], f"{mode} run {episodes} differs"
         episodes += 1
 
