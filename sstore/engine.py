@@ -392,7 +392,12 @@ class Engine:
         if rt.input_log is not None or not self.group_commit:
             ingested = self._ingest(rt, stream, rows, batch_id)
         else:
-            ingested = self._ingest(rt, stream, rows, batch_id, run=True)
+            try:
+                ingested = self._ingest(rt, stream, rows, batch_id, run=True)
+            except Stopped:  # the batch is in (committed alone); one request, one Stopped,
+                self._interrupts.stop_requested.clear()  # as from run_until_idle
+                rt.subscribers.publish(rt.take_outbox())
+                raise
         self.run_until_idle()
         return Ingested(ingested, ingested.duplicate, ingested.rows, rt.te_seq - before)
 

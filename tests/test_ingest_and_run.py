@@ -185,3 +185,29 @@ def test_gc_skips_streams_passed_in_memory_and_still_removes_rows_stored_earlier
     assert statements <= 5
     assert log_rows(reopened) == expected([1, 2, 3, 4])
     reopened.close()
+
+
+def test_a_stop_during_the_group_keeps_the_batch_and_runs_it_later(tmp_path) -> None:
+    """Ctrl-C (here ``Engine.interrupt``) while the batch's procedures run: the group rolls
+    back, the batch is committed on its own (the client handed it over), ``Stopped`` is
+    raised, and the next run does the procedures exactly once."""
+    from sstore.interrupts import Stopped
+
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    engine.stream("inp", {"x": "INTEGER"})
+    engine.execute("CREATE TABLE seen (x INTEGER)")
+    stop_once = [True]
+
+    @engine.procedure(input="inp")
+    def keep(tx, batch):
+        tx.execute("INSERT INTO seen SELECT x FROM batch")
+        if stop_once.pop() if stop_once else False:
+            engine.interrupt()  # what a SIGINT handler does
+
+    with pytest.raises(Stopped):
+        engine.ingest_and_run("inp", [(1,), (2,)], batch_id=1)
+    assert engine.query("SELECT count(*) AS n FROM seen").column("n")[0].as_py() == 0
+    assert engine.ingest_and_run("inp", [(9,)], batch_id=1).duplicate  # it was kept
+    engine.run_until_idle()
+    assert engine.query("SELECT x FROM seen ORDER BY x").column("x").to_pylist() == [1, 2]
+    engine.close()
