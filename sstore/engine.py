@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from sstore import consumers, event_windows, gc, group, recovery, systables
+from sstore import consumers, event_windows, fusion, gc, group, recovery, systables
 from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
 from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow, connect, registered
 from sstore.errors import (
+    ChainedBatchError,
     DeclarationError,
     OutOfOrderBatchError,
     SStoreError,
@@ -95,6 +96,7 @@ class Engine:
 
     def __init__(self, path: str = ":memory:", *, input_log: str | None = None,
                  fsync: bool = True, gc_every: int = GC_EVERY, group_commit: bool = True,
+                 chain_sql: bool = True,
                  checkpoint_wal_bytes: int = WAL_LIMIT_BYTES, max_lag: Bound | None = None,
                  ingest_timeout: float = DEFAULT_TIMEOUT) -> None:
         if input_log is not None and path != ":memory:":
@@ -106,6 +108,9 @@ class Engine:
         #: run the TEs of one batch as one DuckDB transaction (``sstore.group``); False: one
         #: transaction per TE (same results, slower; for comparing and for debugging)
         self.group_commit = group_commit
+        #: run consecutive SQL procedures of a batch as one statement inside a group commit
+        #: (``sstore.fusion``); False: each runs its own statement (same rows out downstream)
+        self.chain_sql = chain_sql
         #: a file-backed engine checkpoints after a commit once the WAL is this big, and when
         #: idle; never inside a transaction (``sstore.checkpoints``)
         self.checkpoint_wal_bytes = checkpoint_wal_bytes
@@ -302,6 +307,25 @@ class Engine:
 
         return register
 
+    def sql_procedure(self, name: str, sql: str, *, input: str, output: str,
+                      on_error: str | ErrorPolicy = ErrorPolicy.HALT, retries: int = 2,
+                      timeout: float | None = None, doc: str = "") -> None:
+        """Declare a stored procedure that is one SELECT over its input batch ``batch``: its
+        rows become batch b of ``output``. The same as a function procedure returning
+        ``tx.sql(sql)``, but the engine may chain it with the SQL procedure that reads its
+        output, running both (and the rest of such a chain) as one statement in the batch's
+        group commit (``sstore.fusion``: an intermediate batch is then never materialized).
+        The SELECT must not depend on the order of its input rows."""
+        fusion.check_select(name, sql)
+        self._declaring()
+
+        def run(tx: Transaction, batch: pa.Table) -> pa.Table:
+            return tx.sql(sql)
+
+        self._graph.add_procedure(ProcedureDecl(
+            name, run, (input,), (output,), ErrorPolicy(on_error), retries,
+            doc=doc or sql.strip().split("\n")[0], timeout=timeout, sql=sql))
+
     # ------------------------------------------------------------------ starting
     def _runtime(self) -> Runtime:
         if self._closed:
@@ -336,6 +360,7 @@ class Engine:
         if self.path != ":memory:":
             rt.checkpoints = Checkpoints(con, self.path, self.checkpoint_wal_bytes)
         rt.interrupts = self._interrupts
+        rt.chaining.enabled = self.chain_sql
         systables.create_halts(con)
         for name, (batch_id, error) in systables.load_halts(con).items():
             if name in graph.procedures:  # halted until resumed, across restarts
@@ -827,9 +852,16 @@ class Engine:
         return self._rt
 
     def latest(self, stream: str) -> tuple[int, pa.Table] | None:
-        """The newest committed batch of a stream: (batch_id, rows), or None (pull mode)."""
+        """The newest committed batch of a stream: (batch_id, rows), or None (pull mode).
+        Raises ``ChainedBatchError`` if that batch was chained away (``sstore.fusion``)."""
         rt = self._runtime()
         with rt.lock:
+            chained = rt.chaining.unmaterialized.get(stream)
+            if chained is not None:
+                raise ChainedBatchError(
+                    f"batch {chained[0]} of stream {stream!r} was never materialized: the SQL "
+                    f"procedure writing it ran chained into {chained[1]!r}'s statement; read "
+                    f"the chain's last output, or start the engine with chain_sql=False")
             return rt.latest.get(stream)
 
     def hold(self, stream: str, consumer: str) -> bool:

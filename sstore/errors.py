@@ -83,6 +83,12 @@ class GapError(TerminalError):
         self.last = last
 
 
+class ChainedBatchError(TerminalError):
+    """The newest batch of a stream was never materialized: the SQL procedure that wrote it
+    ran chained into its reader's statement (``sstore.fusion``). Read the chain's last output,
+    or declare the engine with ``chain_sql=False``."""
+
+
 class BackpressureError(SStoreError):
     """An ingest was refused because a reader of the stream lags past its bound
     (``sstore.backpressure``). The batch was NOT ingested and nothing was written: send the

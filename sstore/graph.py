@@ -131,6 +131,9 @@ class ProcedureDecl:
     deterministic: bool = True
     doc: str = ""
     timeout: float | None = None
+    #: a SQL procedure's one SELECT (``Engine.sql_procedure``): what ``fn`` runs, and what lets
+    #: a group commit chain it with the next one (``sstore.fusion``); None for a function
+    sql: str | None = None
 
 
 @dataclass

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sstore import executor, systables
+from sstore import executor, fusion, systables
 from sstore.faults import crash_point
 from sstore.graph import ProcedureDecl
 from sstore.interrupts import Reason, Stopped, TimedOut
@@ -69,6 +69,14 @@ class _Group:
     held_back: dict[str, pa.Table] = field(default_factory=dict)  # outputs not stored yet
     commit_seconds: float = 0.0  # steps 3-5
     unstored: list[str] = field(default_factory=list)  # held back for good: collected
+    #: SQL procedures may be chained in this attempt (``sstore.fusion``), up to ``most`` TEs
+    chaining: bool = False
+    most: int = MAX_MEMBERS
+    #: the chain waiting for its next procedure: (stream, composed SELECT, its reader)
+    chained: tuple[str, str, str] | None = None
+    chain_rows: int = 0  # rows of the chain's first input
+    #: (stream, reader) of every batch chained away in this group: never materialized
+    chained_away: list[tuple[str, str]] = field(default_factory=list)
 
     def names(self) -> set[str]:
         return {m.decl.name for m in self.members}
@@ -185,11 +193,14 @@ def _append_lead(rt: Runtime, group: _Group, lead: Lead, most: int) -> str | Non
 
 
 def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
-               fixed: list[str] | None, lead: Lead | None = None) -> None:
+               fixed: list[str] | None, lead: Lead | None = None, chain: bool = True) -> None:
     """Steps 1-6 of the module docstring; raises ``_GroupFailed`` after rolling back (the
-    lead's own error, unwrapped, if the lead ingest is what failed)."""
+    lead's own error, unwrapped, if the lead ingest is what failed). ``chain``: SQL
+    procedures may be chained (``sstore.fusion``); an attempt that chained and failed runs
+    again without, so that failures are met and blamed exactly as without chaining."""
     con = rt.con
-    group = _Group(batch_id)
+    group = _Group(batch_id, chaining=chain and fixed is None and rt.chaining.enabled,
+                   most=most)
     rt.ledger.begin_journal()
     con.begin()  # step 1
     try:
@@ -202,6 +213,9 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
             for node, batch, number in member.pending.records:  # d.
                 rt.ledger.record(node, batch, number)
             current = _next_member(rt, group, most, fixed)
+            if group.chained is not None and current != group.chained[2]:
+                raise _Unchain(f"the group of batch {batch_id} would end before "
+                               f"{group.chained[2]!r} reads its chained input")
         closing = time.perf_counter()
         _store_held_back(rt, group)  # step 3
         records = [r for m in group.members for r in m.pending.records]
@@ -220,18 +234,25 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
             rt.store.forget(lead.pending)
             if isinstance(exc, _LeadFailed):
                 raise exc.error from None  # the batch itself was refused: nothing ran
-        chain = [m.decl.name for m in group.members]
+        members = [m.decl.name for m in group.members]
         if isinstance(exc, _MemberRun):
-            chain.append(exc.name)
+            members.append(exc.name)
             exc = exc.error
         if reason is Reason.STOP or isinstance(exc, Stopped) or rt.interrupts.stopping():
             raise Stopped(f"stopped: the group of batch {batch_id} rolled back") from exc
         if not isinstance(exc, Exception):
             raise exc  # noqa: TRY201 (exc is the member's own error, unwrapped above)
-        raise _GroupFailed(chain, exc) from exc
+        if group.chained_away or group.chained is not None:
+            again = None if lead is None else Lead(lead.stream, lead.table)
+            return _run_group(rt, name, batch_id, most, fixed, again, chain=False)
+        raise _GroupFailed(members, exc) from exc
     rt.ledger.end_journal()
     crash_point("te.after_commit")
     _apply(rt, group, lead)  # step 6
+
+
+class _Unchain(Exception):
+    """A chained batch's reader is not the group's next member: run the group unchained."""
 
 
 class _MemberRun(Exception):
@@ -245,22 +266,47 @@ class _MemberRun(Exception):
 
 def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
     con, guard, batch_id = rt.con, rt.interrupts, group.batch_id
-    inputs = {node: group.produced[node] if node in group.produced
-              else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
-    rows_in = sum(t.num_rows for t in inputs.values())
+    chained_in: str | None = None  # the SELECT this member reads as ``batch`` (a chain's)
+    if group.chained is not None and group.chained[2] == decl.name:
+        chained_in, group.chained = group.chained[1], None
+        inputs: dict[str, pa.Table] = {}  # ``batch`` is still the chain's first input
+        rows_in = group.chain_rows
+    else:
+        inputs = {node: group.produced[node] if node in group.produced
+                  else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
+        rows_in = sum(t.num_rows for t in inputs.values())
     member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in),
                      PendingCommit(), rows_in)
     began = time.perf_counter()
+    reader = _chain_reader(rt, group, decl)
+    if reader is not None:  # chained: runs nothing now (sstore.fusion)
+        assert decl.sql is not None
+        if chained_in is None:
+            executor.register_inputs(con, inputs)
+            group.chain_rows = rows_in
+        stream = decl.outputs[0]
+        group.chained = (stream, decl.sql if chained_in is None
+                         else fusion.over(chained_in, decl.sql), reader)
+        group.chained_away.append((stream, reader))
+        member.pending.records += [(stream, batch_id, 0), (decl.name, batch_id, 0)]
+        member.seconds = time.perf_counter() - began
+        return member
     try:
         executor.register_inputs(con, inputs)
         guard.arm(con, decl.timeout)
         guard.check()
         with guard.procedure_code():  # b.
-            result = decl.fn(member.tx, inputs[decl.inputs[0]] if len(inputs) == 1
-                             else dict(inputs))
+            if chained_in is not None:
+                assert decl.sql is not None
+                result: object = member.tx.sql(fusion.over(chained_in, decl.sql))
+            else:
+                result = decl.fn(member.tx, inputs[decl.inputs[0]] if len(inputs) == 1
+                                 else dict(inputs))
         if member.tx.failure is not None:  # it caught a failed statement: DuckDB aborted
             raise member.tx.failure
         outputs = executor.check_outputs(rt, decl, batch_id, result)
+        if decl.sql is not None and chained_in is None:
+            rt.chaining.learn(decl.name, result, outputs[decl.outputs[0]])
         for stream, table in outputs.items():  # c.
             hold = _can_hold_back(rt, stream)
             rt.store.append(stream, batch_id, table, member.pending, store_rows=not hold)
@@ -284,6 +330,31 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
         raise _MemberRun(decl.name, error) from exc
     member.seconds = time.perf_counter() - began
     return member
+
+
+def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None:
+    """The procedure ``decl``'s output can be chained into (``sstore.fusion``), or None: both
+    are SQL procedures without a timeout, ``decl`` has returned its stream's schema exactly
+    before, and the stream has that one reader and could be held back. The reader must also
+    be the TE the scheduler picks next (it follows ``decl`` in the topological order, is not
+    halted, and the group has room for it): otherwise the group would roll back and run
+    again unchained (``_Unchain``), every batch."""
+    if not group.chaining or decl.sql is None or decl.timeout is not None \
+            or decl.name not in rt.chaining.exact or len(decl.outputs) != 1 \
+            or len(group.members) + 2 > group.most:
+        return None
+    stream = decl.outputs[0]
+    readers = rt.graph.consumers_of(stream)
+    if len(readers) != 1:
+        return None
+    reader = rt.graph.procedures[readers[0]]
+    order = rt.scheduler.order
+    if reader.sql is None or reader.timeout is not None or len(reader.inputs) != 1 \
+            or reader.name in rt.scheduler.halted \
+            or order.index(reader.name) != order.index(decl.name) + 1 \
+            or not _can_hold_back(rt, stream):
+        return None
+    return reader.name
 
 
 def _can_hold_back(rt: Runtime, stream: str) -> bool:
@@ -325,6 +396,7 @@ def _store_held_back(rt: Runtime, group: _Group) -> None:
             rt.store.insert(stream, group.batch_id, table)
         else:
             group.unstored.append(stream)
+    group.unstored += [stream for stream, _ in group.chained_away]
     if group.unstored:
         systables.record_collected(rt.con, group.unstored, group.batch_id, rt.ledger.collected)
 
@@ -332,6 +404,9 @@ def _store_held_back(rt: Runtime, group: _Group) -> None:
 def _apply(rt: Runtime, group: _Group, lead: Lead | None = None) -> None:
     for stream in group.unstored:
         rt.ledger.collected[stream] = max(rt.ledger.collected.get(stream, 0), group.batch_id)
+    for stream, reader in group.chained_away:
+        rt.latest.pop(stream, None)
+        rt.chaining.unmaterialized[stream] = (group.batch_id, reader)
     ran = group.names()
     consumed = frozenset(s for s in group.produced if set(rt.graph.consumers_of(s)) <= ran)
     now = time.perf_counter()

@@ -19,6 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore.checkpoints import Checkpoints
+from sstore.fusion import Chaining
 from sstore.graph import Graph
 from sstore.inputlog import InputLog
 from sstore.interrupts import Interrupts
@@ -73,6 +74,7 @@ class Runtime:
     observers: list[Callable[[CommitEvent], None]] = field(default_factory=list)
     interrupts: Interrupts = field(default_factory=Interrupts)  # stops and timeouts of TEs
     checkpoints: Checkpoints | None = None  # a file-backed engine's (sstore.checkpoints)
+    chaining: Chaining = field(default_factory=Chaining)  # SQL procedures (sstore.fusion)
     #: a cursor for ``Engine.query`` (read-only snapshots, concurrent with the engine's
     #: transactions), used by one query at a time
     reader: duckdb.DuckDBPyConnection | None = None
@@ -134,6 +136,8 @@ class Runtime:
                 while len(self.cache) > CACHE_BATCHES:
                     self.cache.popitem(last=False)
             self.latest[stream] = (batch_id, table)
+            if self.chaining.unmaterialized:
+                self.chaining.unmaterialized.pop(stream, None)
             if not self.replaying and self.subscribers.wants(stream):
                 self.outbox.append((stream, batch_id, table))
         self.wakeup.notify_all()

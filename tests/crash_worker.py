@@ -46,6 +46,19 @@ def declare(engine: Engine) -> None:
     def sum_window(tx, batch):
         tx.execute("INSERT INTO window_sums SELECT ?, count(*), sum(n) FROM batch", tx.batch_id)
 
+    # a chain of SQL procedures: from batch 2 on, one statement per batch (sstore.fusion)
+    engine.stream("b_scaled", {"x": "BIGINT", "y": "BIGINT"})
+    engine.stream("b_offset", {"x": "BIGINT", "y": "BIGINT"})
+    engine.execute("CREATE TABLE IF NOT EXISTS chain_sums (batch_id BIGINT, n BIGINT, s BIGINT)")
+    engine.sql_procedure("scale_b", "SELECT x, x * 7 AS y FROM batch", input="b",
+                         output="b_scaled")
+    engine.sql_procedure("offset_b", "SELECT x, y + 1 AS y FROM batch", input="b_scaled",
+                         output="b_offset")
+
+    @engine.procedure(input="b_offset")
+    def sum_chain(tx, batch):
+        tx.execute("INSERT INTO chain_sums SELECT ?, count(*), sum(y) FROM batch", tx.batch_id)
+
 
 def dump(engine: Engine) -> dict[str, list[list[object]]]:
     queries = {
@@ -53,6 +66,7 @@ def dump(engine: Engine) -> dict[str, list[list[object]]]:
         "merged_total": "SELECT src, s FROM merged_total ORDER BY ALL",
         "window_sums": "SELECT batch_id, n, s FROM window_sums ORDER BY ALL",
         "window_now": "SELECT batch_id, n FROM recent_merged ORDER BY ALL",
+        "chain_sums": "SELECT batch_id, n, s FROM chain_sums ORDER BY ALL",
     }
     return {name: [list(r.values()) for r in engine.query(sql).to_pylist()]
             for name, sql in queries.items()}

@@ -177,25 +177,19 @@ def declare(engine: Engine) -> None:
     cols = ", ".join(f"{name} {sql_type}" for name, sql_type in DIMTRADE.items())
     engine.execute(f"CREATE TABLE IF NOT EXISTS dimtrade ({cols}, PRIMARY KEY (tradeid))")
 
-    @engine.procedure(input="trade_lines", output="trade_events")
-    def parse_trades(tx: Transaction, batch: pa.Table) -> pa.Table:
-        """SP1: split and type each line; malformed lines get a reason."""
-        return tx.sql(PARSE_SQL)
-
-    @engine.procedure(input="trade_events", output="trades_timed")
-    def resolve_status_and_times(tx: Transaction, batch: pa.Table) -> pa.Table:
-        """SP2: status and type names; create and close date/time keys."""
-        return tx.sql(TIMED_SQL)
-
-    @engine.procedure(input="trades_timed", output="trades_secured")
-    def resolve_security(tx: Transaction, batch: pa.Table) -> pa.Table:
-        """SP3: security and company keys of new trades, by symbol."""
-        return tx.sql(SECURED_SQL)
-
-    @engine.procedure(input="trades_secured", output="trades_keyed")
-    def resolve_account(tx: Transaction, batch: pa.Table) -> pa.Table:
-        """SP4: account, customer and broker keys of new trades, by account."""
-        return tx.sql(KEYED_SQL)
+    # SP1-SP4 are one SELECT each: the engine chains them into one statement per batch
+    # (sstore.fusion), as the hand-written reference writes them by hand
+    engine.sql_procedure("parse_trades", PARSE_SQL, input="trade_lines", output="trade_events",
+                         doc="SP1: split and type each line; malformed lines get a reason.")
+    engine.sql_procedure("resolve_status_and_times", TIMED_SQL, input="trade_events",
+                         output="trades_timed",
+                         doc="SP2: status and type names; create and close date/time keys.")
+    engine.sql_procedure("resolve_security", SECURED_SQL, input="trades_timed",
+                         output="trades_secured",
+                         doc="SP3: security and company keys of new trades, by symbol.")
+    engine.sql_procedure("resolve_account", KEYED_SQL, input="trades_secured",
+                         output="trades_keyed",
+                         doc="SP4: account, customer and broker keys of new trades, by account.")
 
     @engine.procedure(input="trades_keyed",
                       output=("dimtrade_changes", "dimessages_out", "trade_rejects"))
