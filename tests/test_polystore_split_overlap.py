@@ -11,6 +11,8 @@ cannot be found are refused until the user declares them disjoint.
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 
@@ -59,6 +61,11 @@ def _expected(ids: list[int]) -> dict:
 
 def _by_plan(ps: Polystore) -> dict[str, dict]:
     return {p.name: ps.run_plan(p).to_pylist()[0] for p in ps.plans(SQL, rewrite=False)}
+
+
+def _json_answer(output: str) -> dict:
+    row = json.loads(output)[0]
+    return {"n": int(row["n"]), "s": int(row["s"])}
 
 
 def _stream_rows(engine: Engine) -> int:
@@ -241,3 +248,44 @@ def test_a_sink_reset_after_planning_is_a_loud_error(window, pg_url: str) -> Non
         ps.run_plan(plan)
     with pytest.raises(DeclarationError, match="disjoint=True"):
         ps.plans(SQL)   # planned again: nothing links them any more
+
+
+def test_sstore_query_over_a_state_file_finds_the_sink_and_refuses_an_unlinked_table(
+        tmp_path, pg_url: str) -> None:
+    """Another process (``sstore query``) opens the state file read-only: the engine's
+    identity comes from the file, the sink's watermark from PostgreSQL. A table no sink
+    links is refused until ``split --disjoint``."""
+    from click.testing import CliRunner
+
+    from sstore.cli import main
+    state = str(tmp_path / "cli.duckdb")
+    with Engine(state) as engine:
+        engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+        sink = StreamToPostgres(engine, "orders_in", pg_url, "public.orders_old",
+                                batch_column="_batch_id")
+        engine.ingest("orders_in", [(1, 1), (2, 2)], batch_id=1)
+        sink.run_once()                      # delivered, not collected
+        engine.ingest("orders_in", [(3, 3)], batch_id=2)
+    with psycopg.connect(pg_url) as con:
+        con.execute("CREATE TABLE other (o_id int, o_c_id int)")
+        con.execute("INSERT INTO other VALUES (10, 1)")
+    runner = CliRunner()
+    env = {"SSTORE_CATALOG": str(tmp_path / "cat.json")}
+    for args in (["polystore", "add-postgres", "pg", pg_url],
+                 ["polystore", "add-engine", "stream", state],
+                 ["polystore", "split", "orders", "stream=orders_in", "pg=public.orders_old"],
+                 ["polystore", "split", "mixed", "stream=orders_in", "pg=public.other"]):
+        result = runner.invoke(main, args, env=env)
+        assert result.exit_code == 0, result.output
+    sql = "SELECT count(*) AS n, sum(o_id) AS s FROM {}"
+    result = runner.invoke(main, ["query", sql.format("orders"), "--format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert _json_answer(result.output) == _expected([1, 2, 3])
+    result = runner.invoke(main, ["query", sql.format("mixed"), "--format", "json"], env=env)
+    assert result.exit_code != 0 and "disjoint" in result.output
+    result = runner.invoke(main, ["polystore", "split", "--disjoint", "mixed",
+                                  "stream=orders_in", "pg=public.other"], env=env)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["query", sql.format("mixed"), "--format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert _json_answer(result.output) == _expected([1, 2, 3, 10])
