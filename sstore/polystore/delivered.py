@@ -155,8 +155,9 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
         if len(rows) != 1:
             raise DeliveryLostError(
                 f"the watermark of the sink of {guard.stream} into {guard.engine}.{guard.target} "
-                f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: the plan "
-                f"cannot tell which batches are in both; run the query again")
+                f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: this plan "
+                f"cannot tell which batches are in both; query again (planning looks for the "
+                f"link anew)")
         marks[guard.placeholder] = tuple(rows[0])
     return marks
 
