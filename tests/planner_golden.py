@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sstore.polystore.catalog import CatalogObject, EngineEntry, EngineKind, Fragment
+from sstore.polystore.plan import Delivered
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import REWRITES, RULES
 from sstore.polystore.sqltext import parse
@@ -32,6 +33,7 @@ class Golden:
         objects: list[CatalogObject] = []
         stats: dict[Fragment, FragmentStats] = {}
         cached: dict[str, int] = {}
+        delivered: dict[Fragment, Delivered] = {}
         for line in self.header:
             word, *args = line.split()
             if word == "engine":
@@ -45,10 +47,14 @@ class Golden:
                     int(fields["rows"]), fields["columns"].split(","), fields.get("growing"))
             elif word == "cached":
                 cached[args[0]] = int(args[1])
+            elif word == "delivered":  # delivered STREAM_FRAGMENT INTO_FRAGMENT: a sink
+                stream, into = Fragment(*args[0].split(":", 1)), Fragment(*args[1].split(":", 1))
+                delivered[stream] = Delivered(f"sstore_delivered_{len(delivered)}", into.engine,
+                                              into.physical, stream.physical, None)
         tree = parse(self.query)
         names = [n for n in _names(tree)]
         used = [o for o in objects if o.name in names]
-        return PlanningInput(tree, tuple(used), engines, stats, cached)
+        return PlanningInput(tree, tuple(used), engines, stats, cached, delivered=delivered)
 
     def actual(self) -> str:
         """A proposing rule: the plans it proposes. A rewrite: the plans every proposing
@@ -62,7 +68,7 @@ class Golden:
         return "\n\n".join(p.describe(costs=False) for p in plans) or "(no plan)"
 
 
-def _names(tree):  # noqa: ANN001, ANN202
+def _names(tree):
     from sstore.polystore.sqltext import table_names
     return table_names(tree)
 

@@ -127,7 +127,7 @@ def test_migration_is_cached_and_topped_up(tmp_path, pg_url: str) -> None:
     ps = Polystore(str(tmp_path / "catalog.json"))
     ps.attach_engine("stream", engine)
     ps.add_postgres("pg", pg_url)
-    ps.split("orders", {"stream": "orders_in", "pg": "orders_old"})
+    ps.split("orders", {"stream": "orders_in", "pg": "orders_old"}, disjoint=True)  # no sink
     sql = "SELECT sum(o_id) AS s, count(*) AS n FROM orders"
     migrate = "migrate into pg"
     assert ps.query(sql, plan=migrate).to_pylist() == [{"s": 207, "n": 5}]

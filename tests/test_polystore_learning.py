@@ -68,7 +68,7 @@ def test_explain_shows_the_estimate_and_after_a_run_the_measured_time(tmp_path,
         con.execute("CREATE TABLE old (o_id int)")
         con.execute("INSERT INTO old VALUES (3)")
     ps.add_postgres("pg", pg_url)
-    ps.split("orders", {"stream": "orders_in", "pg": "old"})
+    ps.split("orders", {"stream": "orders_in", "pg": "old"}, disjoint=True)  # no sink
     sql = "SELECT count(*) AS n FROM orders"
     before = ps.explain(sql)
     assert "estimated" in before and "measured" not in before

@@ -104,9 +104,13 @@ def add_spark(name: str, master: str, catalog: str) -> None:
 @polystore.command(context_settings=CONTEXT)
 @click.argument("name")
 @click.argument("parts", nargs=-1, required=True, metavar="ENGINE=TABLE...")
+@click.option("--disjoint", is_flag=True,
+              help="No rows ever move between the parts (no sink delivers an engine stream "
+                   "into a PostgreSQL part): needed for a stream and a table no sink links.")
 @CATALOG
-def split(name: str, parts: tuple[str, ...], catalog: str) -> None:
-    """Declare NAME as the UNION ALL of disjoint tables in several engines."""
+def split(name: str, parts: tuple[str, ...], disjoint: bool, catalog: str) -> None:
+    """Declare NAME as the UNION ALL of tables in several engines, each row counted once (an
+    engine stream a sink delivers into a PostgreSQL part is read past the sink's watermark)."""
     from sstore.polystore import Polystore
 
     fragments = {}
@@ -118,7 +122,7 @@ def split(name: str, parts: tuple[str, ...], catalog: str) -> None:
 
     def work() -> None:
         with Polystore(catalog) as ps:
-            ps.split(name, fragments)
+            ps.split(name, fragments, disjoint=disjoint)
         click.echo(f"{name}: split over {', '.join(fragments)}")
     _run(work)
 

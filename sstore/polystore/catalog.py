@@ -4,8 +4,14 @@ physical name.
 An object is what users name in queries (``orders``). It has one or more *fragments*, each a
 physical table or stream in one engine. An object with fragments in several engines is *split*
 (BigDAWG's ORDERS: recent rows still in the streaming engine, the rest in PostgreSQL); its rows
-are the UNION ALL of its fragments, which must be disjoint (the catalog cannot check that; the
-component that moves rows between the fragments keeps it so).
+are the UNION ALL of its fragments, counted once each. The catalog cannot check that the
+fragments are disjoint, and for the usual split object they are not: a sink delivers the
+stream's batches into the PostgreSQL table, and until garbage collection drops them from the
+stream a batch is in both. The polystore keeps the answer exact (``sstore.polystore.delivered``):
+an engine stream delivered by a sink into another fragment contributes only the batches above
+the sink's watermark, found in ``sstore.watermarks``. A stream and a PostgreSQL table that no
+watermark links are refused unless the object is declared ``disjoint`` (the user's word that
+no rows are moved between them).
 
 The catalog persists as a JSON file, written atomically on every change, so ``sstore query`` in
 another process sees what a program registered. Engines are recorded by kind and location only:
@@ -51,6 +57,9 @@ class CatalogObject:
     name: str
     fragments: list[Fragment]
     columns: dict[str, str] = field(default_factory=dict)  # name -> type, as first seen
+    #: the user's word that no rows move between the fragments (no sink links them): a
+    #: stream and a table nothing links are refused without it (``delivered``)
+    disjoint: bool = False
 
     @property
     def split(self) -> bool:
@@ -95,11 +104,13 @@ class Catalog:
 
     # ------------------------------------------------------------------ objects
     def register(self, name: str, engine: str, physical: str | None = None,
-                 columns: Mapping[str, str] | None = None, *, replace: bool = False) -> None:
+                 columns: Mapping[str, str] | None = None, *, replace: bool = False,
+                 disjoint: bool | None = None) -> None:
         """Say that ``engine`` holds (a fragment of) object ``name`` as ``physical``.
 
         Registering a second engine's fragment makes the object split; ``replace=True`` makes
-        this the object's only fragment (after a migration moved all of it)."""
+        this the object's only fragment (after a migration moved all of it). ``disjoint``:
+        record (or withdraw) the user's word that no rows move between the fragments."""
         self.engine(engine)
         key = name.lower()
         fragment = Fragment(engine, physical or name)
@@ -111,6 +122,8 @@ class Catalog:
             obj.fragments.append(fragment)
         if columns and not obj.columns:
             obj.columns = dict(columns)
+        if disjoint is not None:
+            obj.disjoint = disjoint
         self.save()
 
     def register_many(self, engine: str, tables: Iterable[tuple[str, str, dict[str, str]]]
@@ -170,7 +183,8 @@ class Catalog:
         return {
             "engines": [{**asdict(e), "kind": e.kind.value} for e in self.engines.values()],
             "objects": [{"name": o.name, "columns": o.columns,
-                         "fragments": [asdict(f) for f in o.fragments]}
+                         "fragments": [asdict(f) for f in o.fragments],
+                         **({"disjoint": True} if o.disjoint else {})}
                         for o in self.objects.values()],
         }
 
@@ -196,7 +210,7 @@ class Catalog:
             for o in data.get("objects", []):
                 self.objects[o["name"]] = CatalogObject(
                     o["name"], [Fragment(f["engine"], f["physical"]) for f in o["fragments"]],
-                    dict(o.get("columns", {})))
+                    dict(o.get("columns", {})), bool(o.get("disjoint", False)))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DeclarationError(f"catalog {path} is unreadable: {exc}") from exc
 

@@ -268,6 +268,18 @@ class StreamingConnector:
                    for i, a in enumerate(afters)}
         return Probed(columns, n, None, notes, growths)
 
+    def identity(self) -> str | None:
+        """The engine's UUID, as its sinks record it (``source`` in ``sstore.watermarks``);
+        None for a state file that has none."""
+        if self.engine is not None:
+            return self.engine.engine_id
+        try:
+            found = self._reader.query("SELECT engine_id FROM sstore_sys.identity LIMIT 1")
+        except duckdb.Error:
+            return None
+        rows = found.to_pylist()
+        return str(rows[0]["engine_id"]) if rows else None
+
     def exists(self, table: str) -> bool:
         return bool(self._reader.query(
             "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
@@ -509,6 +521,37 @@ class PostgresConnector:
         if growth is not None:
             return Probed(columns, max(1, growth.total), growth, notes_by_table)
         return Probed(columns, self.row_count(physical), None, notes_by_table)
+
+    def sink_watermarks(self, stream: str, physical: str, source: str | None,
+                        known: bool = False) -> list[tuple[Any, ...]]:
+        """The watermark rows of the sinks that deliver engine stream ``stream`` (of engine
+        ``source``; None: of any engine) into table ``physical``, as (source, batch_id,
+        rows_total, updated_at, whether the row was written for the table now under that
+        name); none when ``sstore.watermarks`` does not exist (asked first unless ``known``,
+        a plan's run reading watermarks its planning found, or this planning's ``probe`` saw
+        it exist).
+
+        Raises ``UndefinedTable`` when ``known`` and the table is gone."""
+        import psycopg
+
+        from migrators.postgres import split_name
+        if not (known or self._watermarks_seen) and not self._execute(
+                "SELECT to_regclass('sstore.watermarks') IS NOT NULL")[0][0]:
+            return []
+        schema, name = split_name(physical)
+        full = f"{schema}.{name}"
+        try:
+            return self._execute(
+                "SELECT source, batch_id, rows_total, updated_at, "
+                "coalesce(target_oid = to_regclass(%s)::oid, false) FROM sstore.watermarks "
+                "WHERE stream = %s AND target IN (%s, %s) AND (%s::text IS NULL OR source = %s) "
+                "ORDER BY source", (qualified(full), stream, full,
+                                    name if schema == "public" else full, source, source))
+        except psycopg.errors.UndefinedTable:
+            if known:
+                raise
+            self._watermarks_seen = False  # dropped since the probe saw it
+            return []
 
     def columns(self, physical: str) -> list[str]:
         from migrators.postgres import split_name

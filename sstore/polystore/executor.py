@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore.duck import arrow, connect
-from sstore.polystore import cache
+from sstore.polystore import cache, delivered
 from sstore.polystore.connectors import Connector, PostgresConnector, SparkConnector
 from sstore.polystore.plan import ISLAND, Fetch, Move, Plan
 from sstore.readonly import check_query
@@ -25,7 +25,17 @@ from sstore.readonly import check_query
 
 def execute(plan: Plan, connectors: Mapping[str, Connector],
             refreshes: list[tuple[str, cache.Refresh]] | None = None) -> pa.Table:
-    """Run ``plan``; ``refreshes`` (if given) receives (table, what its move did) per move."""
+    """Run ``plan``; ``refreshes`` (if given) receives (table, what its move did) per move.
+    A plan with guards (a stream a sink delivers into another fragment) runs with the sinks'
+    watermarks bound, again if a delivery committed while it ran (``delivered``)."""
+    if plan.guards:
+        return delivered.run_guarded(plan, connectors,
+                                     lambda bound: _execute(bound, connectors, refreshes))
+    return _execute(plan, connectors, refreshes)
+
+
+def _execute(plan: Plan, connectors: Mapping[str, Connector],
+             refreshes: list[tuple[str, cache.Refresh]] | None) -> pa.Table:
     fetches = [s for s in plan.steps if isinstance(s, Fetch)]
     moves = [s for s in plan.steps if isinstance(s, Move)]
     fetched: dict[str, pa.Table] = {}

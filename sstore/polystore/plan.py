@@ -10,6 +10,10 @@ A plan is a few *steps* that move rows, then one *final* query in one place:
 - ``Run``: the final query, in an engine's dialect, or in the island (DuckDB over the fetched
   Arrow tables). Its rows are the answer.
 
+A plan over a split object whose engine stream a sink delivers into its PostgreSQL table also
+carries *guards* (``Delivered``): the stream's reads keep only the batches above the sink's
+watermark, a value the executor reads when the plan runs (``sstore.polystore.delivered``).
+
 Plans are plain values: rules build them without touching any engine, and two runs of the
 planner over the same inputs give equal plans (the golden fixtures rely on that).
 """
@@ -57,6 +61,20 @@ class Run:
 Step = Fetch | Move
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """A sink delivers engine stream ``stream`` (of the engine whose identity is ``source``;
+    None: not known, matched by stream alone) into PostgreSQL table ``target`` of engine
+    ``engine``. The plan's SQL names ``placeholder`` where the sink's watermark goes: each
+    read of the stream (or of its cached copy) keeps ``_batch_id > watermark`` only."""
+
+    placeholder: str
+    engine: str
+    target: str
+    stream: str
+    source: str | None
+
+
 @dataclass
 class Plan:
     """One way to answer a query. ``rule`` names the planner rule that proposed it."""
@@ -70,6 +88,7 @@ class Plan:
     cost_terms: dict[str, float] = field(default_factory=dict)  # constant -> count (cost.py)
     measured: float | None = None  # seconds its last run took (set by Polystore.query)
     pruned: tuple[tuple[str, str], ...] = ()  # (engine, physical) left out as empty
+    guards: tuple[Delivered, ...] = ()  # watermarks the SQL needs when it runs (delivered)
     feasible: bool = True
     why_not: str = ""
 
@@ -104,6 +123,9 @@ class Plan:
         lines.append(f"  run in {self.final.engine}  (~{self.final.input_rows:,} rows in, "
                      f"~{self.final.output_rows:,} out)")
         lines.append(f"      {self.final.sql}")
+        for guard in self.guards:
+            lines.append(f"  {guard.stream} is delivered into {guard.engine}.{guard.target}: "
+                         f"its batches up to the sink's watermark are read there only")
         if costs and self.cost_detail:
             parts = ", ".join(f"{k} {v * 1000:.1f}" for k, v in self.cost_detail.items())
             lines.append(f"  cost ms: {parts}")

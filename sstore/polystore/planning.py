@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from sstore.polystore.catalog import CatalogObject, EngineEntry, EngineKind, Fragment
+from sstore.polystore.plan import Delivered
 from sstore.polystore.scratch import CACHE_SCHEMA, SPARK_CACHE_PREFIX
 from sstore.polystore.sqltext import DIALECTS
 
@@ -51,6 +52,10 @@ class PlanningInput:
     cached: Mapping[str, int] = field(default_factory=dict)  # cache key -> rows still valid
     read_only: frozenset[str] = frozenset()  # engines no plan may write to
     memory_budget_bytes: int = 4 << 30   # what the island may hold in this process
+    #: an engine stream a sink delivers into another fragment of its object -> where: its
+    #: reads compare ``_batch_id`` with the guard's placeholder (the sink's watermark, bound
+    #: when the plan runs: ``sstore.polystore.delivered``)
+    delivered: Mapping[Fragment, Delivered] = field(default_factory=dict)
 
     def dialect(self, engine: str) -> str:
         return DIALECTS[self.engines[engine].kind]

@@ -31,7 +31,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sstore.engine import Engine
-from sstore.polystore import cache, executor
+from sstore.polystore import cache, delivered, executor
 from sstore.polystore.catalog import (
     Catalog,
     CatalogObject,
@@ -162,12 +162,18 @@ class Polystore:
             found = connector.discover()
         return self.catalog.register_many(engine, found)
 
-    def split(self, name: str, fragments: Mapping[str, str]) -> CatalogObject:
-        """Declare an object split across engines: ``{engine: physical name}``. The fragments
-        must hold disjoint rows; the object is their UNION ALL."""
+    def split(self, name: str, fragments: Mapping[str, str], *, disjoint: bool = False
+              ) -> CatalogObject:
+        """Declare an object split across engines: ``{engine: physical name}``; the object is
+        their UNION ALL, each row counted once. An engine stream that a sink delivers into a
+        PostgreSQL fragment is read past the sink's watermark (found in ``sstore.watermarks``:
+        ``delivered``); a stream and a PostgreSQL table that no watermark links are refused
+        at query time unless ``disjoint=True``: the caller's word that no rows ever move
+        between the fragments."""
         for i, (engine, physical) in enumerate(fragments.items()):
             columns = dict.fromkeys(self.connector(engine).columns(physical), "")
-            self.catalog.register(name, engine, physical, columns, replace=(i == 0))
+            self.catalog.register(name, engine, physical, columns, replace=(i == 0),
+                                  disjoint=disjoint if i == 0 else None)
         return self.catalog.lookup(name)
 
     # ------------------------------------------------------------------ connectors
@@ -304,6 +310,9 @@ class Polystore:
                               if isinstance(c, StreamingConnector) and c.read_only)
         inp = PlanningInput(tree, tuple(objects), engines, stats, read_only=read_only,
                             memory_budget_bytes=self.memory_budget_bytes)
+        links = delivered.links(inp, self.connector)  # streams a sink delivers: read past it
+        if links:
+            inp = replace(inp, delivered=links)
         if rewrite:
             for step in REWRITES:
                 inp = step(inp)
@@ -317,6 +326,7 @@ class Polystore:
             self.proposals.put(shape, candidates)
         for plan in candidates:
             plan.pruned = pruned
+            plan.guards = tuple(g for g in links.values() if delivered.uses(plan, g))
         cached = self._cached(candidates, probes)
         if cached:  # what the rules would propose knowing it (they read only cached_rows)
             candidates = [_with_cached(plan, cached) for plan in candidates]
@@ -404,7 +414,8 @@ class Polystore:
         return feasible[0]
 
     def _connectors_for(self, plan: Plan) -> dict[str, Connector]:
-        return {name: self.connector(name) for name in plan.engines() if name != ISLAND}
+        names = plan.engines() | {g.engine for g in plan.guards}
+        return {name: self.connector(name) for name in names if name != ISLAND}
 
     def _check_before_running(self, parsed: IslandQuery) -> None:
         """Every SQL part is a plain query and every cast has a plain name, before any cast

@@ -37,13 +37,16 @@ def shape_key(query: str, inp: PlanningInput) -> ShapeKey:
     """Everything the rules read but the row counts (and ``cached``, which the planner sets
     after proposing: ``polystore._with_cached``). ``query``: the query text with its island
     and dialect (``inp.tree`` is parsed from it)."""
-    objects = tuple((o.name, tuple(o.fragments), tuple(o.columns.items())) for o in inp.objects)
+    objects = tuple((o.name, tuple(o.fragments), tuple(o.columns.items()), o.disjoint)
+                    for o in inp.objects)
     stats = tuple((f, tuple(inp.stats[f].columns), inp.stats[f].growing_column,
                    inp.stats[f].rows == 0)
                   for _o, _i, f in inp.fragments() if f in inp.stats)
     engines = tuple(sorted((n, e.kind.value, e.location) for n, e in inp.engines.items()))
+    delivered = tuple(sorted((f.engine, f.physical, d.placeholder, d.engine, d.target)
+                             for f, d in inp.delivered.items()))
     return (query, objects, stats, engines, tuple(sorted(inp.read_only)),
-            inp.memory_budget_bytes)
+            inp.memory_budget_bytes, delivered)
 
 
 def with_rows(plan: Plan, inp: PlanningInput) -> Plan | None:

@@ -21,6 +21,8 @@ from sstore.polystore.sqltext import (
     union_all,
 )
 
+GROWING_COLUMN = "_batch_id"  # an engine stream's batch-id, which a sink's watermark counts
+
 # (engine, SQL in its dialect, name it gets, rows, columns) -> the step that brings it over
 MakeStep = Callable[[str, str, str, int, int], Step]
 
@@ -51,15 +53,25 @@ def fragment_name(obj: CatalogObject, i: int, prefix: str = "") -> str:
 
 
 def read_fragment(inp: PlanningInput, obj: CatalogObject, fragment: Fragment,
-                  physical: str | None = None, project: bool = True) -> exp.Select:
+                  physical: str | None = None, project: bool = True, guard: bool = True
+                  ) -> exp.Select:
     """The SELECT that reads one fragment: only the columns the query can use, and the query's
     filter when it can run at the fragment. ``physical`` overrides where it is read from (a
-    cached copy). A split object always names its common columns, so the parts line up."""
+    cached copy). A split object always names its common columns, so the parts line up.
+
+    A stream a sink delivers into another fragment (``inp.delivered``) is read past the sink's
+    watermark only, so a batch in both fragments counts once; ``guard=False`` reads it whole
+    (the source of a cached copy, which must hold the stream as it is)."""
     columns = inp.columns_of(obj)
     wanted = needed_columns(inp.tree, columns) if project else None
     if wanted is None and obj.split:
         wanted = columns
     where = pushable_filter(inp.tree, obj.name) if project else None
+    link = inp.delivered.get(fragment) if guard else None
+    if link is not None:
+        past = exp.GT(this=exp.column(GROWING_COLUMN, quoted=True),
+                      expression=exp.Placeholder(this=link.placeholder))
+        where = past if where is None else exp.and_(exp.paren(where.copy()), past)
     return fragment_select(physical or fragment.physical, wanted, where)
 
 

@@ -43,7 +43,7 @@ def migrate_then_run(inp: PlanningInput) -> list[Plan]:
                 columns = inp.columns_of(obj)
                 if stats.growing_column and stats.growing_column not in columns:
                     columns = [*columns, stats.growing_column]  # the cache needs it to grow
-                source = read_fragment(inp, obj, fragment, project=False)
+                source = read_fragment(inp, obj, fragment, project=False, guard=False)
                 source = source.select(*[exp.column(c, quoted=True) for c in columns],
                                        append=False)
                 steps.append(Move(fragment.engine, to_sql(source, inp.dialect(fragment.engine)),

@@ -5,13 +5,18 @@ PostgreSQL part is empty (everything still fresh) then lives in one engine, and 
 query there whole instead of moving nothing between engines. The row counts come from the
 engines just before planning; a row that arrives in an empty fragment after that is not part
 of this answer (there is no snapshot across engines to hold it to).
+
+An empty PostgreSQL fragment that a kept stream of the same object is delivered into
+(``inp.delivered``) is kept: the sink may deliver a batch and garbage collection drop it from
+the stream before the plan runs, and a plan that read the stream alone would miss it; read
+together, the stream past the sink's watermark, the batch is counted once.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from sstore.polystore.catalog import CatalogObject
+from sstore.polystore.catalog import Fragment
 from sstore.polystore.planning import PlanningInput
 
 
@@ -19,8 +24,9 @@ def prune_empty_fragments(inp: PlanningInput) -> PlanningInput:
     objects = []
     for obj in inp.objects:
         kept = [f for f in obj.fragments if f not in inp.stats or inp.stats[f].rows != 0]
+        targets = {Fragment(d.engine, d.target) for f, d in inp.delivered.items() if f in kept}
+        kept = [f for f in obj.fragments if f in kept or f in targets]
         if not kept:
             kept = obj.fragments[:1]  # all empty: read one, so the answer has the columns
-        objects.append(obj if kept == obj.fragments
-                       else CatalogObject(obj.name, kept, obj.columns))
+        objects.append(obj if kept == obj.fragments else replace(obj, fragments=kept))
     return replace(inp, objects=tuple(objects))

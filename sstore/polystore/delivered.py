@@ -1,0 +1,193 @@
+"""Split objects count each row once while a sink delivers one fragment into another.
+
+The usual split object is an engine stream (fresh batches) and the PostgreSQL table a sink
+(``migrators.engine_to_postgres.StreamToPostgres``, ``batch_column="_batch_id"``) delivers that
+stream into. The sink commits a batch into PostgreSQL together with its watermark row in
+``sstore.watermarks`` (``migrators.delivery``); garbage collection drops the batch from the
+stream later, on its own schedule. In between the batch is in both fragments, and a plain
+UNION ALL counts it twice, whatever the plan.
+
+How the answer is kept exact:
+
+1. Planning (``links``): for each engine stream of a split object (a fragment with a
+   ``_batch_id``) and each PostgreSQL fragment of the same object, the sink's watermark row is
+   looked for (stream name, target table, and the engine's identity as the row's ``source``).
+   Found: every read of the stream, or of its cached copy, keeps only ``_batch_id > W`` where
+   ``W`` is a placeholder in the plan's SQL (``Plan.guards``). Not found: the polystore cannot
+   tell which batches are in both, so the query is refused (``UnlinkedFragmentsError``) unless
+   the object was declared ``disjoint`` (the user's word that no rows move between them).
+2. Running (``run_guarded``): the watermarks are read, bound into the SQL, the plan runs, and
+   the watermarks are read again. Equal (same batch, rows written and time of the last
+   delivery): no delivery committed while the plan ran, so every read of PostgreSQL saw
+   exactly the batches up to ``W``, and no batch above ``W`` was collected from the stream
+   (garbage collection drops only delivered batches), so the stream's reads held every batch
+   above ``W`` that had arrived: each row is counted once. Different: the plan runs again
+   (a cached copy is only topped up), at most ``ATTEMPTS`` times, then ``DeliveryRaced``
+   (transient): a loud error, never a double count.
+
+The order of the reads inside the plan does not matter (the moves of "migrate into stream"
+read PostgreSQL before the stream, those of "migrate into pg" the stream first), which is why
+the check brackets the plan instead of ordering its reads. A watermark written for a table
+since dropped and recreated under the same name (another OID) counts no batch: the table now
+there holds none of the sink's batches until the sink delivers into it again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from sstore.errors import DeclarationError, TerminalError, TransientError
+from sstore.polystore.catalog import EngineKind, Fragment
+from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
+from sstore.polystore.plan import Delivered, Plan
+from sstore.polystore.planning import PlanningInput
+
+GROWING_COLUMN = "_batch_id"
+ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced
+
+T = TypeVar("T")
+Mark = tuple[Any, ...]  # (batch_id, rows_total, updated_at, the watermark's table is this one)
+
+
+class UnlinkedFragmentsError(DeclarationError):
+    """A split object has an engine stream and a PostgreSQL table, and no sink's watermark
+    says which of the stream's batches the table already holds: refused, not guessed."""
+
+
+class DeliveryLostError(TerminalError):
+    """The sink's watermark the plan was made with is gone (a reset sink): plan again."""
+
+
+class DeliveryRaced(TransientError):
+    """A sink delivered while the plan ran, every time it ran: try again later."""
+
+
+def links(inp: PlanningInput, connector_for: Callable[[str], Connector]
+          ) -> dict[Fragment, Delivered]:
+    """Each engine stream of a split object that a sink delivers into another fragment of the
+    same object, with where its watermark is; ``UnlinkedFragmentsError`` for a stream and a
+    table no watermark links, unless the object is declared disjoint."""
+    found: dict[Fragment, Delivered] = {}
+    for obj in inp.objects:
+        streams = [f for f in obj.fragments if inp.kind(f.engine) is EngineKind.STREAMING
+                   and f in inp.stats and GROWING_COLUMN in inp.stats[f].columns]
+        tables = [f for f in obj.fragments if inp.kind(f.engine) is EngineKind.POSTGRES]
+        for stream in streams if tables else ():
+            reader = connector_for(stream.engine)
+            source = reader.identity() if isinstance(reader, StreamingConnector) else None
+            name = _stream_name(stream.physical)
+            linked = []
+            for table in tables:
+                pg = connector_for(table.engine)
+                assert isinstance(pg, PostgresConnector)
+                rows = pg.sink_watermarks(name, table.physical, source)
+                if source is None and len({r[0] for r in rows}) > 1:
+                    raise UnlinkedFragmentsError(
+                        f"{obj.name}: several engines deliver a stream {name!r} into "
+                        f"{table.engine}:{table.physical}, and the identity of engine "
+                        f"{stream.engine!r} is not known: attach the running engine")
+                if rows:
+                    linked.append(table)
+            if len(linked) > 1:
+                raise UnlinkedFragmentsError(
+                    f"{obj.name}: stream {stream.engine}:{stream.physical} is delivered into "
+                    f"{len(linked)} of its fragments "
+                    f"({', '.join(f'{t.engine}:{t.physical}' for t in linked)}): its batches "
+                    f"are in several of them; make the object of one of them")
+            if linked:
+                found[stream] = Delivered(f"sstore_delivered_{len(found)}", linked[0].engine,
+                                          linked[0].physical, name, source)
+            elif not obj.disjoint:
+                raise UnlinkedFragmentsError(_unlinked(obj.name, stream, tables))
+    return found
+
+
+def _unlinked(name: str, stream: Fragment, tables: list[Fragment]) -> str:
+    where = ", ".join(f"{t.engine}:{t.physical}" for t in tables)
+    parts = ", ".join(f"{f.engine!r}: {f.physical!r}" for f in [stream, *tables])
+    return (f"{name}: fragment {stream.engine}:{stream.physical} is an engine stream and {where} "
+            f"a PostgreSQL table, but no sink's watermark (sstore.watermarks) links them, so "
+            f"the polystore cannot tell which batches are in both and would count them twice. "
+            f"If a sink (StreamToPostgres, sstore migrate) delivers the stream into the table, "
+            f"let it run once from this engine (it records its watermark there); if no rows "
+            f"ever move between them, declare it: Polystore.split({name!r}, {{{parts}}}, "
+            f"disjoint=True) or `sstore polystore split --disjoint`")
+
+
+def uses(plan: Plan, guard: Delivered) -> bool:
+    """Whether any SQL of ``plan`` names the guard's placeholder."""
+    pattern = _pattern(guard.placeholder)
+    return any(pattern.search(sql) for sql in _sqls(plan))
+
+
+def run_guarded(plan: Plan, connectors: Mapping[str, Connector], run: Callable[[Plan], T]) -> T:
+    """``run`` the plan with its watermarks bound, bracketed by two reads of them (see the
+    module docstring); again while a delivery commits in between."""
+    before = read_marks(plan, connectors)
+    for _attempt in range(ATTEMPTS):
+        answer = run(bind(plan, before))
+        after = read_marks(plan, connectors)
+        if after == before:
+            return answer
+        before = after
+    streams = ", ".join(f"{g.stream} -> {g.engine}.{g.target}" for g in plan.guards)
+    raise DeliveryRaced(f"a sink delivered ({streams}) during each of {ATTEMPTS} runs of plan "
+                        f"{plan.name!r}: its answer could count a batch twice or miss one, so "
+                        f"none is given; run the query again")
+
+
+def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mark]:
+    """Each guard's watermark row (without its source): ``DeliveryLostError`` when it is
+    gone since planning."""
+    import psycopg
+    marks = {}
+    for guard in plan.guards:
+        pg = connectors[guard.engine]
+        assert isinstance(pg, PostgresConnector)
+        try:
+            found = pg.sink_watermarks(guard.stream, guard.target, guard.source, known=True)
+        except psycopg.errors.UndefinedTable:
+            found = []
+        rows = [r[1:] for r in found]
+        if len(rows) != 1:
+            raise DeliveryLostError(
+                f"the watermark of the sink of {guard.stream} into {guard.engine}.{guard.target} "
+                f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: this plan "
+                f"cannot tell which batches are in both; query again (planning looks for the "
+                f"link anew)")
+        marks[guard.placeholder] = tuple(rows[0])
+    return marks
+
+
+def bind(plan: Plan, marks: Mapping[str, Mark]) -> Plan:
+    """``plan`` with each placeholder replaced by its watermark (an integer: a watermark
+    written for another table than the one now under the target's name counts none)."""
+    values = {name: str(int(mark[0]) if mark[3] else 0) for name, mark in marks.items()}
+
+    def fill(sql: str) -> str:
+        for name, value in values.items():
+            sql = _pattern(name).sub(value, sql)
+        return sql
+
+    steps = tuple(replace(s, sql=fill(s.sql)) for s in plan.steps)
+    return replace(plan, steps=steps, final=replace(plan.final, sql=fill(plan.final.sql)))
+
+
+def _sqls(plan: Plan) -> list[str]:
+    return [s.sql for s in plan.steps] + [plan.final.sql]
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    """The placeholder as each dialect prints it: ``$name`` (DuckDB), ``%(name)s``
+    (PostgreSQL), ``:name`` (Spark)."""
+    word = re.escape(name)
+    return re.compile(rf"(?:\$|:){word}\b|%\({word}\)s")
+
+
+def _stream_name(physical: str) -> str:
+    """The stream's name as a sink records it (without DuckDB's default schema)."""
+    schema, dot, name = physical.rpartition(".")
+    return name if dot and schema.lower() == "main" else physical
