@@ -211,3 +211,29 @@ def test_arrow_batches_of_many_columns_chain_too(tmp_path) -> None:
     with pytest.raises(ChainedBatchError):
         engine.latest("mid")
     engine.close()
+
+
+@pytest.mark.parametrize("chain", [True, False], ids=["chained", "held back"])
+def test_a_reader_declared_later_never_gets_a_collected_batch_as_empty(tmp_path,
+                                                                        chain: bool) -> None:
+    """Batches 1-4 of ``parsed`` were never stored (chained away, or held back in memory by
+    group commit: their one reader of the time read them in the group). A procedure declared
+    on ``parsed`` after a restart starts at batch 5, as after batches GC removed; it used to
+    be handed batches 1-4 as empty batches, saying they had no rows."""
+    path = str(tmp_path / "later.duckdb")
+    engine, _ = run(path, [rows(b) for b in range(1, 5)], chain=chain)
+    engine.close()
+    again = Engine(path, chain_sql=chain)
+    declare(again)
+    again.execute("CREATE TABLE IF NOT EXISTS seen (batch_id BIGINT, n BIGINT)")
+
+    @again.procedure(input="parsed")
+    def count_parsed(tx, batch):
+        tx.execute("INSERT INTO seen VALUES (?, ?)", tx.batch_id, batch.num_rows)
+
+    again.ingest_and_run("raw", rows(5), batch_id=5)
+    again.run_until_idle()
+    assert again.query("SELECT * FROM seen ORDER BY ALL").to_pylist() == [
+        {"batch_id": 5, "n": 5}]
+    assert again.query("SELECT count(*) AS n FROM sink").to_pylist() == [{"n": 25}]
+    again.close()
