@@ -16,6 +16,7 @@ polystore's own schemas (``scratch.check_owned``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class Connector(Protocol):
     def exists(self, table: str) -> bool: ...
     def drop(self, table: str) -> None: ...
     def row_count(self, physical: str) -> int: ...
+    def is_empty(self, physical: str) -> bool: ...
     def columns(self, physical: str) -> list[str]: ...
     def discover(self) -> list[tuple[str, str, dict[str, str]]]: ...
     def fingerprint(self, sql: str) -> str: ...
@@ -184,6 +186,13 @@ class StreamingConnector:
         return int(self.fetch(f"SELECT count(*) AS n FROM {qualified(physical)}")
                    .column(0)[0].as_py())
 
+    def is_empty(self, physical: str) -> bool:
+        """No row at all: one row read at most, answered without Arrow (a reused plan asks
+        it of each fragment it left out as empty, every run: ``plancache``)."""
+        _names, rows = self._reader.query_rows(
+            f"SELECT NOT EXISTS (SELECT 1 FROM {qualified(physical)})")
+        return bool(rows[0][0])
+
     def columns(self, physical: str) -> list[str]:
         return self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
 
@@ -252,15 +261,15 @@ class StreamingConnector:
             "CROSS JOIN (SELECT list({'t': schema_name || '.' || table_name, 'c': comment}) "
             "AS notes FROM duckdb_tables() WHERE schema_name = ?) AS d "
             f"LEFT JOIN (SELECT * FROM {table} LIMIT 0) AS t ON true")
-        try:
-            found = self._reader.query(question, CACHE_SCHEMA)
+        try:  # one row: as Python values (an Arrow answer costs more than the question)
+            names, rows = self._reader.query_rows(question, CACHE_SCHEMA)
         except duckdb.Error:  # no growing column after all: ask without it
             if not afters:
                 raise
             return self.probe(physical, growing)
-        row = found.slice(0, 1).to_pylist()[0]
+        row = dict(zip(names, rows[0]))
         skip = 2 + (2 + len(afters) if afters else 0)
-        columns = found.column_names[skip:]  # the table's own, from the empty join's schema
+        columns = names[skip:]  # the table's own, from the empty join's columns
         notes = {n["t"]: n["c"] or "" for n in row[f"{PROBE}notes"] or []}
         n = int(row[f"{PROBE}n"])
         growths = {int(a): Growth(row[f"{PROBE}lo"], row[f"{PROBE}hi"], n,
@@ -437,6 +446,11 @@ class PostgresConnector:
     def row_count(self, physical: str) -> int:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
 
+    def is_empty(self, physical: str) -> bool:
+        """No row at all: one row read at most (``count(*)`` would scan the table)."""
+        return bool(self._execute(
+            f"SELECT NOT EXISTS (SELECT 1 FROM {qualified(physical)})")[0][0])
+
     def describe(self, physical: str, growing: str) -> tuple[list[str], int, bool]:
         """(columns, rows, whether a sink appends to it by ``growing``): ``describe_growth``."""
         columns, rows, growth = self.describe_growth(physical, growing)
@@ -465,6 +479,11 @@ class PostgresConnector:
                      "count(*)::text] FROM sstore.watermarks WHERE target IN (%s, %s) AND "
                      "(target_oid IS NULL OR target_oid = to_regclass(%s)))")
         marks_params = (full, name if schema == "public" else full, qualified(full))
+        # a table no single sink feeds is counted in the same question (its rows price plans);
+        # a sink-fed one is not scanned: its watermark row says how many rows it holds
+        count_sql = ("CASE WHEN (SELECT count(*) FROM sstore.watermarks WHERE target IN "
+                     "(%s, %s) AND (target_oid IS NULL OR target_oid = to_regclass(%s))) = 1 "
+                     f"THEN NULL ELSE (SELECT count(*) FROM {table}) END")
         question = (
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
@@ -474,23 +493,25 @@ class PostgresConnector:
             "(SELECT array_agg(ARRAY[n2.nspname || '.' || c2.relname, "
             "coalesce(obj_description(c2.oid, 'pg_class'), '')]) FROM pg_class c2 "
             "JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = %s), "
-            "{marks} "
+            "{marks}, {count} "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s")
         with_marks = self._watermarks_seen
         try:
             found = self._execute(
-                question.format(marks=marks_sql if with_marks else "NULL"),
-                (CACHE_SCHEMA, *(marks_params if with_marks else ()), schema, name))
+                question.format(marks=marks_sql if with_marks else "NULL",
+                                count=count_sql if with_marks else "NULL"),
+                (CACHE_SCHEMA, *(marks_params * 2 if with_marks else ()), schema, name))
         except Exception as exc:  # the watermarks table went away since: ask without it
             import psycopg
             if not with_marks or not isinstance(exc, psycopg.errors.UndefinedTable):
                 raise
             self._watermarks_seen = with_marks = False
-            found = self._execute(question.format(marks="NULL"), (CACHE_SCHEMA, schema, name))
+            found = self._execute(question.format(marks="NULL", count="NULL"),
+                                  (CACHE_SCHEMA, schema, name))
         if not found:
             return Probed(self.columns(physical), self.row_count(physical), None, None)
-        cols, filled, unique, origin, has_marks, notes, marks = found[0]
+        cols, filled, unique, origin, has_marks, notes, marks, counted = found[0]
         columns = list(cols or [])
         notes_by_table = {t: note for t, note in (notes or [])}
         self._watermarks_seen = bool(has_marks)
@@ -508,7 +529,8 @@ class PostgresConnector:
             return Probed(columns, 0, growth, notes_by_table)
         if growth is not None:
             return Probed(columns, max(1, growth.total), growth, notes_by_table)
-        return Probed(columns, self.row_count(physical), None, notes_by_table)
+        rows = int(counted) if counted is not None else self.row_count(physical)
+        return Probed(columns, rows, None, notes_by_table)
 
     def columns(self, physical: str) -> list[str]:
         from migrators.postgres import split_name
@@ -640,6 +662,9 @@ class SparkConnector:
     def row_count(self, physical: str) -> int:
         return int(self.spark.table(physical).count())
 
+    def is_empty(self, physical: str) -> bool:
+        return not self.spark.table(physical).take(1)
+
     def columns(self, physical: str) -> list[str]:
         return list(self.spark.table(physical).columns)
 
@@ -677,8 +702,10 @@ def _sink_growth(marks: tuple[Any, Any, Any] | None, origin: Any) -> Growth | No
     return Growth(0 if total else None, high, total, new, str(origin))  # type: ignore[arg-type]
 
 
+@functools.lru_cache(maxsize=512)
 def single_table(sql: str) -> str | None:
-    """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise)."""
+    """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise); kept
+    by text (a function of it): every planning asks it of every move."""
     from sqlglot import exp
 
     from sstore.polystore.sqltext import parse_shared
