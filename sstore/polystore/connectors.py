@@ -183,15 +183,20 @@ class StreamingConnector:
         return self.engine
 
     def row_count(self, physical: str) -> int:
-        return int(self.fetch(f"SELECT count(*) AS n FROM {qualified(physical)}")
-                   .column(0)[0].as_py())
+        return int(self._one(f"SELECT count(*) AS n FROM {qualified(physical)}")["n"])
 
     def is_empty(self, physical: str) -> bool:
         """No row at all: one row read at most, answered without Arrow (a reused plan asks
         it of each fragment it left out as empty, every run: ``plancache``)."""
-        _names, rows = self._reader.query_rows(
-            f"SELECT NOT EXISTS (SELECT 1 FROM {qualified(physical)})")
-        return bool(rows[0][0])
+        return bool(self._one(
+            f"SELECT NOT EXISTS (SELECT 1 FROM {qualified(physical)}) AS e")["e"])
+
+    def _one(self, sql: str, *args: Any) -> dict[str, Any]:
+        """The one row of a small question, as Python values (``Engine.query_rows``: an
+        Arrow answer costs more than the question here; planning and every cache refresh ask
+        several)."""
+        names, rows = self._reader.query_rows(sql, *args)
+        return dict(zip(names, rows[0]))
 
     def columns(self, physical: str) -> list[str]:
         return self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
@@ -222,24 +227,24 @@ class StreamingConnector:
         col = ident(column)
         past = ("count(*)" if after is None
                 else f"count(*) FILTER (WHERE {col} > {int(after)})")
-        row = self.fetch(f"SELECT min({col}) AS lo, max({col}) AS hi, count(*) AS n, "
-                         f"{past} AS new FROM ({sql}) AS q").to_pylist()[0]
+        row = self._one(f"SELECT min({col}) AS lo, max({col}) AS hi, count(*) AS n, "
+                        f"{past} AS new FROM ({sql}) AS q")
         return Growth(row["lo"], row["hi"], int(row["n"]), int(row["new"]))
 
     def cache_note(self, table: str) -> str | None:
         """The copy's note (its table comment): a catalog lookup, no scan."""
-        found = self._reader.query(
+        _names, found = self._reader.query_rows(
             "SELECT comment FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            *_schema_and_name(table, "main")).to_pylist()
-        return (found[0]["comment"] or "") if found else None
+            *_schema_and_name(table, "main"))
+        return (found[0][0] or "") if found else None
 
     def cache_notes(self) -> dict[str, str]:
         """Every table of ``sstore_cache`` with its note, in one question: the planner reads
         all its copies' notes at once (``probes``)."""
-        found = self._reader.query(
+        _names, found = self._reader.query_rows(
             "SELECT schema_name || '.' || table_name AS t, comment FROM duckdb_tables() "
-            "WHERE schema_name = ?", CACHE_SCHEMA).to_pylist()
-        return {r["t"]: r["comment"] or "" for r in found}
+            "WHERE schema_name = ?", CACHE_SCHEMA)
+        return {t: comment or "" for t, comment in found}
 
     def probe(self, physical: str, growing: str, afters: Sequence[int] = ()) -> Probed:
         """Columns, rows and the notes of every cached copy in this engine, in one question:
@@ -278,9 +283,9 @@ class StreamingConnector:
         return Probed(columns, n, None, notes, growths)
 
     def exists(self, table: str) -> bool:
-        return bool(self._reader.query(
+        return bool(self._reader.query_rows(
             "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            *_schema_and_name(table, "main")).num_rows)
+            *_schema_and_name(table, "main"))[1])
 
     def close(self) -> None:
         if isinstance(self._reader, StateFileReader):
