@@ -13,11 +13,12 @@ import pytest
 
 from sstore import Engine
 from sstore.polystore import Polystore
-from sstore.polystore.connectors import PostgresConnector
+from sstore.polystore.connectors import PostgresConnector, StreamingConnector
 from sstore.polystore.cost import CostModel
 from sstore.polystore.plan import Plan, Run
 from sstore.polystore.plancache import PlanCache
 from sstore.readonly import ReadOnlyQueryError
+from sstore.statefile import StateFileReader
 from tests.test_polystore_freshness import SQL, _expected, live  # noqa: F401  (fixture)
 
 
@@ -116,6 +117,16 @@ def test_query_rows_answers_as_query_does(tmp_path) -> None:
         assert [dict(zip(names, r)) for r in rows] == table.to_pylist()
         with pytest.raises(ReadOnlyQueryError):
             engine.query_rows("DELETE FROM t")
+    reader = StateFileReader(str(tmp_path / "e.duckdb"))  # the engine's file, opened read-only
+    try:
+        assert reader.query_rows(sql, 1) == (names, rows)
+        with pytest.raises(ReadOnlyQueryError):
+            reader.query_rows("DELETE FROM t")
+        probed = StreamingConnector("file", reader).probe("t", "a", [1])
+        assert (probed.columns, probed.rows, probed.growths[1].new) == (["a", "b"], 2, 1)
+        assert StreamingConnector("file", reader).is_empty("t") is False
+    finally:
+        reader.close()
 
 
 class _Counting(PostgresConnector):
