@@ -717,6 +717,24 @@ class Engine:
         The engine's connection keeps external access (weak durability ATTACHes snapshot
         files; DuckDB cannot switch it off for one cursor), so step 1 is what keeps files out.
         """
+        return self._read(sql, bind(args, params),
+                          lambda cursor, bound: arrow(cursor, sql, bound, large=True))
+
+    def query_rows(self, sql: str, *args: Any,
+                   params: Sequence[Any] | Mapping[str, Any] | None = None
+                   ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """``query`` for a small answer, as (column names, Python rows): no Arrow. Converting
+        a one-row answer to Arrow costs a few times more than the query itself here (the
+        planner's probes answer in one row: ``polystore.connectors``)."""
+        def rows(cursor: duckdb.DuckDBPyConnection, bound: Any
+                 ) -> tuple[list[str], list[tuple[Any, ...]]]:
+            found = cursor.execute(sql, bound).fetchall()
+            return [d[0] for d in cursor.description or ()], found
+        return self._read(sql, bind(args, params), rows)
+
+    def _read(self, sql: str, bound: Any,
+              run: Callable[[duckdb.DuckDBPyConnection, Any], Any]) -> Any:
+        """``run`` on the reader cursor in a READ ONLY transaction, ``sql`` checked first."""
         check_query(sql, "duckdb")
         rt = self._runtime()
         # the engine's reader cursor, a connection of its own: DuckDB's MVCC gives it a
@@ -727,12 +745,12 @@ class Engine:
             assert cursor is not None, "set when the engine starts"
             cursor.execute("BEGIN TRANSACTION READ ONLY")
             try:
-                table = arrow(cursor, sql, bind(args, params), large=True)  # size unknown
+                found = run(cursor, bound)  # an Arrow table's size unknown: streamed
             except BaseException:
                 cursor.execute("ROLLBACK")
                 raise
             cursor.execute("COMMIT")
-            return table
+            return found
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:

@@ -103,6 +103,14 @@ class StateFileReader:
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
         return run_query(self._con, sql, args, params)
 
+    def query_rows(self, sql: str, *args: Any,
+                   params: Sequence[Any] | Mapping[str, Any] | None = None
+                   ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """``Engine.query_rows``: a small answer as (column names, Python rows)."""
+        check_query(sql, "duckdb")
+        cursor = self._con.execute(sql, bind(args, params))
+        return [d[0] for d in cursor.description or ()], cursor.fetchall()
+
     def close(self) -> None:
         self._con.close()
 SERVE_HINT = ("to read its status while it runs, start it with --serve PORT (sstore demo, "

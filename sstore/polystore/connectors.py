@@ -16,6 +16,7 @@ polystore's own schemas (``scratch.check_owned``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class Connector(Protocol):
     def exists(self, table: str) -> bool: ...
     def drop(self, table: str) -> None: ...
     def row_count(self, physical: str) -> int: ...
+    def is_empty(self, physical: str) -> bool: ...
     def columns(self, physical: str) -> list[str]: ...
     def discover(self) -> list[tuple[str, str, dict[str, str]]]: ...
     def fingerprint(self, sql: str) -> str: ...
@@ -181,8 +183,20 @@ class StreamingConnector:
         return self.engine
 
     def row_count(self, physical: str) -> int:
-        return int(self.fetch(f"SELECT count(*) AS n FROM {qualified(physical)}")
-                   .column(0)[0].as_py())
+        return int(self._one(f"SELECT count(*) AS n FROM {qualified(physical)}")["n"])
+
+    def is_empty(self, physical: str) -> bool:
+        """No row at all: one row read at most, answered without Arrow (a reused plan asks
+        it of each fragment it left out as empty, every run: ``plancache``)."""
+        return bool(self._one(
+            f"SELECT NOT EXISTS (SELECT 1 FROM {qualified(physical)}) AS e")["e"])
+
+    def _one(self, sql: str, *args: Any) -> dict[str, Any]:
+        """The one row of a small question, as Python values (``Engine.query_rows``: an
+        Arrow answer costs more than the question here; planning and every cache refresh ask
+        several)."""
+        names, rows = self._reader.query_rows(sql, *args)
+        return dict(zip(names, rows[0]))
 
     def columns(self, physical: str) -> list[str]:
         return self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
@@ -213,24 +227,24 @@ class StreamingConnector:
         col = ident(column)
         past = ("count(*)" if after is None
                 else f"count(*) FILTER (WHERE {col} > {int(after)})")
-        row = self.fetch(f"SELECT min({col}) AS lo, max({col}) AS hi, count(*) AS n, "
-                         f"{past} AS new FROM ({sql}) AS q").to_pylist()[0]
+        row = self._one(f"SELECT min({col}) AS lo, max({col}) AS hi, count(*) AS n, "
+                        f"{past} AS new FROM ({sql}) AS q")
         return Growth(row["lo"], row["hi"], int(row["n"]), int(row["new"]))
 
     def cache_note(self, table: str) -> str | None:
         """The copy's note (its table comment): a catalog lookup, no scan."""
-        found = self._reader.query(
+        _names, found = self._reader.query_rows(
             "SELECT comment FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            *_schema_and_name(table, "main")).to_pylist()
-        return (found[0]["comment"] or "") if found else None
+            *_schema_and_name(table, "main"))
+        return (found[0][0] or "") if found else None
 
     def cache_notes(self) -> dict[str, str]:
         """Every table of ``sstore_cache`` with its note, in one question: the planner reads
         all its copies' notes at once (``probes``)."""
-        found = self._reader.query(
+        _names, found = self._reader.query_rows(
             "SELECT schema_name || '.' || table_name AS t, comment FROM duckdb_tables() "
-            "WHERE schema_name = ?", CACHE_SCHEMA).to_pylist()
-        return {r["t"]: r["comment"] or "" for r in found}
+            "WHERE schema_name = ?", CACHE_SCHEMA)
+        return {t: comment or "" for t, comment in found}
 
     def probe(self, physical: str, growing: str, afters: Sequence[int] = ()) -> Probed:
         """Columns, rows and the notes of every cached copy in this engine, in one question:
@@ -252,15 +266,15 @@ class StreamingConnector:
             "CROSS JOIN (SELECT list({'t': schema_name || '.' || table_name, 'c': comment}) "
             "AS notes FROM duckdb_tables() WHERE schema_name = ?) AS d "
             f"LEFT JOIN (SELECT * FROM {table} LIMIT 0) AS t ON true")
-        try:
-            found = self._reader.query(question, CACHE_SCHEMA)
+        try:  # one row: as Python values (an Arrow answer costs more than the question)
+            names, rows = self._reader.query_rows(question, CACHE_SCHEMA)
         except duckdb.Error:  # no growing column after all: ask without it
             if not afters:
                 raise
             return self.probe(physical, growing)
-        row = found.slice(0, 1).to_pylist()[0]
+        row = dict(zip(names, rows[0]))
         skip = 2 + (2 + len(afters) if afters else 0)
-        columns = found.column_names[skip:]  # the table's own, from the empty join's schema
+        columns = names[skip:]  # the table's own, from the empty join's columns
         notes = {n["t"]: n["c"] or "" for n in row[f"{PROBE}notes"] or []}
         n = int(row[f"{PROBE}n"])
         growths = {int(a): Growth(row[f"{PROBE}lo"], row[f"{PROBE}hi"], n,
@@ -281,9 +295,9 @@ class StreamingConnector:
         return str(rows[0]["engine_id"]) if rows else None
 
     def exists(self, table: str) -> bool:
-        return bool(self._reader.query(
+        return bool(self._reader.query_rows(
             "SELECT 1 FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            *_schema_and_name(table, "main")).num_rows)
+            *_schema_and_name(table, "main"))[1])
 
     def close(self) -> None:
         if isinstance(self._reader, StateFileReader):
@@ -449,6 +463,11 @@ class PostgresConnector:
     def row_count(self, physical: str) -> int:
         return int(self._execute(f"SELECT count(*) FROM {qualified(physical)}")[0][0])
 
+    def is_empty(self, physical: str) -> bool:
+        """No row at all: one row read at most (``count(*)`` would scan the table)."""
+        return bool(self._execute(
+            f"SELECT NOT EXISTS (SELECT 1 FROM {qualified(physical)})")[0][0])
+
     def describe(self, physical: str, growing: str) -> tuple[list[str], int, bool]:
         """(columns, rows, whether a sink appends to it by ``growing``): ``describe_growth``."""
         columns, rows, growth = self.describe_growth(physical, growing)
@@ -477,6 +496,11 @@ class PostgresConnector:
                      "count(*)::text] FROM sstore.watermarks WHERE target IN (%s, %s) AND "
                      "(target_oid IS NULL OR target_oid = to_regclass(%s)))")
         marks_params = (full, name if schema == "public" else full, qualified(full))
+        # a table no single sink feeds is counted in the same question (its rows price plans);
+        # a sink-fed one is not scanned: its watermark row says how many rows it holds
+        count_sql = ("CASE WHEN (SELECT count(*) FROM sstore.watermarks WHERE target IN "
+                     "(%s, %s) AND (target_oid IS NULL OR target_oid = to_regclass(%s))) = 1 "
+                     f"THEN NULL ELSE (SELECT count(*) FROM {table}) END")
         question = (
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
@@ -486,23 +510,25 @@ class PostgresConnector:
             "(SELECT array_agg(ARRAY[n2.nspname || '.' || c2.relname, "
             "coalesce(obj_description(c2.oid, 'pg_class'), '')]) FROM pg_class c2 "
             "JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = %s), "
-            "{marks} "
+            "{marks}, {count} "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s")
         with_marks = self._watermarks_seen
         try:
             found = self._execute(
-                question.format(marks=marks_sql if with_marks else "NULL"),
-                (CACHE_SCHEMA, *(marks_params if with_marks else ()), schema, name))
+                question.format(marks=marks_sql if with_marks else "NULL",
+                                count=count_sql if with_marks else "NULL"),
+                (CACHE_SCHEMA, *(marks_params * 2 if with_marks else ()), schema, name))
         except Exception as exc:  # the watermarks table went away since: ask without it
             import psycopg
             if not with_marks or not isinstance(exc, psycopg.errors.UndefinedTable):
                 raise
             self._watermarks_seen = with_marks = False
-            found = self._execute(question.format(marks="NULL"), (CACHE_SCHEMA, schema, name))
+            found = self._execute(question.format(marks="NULL", count="NULL"),
+                                  (CACHE_SCHEMA, schema, name))
         if not found:
             return Probed(self.columns(physical), self.row_count(physical), None, None)
-        cols, filled, unique, origin, has_marks, notes, marks = found[0]
+        cols, filled, unique, origin, has_marks, notes, marks, counted = found[0]
         columns = list(cols or [])
         notes_by_table = {t: note for t, note in (notes or [])}
         self._watermarks_seen = bool(has_marks)
@@ -520,7 +546,8 @@ class PostgresConnector:
             return Probed(columns, 0, growth, notes_by_table)
         if growth is not None:
             return Probed(columns, max(1, growth.total), growth, notes_by_table)
-        return Probed(columns, self.row_count(physical), None, notes_by_table)
+        rows = int(counted) if counted is not None else self.row_count(physical)
+        return Probed(columns, rows, None, notes_by_table)
 
     def sink_watermarks(self, stream: str, physical: str, source: str | None,
                         known: bool = False) -> list[tuple[Any, ...]]:
@@ -683,6 +710,9 @@ class SparkConnector:
     def row_count(self, physical: str) -> int:
         return int(self.spark.table(physical).count())
 
+    def is_empty(self, physical: str) -> bool:
+        return not self.spark.table(physical).take(1)
+
     def columns(self, physical: str) -> list[str]:
         return list(self.spark.table(physical).columns)
 
@@ -720,8 +750,10 @@ def _sink_growth(marks: tuple[Any, Any, Any] | None, origin: Any) -> Growth | No
     return Growth(0 if total else None, high, total, new, str(origin))  # type: ignore[arg-type]
 
 
+@functools.lru_cache(maxsize=512)
 def single_table(sql: str) -> str | None:
-    """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise)."""
+    """The one table a move's plain ``SELECT columns FROM table`` reads (None otherwise); kept
+    by text (a function of it): every planning asks it of every move."""
     from sqlglot import exp
 
     from sstore.polystore.sqltext import parse_shared

@@ -84,7 +84,8 @@ class Polystore:
     read-only, with external access off: nothing is written into it). ``costs``: a
     ``CostModel`` or the path of calibrated constants (default: ``costs.json`` beside the
     catalog). ``replan_every``: a repeated query reuses its chosen plan for this many runs
-    (1: plan every query afresh). ``learn``: refit the constants from the measured times of the queries this
+    (1: plan every query afresh), doubled up to 8 times while re-planning confirms the choice
+    (``plancache``). ``learn``: refit the constants from the measured times of the queries this
     polystore runs (``sstore.polystore.learning``): kept in ``costs.learned.json`` beside the
     constants file, so the next process starts from them (the constants file is not changed).
     """
@@ -232,7 +233,9 @@ class Polystore:
     def choose(self, parsed: IslandQuery | str, repeats: int = 1) -> Plan:
         """The plan ``query`` runs for this query: the cheapest feasible one, or the one chosen
         for the same query a few runs ago (``plancache``: a repeated query is planned afresh
-        every ``replan_every`` runs, and at once when a fragment left out as empty has rows)."""
+        every ``replan_every`` runs, less often while re-planning keeps confirming the choice,
+        at once when a run diverges from the plan's earlier runs (``observe``) or a fragment
+        left out as empty has rows)."""
         if isinstance(parsed, str):
             parsed = parse_island(parsed)
         key = PlanCache.key(f"{parsed.island}:{parsed.sql}", repeats,
@@ -244,12 +247,13 @@ class Polystore:
         return chosen
 
     def _still_empty(self, engine: str, physical: str) -> bool:
-        return self.connector(engine).row_count(physical) == 0
+        return self.connector(engine).is_empty(physical)
 
     def observe(self, plan: Plan, seconds: float, sql: str | None = None) -> None:
         """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``) and
         let the learner refit the constants from it."""
         plan.measured = seconds
+        self.plan_cache.observe(plan, seconds)
         if sql is not None:
             self._measured[(sql, plan.name)] = seconds
         if self.learner is not None:
