@@ -122,6 +122,22 @@ def test_the_data_set_is_found_or_generated(tmp_path: Path) -> None:
         etl.incremental_batches(settings)
 
 
+def test_a_directory_of_other_files_is_never_generated_over(tmp_path: Path) -> None:
+    """A user's data set laid out differently (``batch1/trade.txt``) is refused by name; a
+    synthetic one used to be generated beside it and loaded instead, with success."""
+    mine = tmp_path / "mine"
+    (mine / "batch1").mkdir(parents=True)
+    (mine / "batch1" / "trade.txt").write_text("1|2|3\n")
+    settings = etl.Settings(data_dir=str(mine), scale_factor=0.01, seed=5)
+    with pytest.raises(etl.NotADataSet, match="batch1.*no Batch1/Trade.txt"):
+        etl.prepare_source(settings)
+    assert sorted(p.name for p in mine.iterdir()) == ["batch1"]  # nothing written there
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    made = etl.prepare_source(etl.Settings(data_dir=str(empty), scale_factor=0.01, seed=5))
+    assert made["generated"] is True
+
+
 def test_engine_batch_ids_come_from_the_data() -> None:
     assert engine_batch_id(1, 1) == ID_STRIDE + 1
     assert engine_batch_id(3, 200) == 3 * ID_STRIDE + 200 > engine_batch_id(2, ID_STRIDE - 1)

@@ -179,13 +179,25 @@ def batches_in(data_dir: str | os.PathLike[str]) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+class NotADataSet(TerminalError):
+    """``data_dir`` holds files but no TPC-DI data set: nothing is generated over them."""
+
+
 def prepare_source(settings: Settings) -> dict[str, Any]:
-    """Find the data set, or generate it (``scale_factor``, ``seed``) when ``data_dir`` has no
-    ``Batch1/Trade.txt``."""
+    """Find the data set, or generate it (``scale_factor``, ``seed``) when ``data_dir`` does
+    not exist or is empty. A directory with files but no ``Batch1/Trade.txt`` (a data set laid
+    out or named differently: ``batch1/``, ``Trade.TXT``) is refused: generating a synthetic
+    data set there would load it in place of the user's, and the run would succeed."""
     from sstore.workloads.tpcdi.generator import generate
 
     root = Path(settings.data_dir)
     generated = not (root / "Batch1" / "Trade.txt").is_file()
+    if generated and root.is_dir() and any(root.iterdir()):
+        found = sorted(p.name for p in root.iterdir())[:8]
+        raise NotADataSet(f"{root} has files ({', '.join(found)}) but no Batch1/Trade.txt: "
+                          f"not a TPC-DI data set as DIGen writes it (names are case-"
+                          f"sensitive). Point data_dir at the data set, or at a new or empty "
+                          f"directory to generate one there")
     if generated:
         generate(settings.scale_factor, root, seed=settings.seed)
     return {"data_dir": str(root), "generated": generated, "batches": batches_in(root)}
