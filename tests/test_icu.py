@@ -181,3 +181,17 @@ def test_a_resent_reading_with_other_values_is_a_conflict_not_a_duplicate(
     assert [tuple(r.values()) for r in engine.query(
         "SELECT reading_id, batch_id FROM icu_seen ORDER BY 1").to_pylist()] == [
         (1, 1), (2, 1), (3, 3)]
+
+
+def test_a_state_file_from_before_digests_opens_and_its_readings_stay_duplicates(
+        engine: Engine) -> None:
+    """``icu_seen`` of an older state file gets its new columns; a reading kept before them
+    has no digest to compare, so its re-send is a duplicate, as it was."""
+    engine.execute(f"CREATE TABLE {dataflow.SEEN} (reading_id BIGINT PRIMARY KEY)")
+    engine.execute(f"INSERT INTO {dataflow.SEEN} VALUES (1)")
+    icu.declare(engine)
+    engine.ingest_and_run(dataflow.READINGS, [(1, 1, at(0), 99, 20.0, 10.0, 750),
+                                              (2, 1, at(1), 80, 20.0, 10.0, 750)], batch_id=1)
+    engine.ingest_and_run(dataflow.READINGS, [(2, 1, at(1), 81, 20.0, 10.0, 750)], batch_id=2)
+    assert run.counts(engine) == {"rows_in": 3, "clean": 1, "rejected": 1,
+                                  "duplicates": 1, "windowed": 1, "late": 0}

@@ -75,8 +75,9 @@ _UNNEST_ALERT = ", ".join(f"unnest(?::{t}[])" for t in ALERT_COLUMNS.values())
 _COLS = ", ".join(ident(c) for c in READING_COLUMNS)
 _J_COLS = ", ".join(f"j.{ident(c)}" for c in READING_COLUMNS)
 #: What a re-send must repeat to be a harmless duplicate: every value of the reading, as text
-#: (stable across DuckDB versions, unlike ``hash``), in one 128-bit number.
-DIGEST_SQL = ("md5_number(concat_ws(chr(31), "
+#: (stable across DuckDB versions, unlike ``hash``), in 64 bits of its MD5 (only readings of
+#: one id are compared, so two different ones pass for equal with odds of 2^-64).
+DIGEST_SQL = ("md5_number_upper(concat_ws(chr(31), "
               + ", ".join(f"{ident(c)}::VARCHAR" for c in READING_COLUMNS) + "))")
 #: Every reading of the batch with its fate: rejected (with a reason); duplicate (its id was
 #: seen in an earlier batch, or earlier in this one, the smallest row of an id being kept, with
@@ -112,10 +113,11 @@ def declare(engine: Engine) -> None:
     engine.event_window(WINDOWS, CLEAN, time="ts", size=rules.WINDOW, key="patient",
                         delay=rules.DELAY, allowed_lateness=rules.LATENESS,
                         aggregates=rules.AGGREGATES)
+    for column, kind in (("digest", "UBIGINT"), ("batch_id", "BIGINT")):  # older state files
+        engine.execute(f"ALTER TABLE IF EXISTS {ident(SEEN)} ADD COLUMN IF NOT EXISTS "
+                       f"{column} {kind}")
     engine.execute(f"CREATE TABLE IF NOT EXISTS {ident(SEEN)} (reading_id BIGINT PRIMARY KEY, "
-                   "digest HUGEINT, batch_id BIGINT)")
-    for column, kind in (("digest", "HUGEINT"), ("batch_id", "BIGINT")):  # older state files
-        engine.execute(f"ALTER TABLE {ident(SEEN)} ADD COLUMN IF NOT EXISTS {column} {kind}")
+                   "digest UBIGINT, batch_id BIGINT)")
     engine.execute(f"CREATE TABLE IF NOT EXISTS {ident(COUNTS)} (batch_id BIGINT PRIMARY KEY, "
                    "rows_in BIGINT NOT NULL, clean BIGINT NOT NULL, rejected BIGINT NOT NULL, "
                    "duplicates BIGINT NOT NULL, CHECK (rows_in = clean + rejected + duplicates))")
@@ -147,7 +149,7 @@ def declare(engine: Engine) -> None:
                                                              pa.int64()))
         if fresh.num_rows:
             tx.execute(f"INSERT INTO {ident(SEEN)} SELECT unnest(?::BIGINT[]), "
-                       "unnest(?::HUGEINT[]), ?", fresh["reading_id"].to_pylist(),
+                       "unnest(?::UBIGINT[]), ?", fresh["reading_id"].to_pylist(),
                        clean["digest"].to_pylist(), tx.batch_id)
         duplicates = pc.sum(pc.equal(fate, "duplicate")).as_py() or 0
         # the table's CHECK refuses the batch if a row got no fate: nothing lost unnoticed
