@@ -218,7 +218,7 @@ class Backpressure:
         wait releases it (see the module docstring)."""
         if rt.replaying:
             return
-        if batch_id is not None and batch_id in rt.ledger.ingested.get(stream, ()):
+        if batch_id is not None and rt.ledger.was_ingested(stream, batch_id):
             return  # a re-send: a no-op, it adds nothing
         began: float | None = None
         blamed: list[str] = []

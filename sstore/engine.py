@@ -342,9 +342,14 @@ class Engine:
         order = graph.validate()
         store = StreamStore(con, graph)
         store.create_all()
-        ledger = Ledger(graph)
-        ledger.load(systables.load_commits(con))
-        ledger.collected = systables.load_collected(con)
+        ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
+        collected = systables.load_collected(con)
+        ledger.load(systables.load_commits(con, collected))
+        ledger.collected = collected
+        ledger.compacted = systables.compacted_through(con)
+        borders = sorted(s for s in graph.streams if graph.is_border(s))
+        for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
+            ledger.load_ingested(stream, ranges)
         _start_new_procedures_after_collected(ledger, graph)
         for stream, consumer in systables.load_holders(con):
             if stream in graph.streams:
@@ -446,7 +451,7 @@ class Engine:
             if batch_id is None:
                 batch_id = last + 1
                 _check_batch_id(batch_id)
-            elif batch_id in rt.ledger.ingested.get(stream, ()):
+            elif rt.ledger.was_ingested(stream, batch_id):
                 log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
                 return Ingested(batch_id, True, 0)
             elif batch_id < last:

@@ -4,7 +4,10 @@ A batch of a stream is removed once every reader has committed it: every consumi
 and every external holder (a migrator that has not yet been acknowledged by its target). A
 stream nobody reads keeps its latest batch, for pull readers. Windows keep the rows that the
 oldest unprocessed slide still shows. Procedures keep only their newest commit record. Border
-streams keep their commit records forever (that is what makes re-sent batch-ids no-ops).
+streams keep what makes re-sent batch-ids no-ops for good, but compacted: once ``COMPACT_EVERY``
+batch-ids of collected batches have piled up, their commit records become runs of consecutive
+batch-ids (``systables.compact_statements``; the newest record stays), so a service of weeks
+keeps a few rows per stream instead of one per batch (one per batch only if its ids have gaps).
 
 GC runs as its own transaction between transaction executions, never inside one, so it adds no
 statements to the hot path. The same transaction records, per stream, the highest batch-id it
@@ -21,6 +24,10 @@ from sstore.faults import crash_point
 from sstore.runtime import Runtime
 from sstore.sql import ident
 from sstore.windows import WindowState
+
+#: compact a border stream's commit records once this many batch-ids of collected batches
+#: wait (a few statements in the GC transaction, so not at every GC)
+COMPACT_EVERY = 4096
 
 
 def collect(rt: Runtime) -> int:
@@ -70,6 +77,16 @@ def collect(rt: Runtime) -> int:
             plan.append(("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id <= ?",
                          [name, cut]))
             trims.append((name, cut + 1))
+    compacted: list[tuple[str, int]] = []
+    newly = dict(collected)
+    for name in graph.streams:
+        if not graph.is_border(name):
+            continue
+        through = min(max(ledger.collected.get(name, 0), newly.get(name, 0)),
+                      ledger.last_ingested.get(name, 0) - 1)  # the newest record stays
+        if through - ledger.compacted.get(name, 0) >= COMPACT_EVERY:
+            plan += systables.compact_statements(name, ledger.compacted.get(name, 0), through)
+            compacted.append((name, through))
     if rt.since_gc:
         procs = sorted(set(graph.procedures) | {h for hs in ledger.holders.values() for h in hs})
         placeholders = ", ".join("?" * len(procs))
@@ -96,6 +113,8 @@ def collect(rt: Runtime) -> int:
         ledger.collected[name] = max(ledger.collected.get(name, 0), removed)
     for name, keep_from in deleted:
         rt.store.deleted_before(name, keep_from)
+    for name, through in compacted:
+        ledger.compacted[name] = through
     for state, low in window_lows:
         state.collected_through = low
     rt.since_gc = 0

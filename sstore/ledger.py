@@ -9,10 +9,11 @@ crash it is rebuilt from the table, which is why recovery is simply a restart.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sstore.graph import Graph
+from sstore.ingested import RANGES, IngestedIds
 
 
 @dataclass
@@ -52,14 +53,22 @@ class NodeBatches:
 class Ledger:
     """Progress of procedures and external consumers, batches of streams and windows."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, lookup: Callable[[str, int], bool] | None = None,
+                 ranges: int = RANGES) -> None:
+        """``lookup(stream, batch_id)``: whether the durable records hold that border batch
+        (``systables.was_ingested``); with it, memory keeps only the newest ``ranges`` runs
+        of consecutive batch-ids per border stream (``sstore.ingested``), without it all."""
         self.graph = graph
+        self.lookup = lookup
+        self.ranges = ranges
         self.progress: dict[str, int] = {}
         self.batches: dict[str, NodeBatches] = {}
-        self.ingested: dict[str, set[int]] = {}
+        self.ingested: dict[str, IngestedIds] = {}
         self.last_ingested: dict[str, int] = {}
         self.holders: dict[str, set[str]] = {}
         self.collected: dict[str, int] = {}  # stream -> highest batch-id GC removed
+        #: border stream -> highest batch-id whose commit record GC compacted into a run
+        self.compacted: dict[str, int] = {}
         #: undo entries of records not yet committed (group commit), None outside a group
         self._journal: list[tuple[bool, str, int | None]] | None = None
 
@@ -67,6 +76,27 @@ class Ledger:
         """Rebuild from ``sstore_sys.commits`` rows (any order)."""
         for node, batch_id, number in sorted(rows, key=lambda r: (r[0], r[1])):
             self.record(node, batch_id, number)
+
+    def load_ingested(self, stream: str, ranges: list[tuple[int, int]]) -> None:
+        """The ingested batch-ids of border ``stream``, as runs of consecutive ids from the
+        table (``systables.load_ingested``), replace what ``load`` derived from the records it
+        was given (only the ones still retained)."""
+        ids = self.ingested_ids(stream)
+        ids.replace(ranges)
+        self.last_ingested[stream] = ids.lasts[-1] if ids.lasts else 0
+
+    def ingested_ids(self, stream: str) -> IngestedIds:
+        ids = self.ingested.get(stream)
+        if ids is None:
+            lookup = self.lookup
+            ids = self.ingested[stream] = IngestedIds(
+                None if lookup is None else lambda b: lookup(stream, b), self.ranges)
+        return ids
+
+    def was_ingested(self, stream: str, batch_id: int) -> bool:
+        """Whether border ``stream`` took ``batch_id`` (a re-send of it is a no-op)."""
+        ids = self.ingested.get(stream)
+        return ids is not None and batch_id in ids
 
     def record(self, node: str, batch_id: int, number: int) -> None:
         graph = self.graph
@@ -84,7 +114,7 @@ class Ledger:
                                   else None))
         self.batches.setdefault(node, NodeBatches()).add(batch_id, number)
         if border:
-            self.ingested.setdefault(node, set()).add(batch_id)
+            self.ingested_ids(node).add(batch_id)
             self.last_ingested[node] = max(self.last_ingested.get(node, 0), batch_id)
 
     # -- group commit: records made visible to the scheduler before their COMMIT -------------
@@ -108,7 +138,7 @@ class Ledger:
                 batch_id = self.batches[node].ids.pop()
                 self.batches[node].numbers.pop()
                 if value is not None:  # an ingest: value is the last batch-id before it
-                    self.ingested[node].discard(batch_id)
+                    self.ingested[node].remove_newest(batch_id)
                     self.last_ingested[node] = value
             elif value is None:
                 self.progress.pop(node, None)

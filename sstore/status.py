@@ -170,8 +170,9 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     halted = {**(halted or {}),  # the running engine's view, then what the state file keeps
               **{name: halt_text(b, e) for name, (b, e) in load_halts(con).items()}}
     # aggregates in SQL, never the records themselves: a border stream keeps one record per
-    # batch for good, so a service that ran for weeks has millions of them (1.1 million took
-    # 1.5 s to list here, under the engine's lock, for every /status)
+    # batch until GC compacts collected ones into runs (sstore_sys.ingested_runs), so a state
+    # file can hold millions of them (1.1 million took 1.5 s to list here, under the engine's
+    # lock, for every /status)
     when = "epoch(committed_at)" if systables.has_commit_times(con) else "NULL"
     latest = con.execute(f"SELECT node, max(batch_id), arg_max({when}, batch_id) "
                          f"FROM sstore_sys.commits GROUP BY node").fetchall()

@@ -26,6 +26,13 @@ Consumers and identity (see ``sstore.consumers``):
   would start after a gap: that is refused unless the gap is accepted.
 - ``gaps(consumer, stream, first_batch, last_batch, accepted_at)``: gaps a consumer accepted on
   purpose, kept so that ``status`` can show them for good.
+
+Border batch-ids (``sstore.ingested``): a border stream's commit records are what makes a
+re-sent batch-id a no-op, so they are never simply deleted. Garbage collection compacts the
+ones of collected batches (``compact_statements``) into
+``ingested_runs(stream, first_batch, last_batch)``, one row per run of consecutive batch-ids,
+in its transaction: a batch-id is ingested iff a commit record or a run holds it. The newest
+record of each stream always stays (its last batch-id and commit time, for ``status``).
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ CREATE TABLE IF NOT EXISTS sstore_sys.identity (
     engine_id VARCHAR NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp);
 CREATE TABLE IF NOT EXISTS sstore_sys.collected (
     stream VARCHAR PRIMARY KEY, through BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS sstore_sys.ingested_runs (
+    stream VARCHAR NOT NULL, first_batch BIGINT NOT NULL, last_batch BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS sstore_sys.gaps (
     consumer VARCHAR NOT NULL, stream VARCHAR NOT NULL, first_batch BIGINT NOT NULL,
     last_batch BIGINT NOT NULL, accepted_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp);
@@ -92,8 +101,88 @@ def has_commit_times(con: duckdb.DuckDBPyConnection) -> bool:
         "AND column_name = 'committed_at'").fetchall()[0][0])
 
 
-def load_commits(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int]]:
-    return con.execute("SELECT node, batch_id, n_rows FROM sstore_sys.commits").fetchall()
+def load_commits(con: duckdb.DuckDBPyConnection,
+                 collected: dict[str, int] | None = None) -> list[tuple[str, int, int]]:
+    """The commit records, but none of a stream at or below its ``collected`` batch-id: those
+    batches are gone (a border stream keeps their records for good, ``load_ingested`` reads
+    them as ranges), and listing millions of them at every start costs seconds and memory."""
+    collected = collected or {}
+    if not collected:
+        return con.execute("SELECT node, batch_id, n_rows FROM sstore_sys.commits").fetchall()
+    return con.execute(
+        "SELECT node, batch_id, n_rows FROM sstore_sys.commits "
+        "WHERE batch_id > coalesce(map_extract_value(?::MAP(VARCHAR, BIGINT), node), 0)",
+        [collected]).fetchall()
+
+
+_RUNS_OF_RECORDS = ("SELECT node AS stream, min(batch_id) AS first_batch, "
+                    "max(batch_id) AS last_batch FROM (SELECT node, batch_id, batch_id - "
+                    "row_number() OVER (PARTITION BY node ORDER BY batch_id) AS run "
+                    "FROM sstore_sys.commits WHERE {where}) GROUP BY node, run")
+
+
+def load_ingested(con: duckdb.DuckDBPyConnection, streams: list[str],
+                  most: int) -> dict[str, list[tuple[int, int]]]:
+    """Per border stream, the newest ``most`` runs of consecutive batch-ids that it took,
+    ascending (first, last), from its commit records and its compacted runs (adjacent ones
+    joined): computed in SQL, so a start never lists every record."""
+    if not streams:
+        return {}
+    records = _RUNS_OF_RECORDS.format(where="list_contains(?, node)")
+    rows = con.execute(
+        f"WITH runs AS (SELECT stream, first_batch, last_batch FROM sstore_sys.ingested_runs "
+        f"  WHERE list_contains(?, stream) UNION ALL {records}), "
+        f"starts AS (SELECT *, coalesce(lag(last_batch) OVER (PARTITION BY stream "
+        f"  ORDER BY first_batch) + 1 <> first_batch, true) AS fresh FROM runs), "
+        f"joined AS (SELECT *, sum(fresh::INTEGER) OVER (PARTITION BY stream "
+        f"  ORDER BY first_batch) AS k FROM starts) "
+        f"SELECT stream, min(first_batch) AS first, max(last_batch) AS last FROM joined "
+        f"GROUP BY stream, k "
+        f"QUALIFY row_number() OVER (PARTITION BY stream ORDER BY max(last_batch) DESC) <= ? "
+        f"ORDER BY stream, first", [streams, streams, most]).fetchall()
+    out: dict[str, list[tuple[int, int]]] = {}
+    for node, first, last in rows:
+        out.setdefault(str(node), []).append((int(first), int(last)))
+    return out
+
+
+def compacted_through(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per border stream, the highest batch-id whose commit record was compacted into a run."""
+    return {str(s): int(t) for s, t in con.execute(
+        "SELECT stream, max(last_batch) FROM sstore_sys.ingested_runs GROUP BY stream"
+    ).fetchall()}
+
+
+def compact_statements(stream: str, after: int, through: int) -> list[tuple[str, list[object]]]:
+    """The statements (for the GC transaction) that replace the commit records of border
+    ``stream`` in (``after``, ``through``] by runs of consecutive batch-ids (``after``: where the
+    last compaction ended, the newest run's last batch-id): the new runs; the newest old run
+    extended when the first new run continues it (only that pair can touch: runs of one pass
+    never touch, and older runs end at or before ``after``), that new run then dropped (the
+    old run now spans ``after``); the records deleted. Point statements: the runs table is
+    never joined with itself."""
+    runs = _RUNS_OF_RECORDS.format(where="node = ? AND batch_id > ? AND batch_id <= ?")
+    return [
+        (f"INSERT INTO sstore_sys.ingested_runs {runs}", [stream, after, through]),
+        (("UPDATE sstore_sys.ingested_runs SET last_batch = (SELECT max(last_batch) FROM "
+          "sstore_sys.ingested_runs WHERE stream = ? AND first_batch = ?) "
+          "WHERE stream = ? AND last_batch = ? AND EXISTS (SELECT 1 FROM "
+          "sstore_sys.ingested_runs WHERE stream = ? AND first_batch = ?)"),
+         [stream, after + 1, stream, after, stream, after + 1]),
+        (("DELETE FROM sstore_sys.ingested_runs WHERE stream = ? AND first_batch = ? AND "
+          "EXISTS (SELECT 1 FROM sstore_sys.ingested_runs WHERE stream = ? AND first_batch "
+          "<= ? AND last_batch > ?)"), [stream, after + 1, stream, after, after]),
+        ("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id <= ?", [stream, through]),
+    ]
+
+
+def was_ingested(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int) -> bool:
+    """Whether the records or the compacted runs hold batch ``batch_id`` of border ``stream``
+    (point queries, for ids older than what memory keeps, ``sstore.ingested``)."""
+    return bool(con.execute(
+        "SELECT EXISTS (SELECT 1 FROM sstore_sys.commits WHERE node = ? AND batch_id = ?) "
+        "OR EXISTS (SELECT 1 FROM sstore_sys.ingested_runs WHERE stream = ? AND ? BETWEEN "
+        "first_batch AND last_batch)", [stream, batch_id, stream, batch_id]).fetchall()[0][0])
 
 
 def insert_commits(con: duckdb.DuckDBPyConnection, records: Iterable[tuple[str, int, int]]) -> None:

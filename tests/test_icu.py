@@ -153,3 +153,45 @@ def test_cli_demo_shows_alerts_and_fills_the_warehouse(pg_url: str) -> None:
     with psycopg.connect(pg_url) as con:
         assert con.execute("SELECT count(*) FROM icu_demo.alerts").fetchone()[0] \
             == len(gen.episodes)
+
+
+def test_a_resent_reading_with_other_values_is_a_conflict_not_a_duplicate(
+        engine: Engine) -> None:
+    """Same id, same values: a harmless duplicate. Same id, other values (in a later batch or
+    in the same one): a conflict, kept in the rejects with a reason, never silently dropped."""
+    icu.declare(engine)
+    first = (1, 1, at(0), 80, 20.0, 10.0, 750)
+    other = (2, 1, at(1), 81, 20.0, 10.0, 740)
+    engine.ingest_and_run(dataflow.READINGS, [first, other], batch_id=1)
+    engine.ingest_and_run(dataflow.READINGS, [first], batch_id=2)  # identical: duplicate
+    changed = (1, 1, at(0), 95, 20.0, 10.0, 750)  # id 1 again, another heart rate
+    twin = (3, 1, at(2), 82, 20.0, 10.0, 730)
+    twin_changed = (3, 1, at(2), 82, 20.5, 10.0, 730)
+    engine.ingest_and_run(dataflow.READINGS, [changed, twin, twin_changed, twin], batch_id=3)
+    engine.execute("CREATE TABLE kept AS SELECT * FROM icu_rejects")  # not yet collected
+    rejected = engine.query("SELECT reading_id, hr, pap_sys, reason, batch_id FROM kept "
+                            "ORDER BY 1").to_pylist()
+    assert [tuple(r.values()) for r in rejected] == [
+        (1, 95, 20.0, ("conflicting re-send: reading id 1 arrived in batch 1 with other "
+                       "values; this copy is not used"), 3),
+        (3, 82, 20.5, ("conflicting re-send: reading id 3 arrived earlier in this batch with "
+                       "other values; this copy is not used"), 3)]
+    assert run.counts(engine) == {"rows_in": 7, "clean": 3, "rejected": 2,
+                                  "duplicates": 2, "windowed": 3, "late": 0}
+    assert [tuple(r.values()) for r in engine.query(
+        "SELECT reading_id, batch_id FROM icu_seen ORDER BY 1").to_pylist()] == [
+        (1, 1), (2, 1), (3, 3)]
+
+
+def test_a_state_file_from_before_digests_opens_and_its_readings_stay_duplicates(
+        engine: Engine) -> None:
+    """``icu_seen`` of an older state file gets its new columns; a reading kept before them
+    has no digest to compare, so its re-send is a duplicate, as it was."""
+    engine.execute(f"CREATE TABLE {dataflow.SEEN} (reading_id BIGINT PRIMARY KEY)")
+    engine.execute(f"INSERT INTO {dataflow.SEEN} VALUES (1)")
+    icu.declare(engine)
+    engine.ingest_and_run(dataflow.READINGS, [(1, 1, at(0), 99, 20.0, 10.0, 750),
+                                              (2, 1, at(1), 80, 20.0, 10.0, 750)], batch_id=1)
+    engine.ingest_and_run(dataflow.READINGS, [(2, 1, at(1), 81, 20.0, 10.0, 750)], batch_id=2)
+    assert run.counts(engine) == {"rows_in": 3, "clean": 1, "rejected": 1,
+                                  "duplicates": 1, "windowed": 1, "late": 0}

@@ -6,12 +6,14 @@ absent fields, and audit CSVs never read as data."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from sstore.errors import TerminalError
 from sstore.workloads.tpcdi import sources as src
 from sstore.workloads.tpcdi.sources import delimited
 
@@ -284,8 +286,7 @@ def test_finwire_positions_and_records(tmp_path: Path) -> None:
                                       + ["0000000001"] + CMP[4:]))
     write(b1 / "FINWIRE_audit.csv", "DataSet, BatchID ,Date , Attribute , Value, DValue",
           "DimCompany,1,,FW_CMP,3,")
-    write(b1 / "FINWIRE1967Q5", cmp_line)                      # not a quarter
-    write(b1 / "FINWIRE1967Q4.bak", cmp_line)
+    write(b1 / "FINWIRE1967Q4_audit.csv", "DataSet, BatchID ,Date , Attribute , Value, DValue")
 
     assert [p.name for p in src.finwire_files(b1)] == ["FINWIRE1967Q3", "FINWIRE1967Q4"]
     read = src.read_finwire(b1)
@@ -487,6 +488,25 @@ def test_audit_files_read_as_audit_never_as_data(tmp_path: Path) -> None:
     assert len(rows) == 7 and read.rows_in == 8                # headers are not rows
     assert rejects(read) == [(4, "unparsable DATE: 'x' (expected date YYYY-MM-DD)")]
     assert src.finwire_files(tmp_path / "Batch1") == []
+
+
+@pytest.mark.parametrize("name", ["FINWIRE_1967Q1", "finwire1967q1", "FINWIRE1967Q5",
+                                  "FINWIRE1967Q4.bak", "Finwire1967Q2", "FINWIRE67Q1"])
+def test_a_misnamed_finwire_file_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    """A file that looks like FINWIRE but is not named FINWIRE<YYYY>Q<1-4> is a quarter the
+    user meant to load: skipping it would lose its companies and securities without a word."""
+    b1 = tmp_path / "Batch1"
+    line = fixed(CMP_WIDTHS, CMP)
+    write(b1 / "FINWIRE1967Q4", line)
+    write(b1 / "FINWIRE1967Q4_audit.csv", "DataSet, BatchID ,Date , Attribute , Value, DValue")
+    write(b1 / "FINWIRE_audit.csv", "DataSet, BatchID ,Date , Attribute , Value, DValue")
+    assert [p.name for p in src.finwire_files(b1)] == ["FINWIRE1967Q4"]
+    write(b1 / name, line)
+    for call in (src.finwire_files, src.read_finwire):
+        with pytest.raises(src.FinwireNameError, match=re.escape(
+                f"{name} look like FINWIRE but are not named FINWIRE<YYYY>Q<1-4>")):
+            call(b1)
+    assert issubclass(src.FinwireNameError, TerminalError)
 
 
 @pytest.mark.parametrize("end", ["\r\n", "\n"])

@@ -6,9 +6,13 @@
 
 - ``icu_clean`` (one TE per arrival batch) rejects impossible readings with a reason (to
   ``icu_rejects``, never dropped), removes duplicates (a reading id seen before, in an earlier
-  batch or earlier in this one: the first arrival is kept; ties inside a batch go to the
-  smallest row, so the choice is deterministic) and counts each batch in ``icu_batch_counts``:
-  rows in = clean + rejected + duplicates.
+  batch or earlier in this one, with the same values: the first arrival is kept; ties inside a
+  batch go to the smallest row, so the choice is deterministic) and counts each batch in
+  ``icu_batch_counts``: rows in = clean + rejected + duplicates. A re-send of a reading id with
+  OTHER values is no duplicate but a conflict: it goes to ``icu_rejects`` (counted as rejected)
+  with the reason ``conflicting re-send: reading id N arrived in batch B with other values``,
+  and a warning is logged; the first arrival stays the one used. ``icu_seen`` keeps each kept
+  reading's id, a digest of its values and its batch.
 - ``icu_windows``: 30 s tumbling event-time windows per patient (``rules``), fed inside
   ``icu_clean``'s TE; closes and corrections go to ``icu_windows``, too-late readings to
   ``icu_windows__late``.
@@ -21,6 +25,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,6 +35,8 @@ from sstore.sql import ident
 from sstore.transaction import Transaction
 from sstore.workloads.icu import rules
 from sstore.workloads.icu.generator import READING_COLUMNS
+
+log = logging.getLogger(__name__)
 
 READINGS = "icu_readings"
 CLEAN = "icu_clean_readings"
@@ -65,14 +73,33 @@ END"""
 
 _UNNEST_ALERT = ", ".join(f"unnest(?::{t}[])" for t in ALERT_COLUMNS.values())
 _COLS = ", ".join(ident(c) for c in READING_COLUMNS)
-#: Every reading of the batch with its fate: rejected (with a reason), duplicate (its id was
-#: seen in an earlier batch, or earlier in this one: the smallest row of an id is kept), clean.
-JUDGE_SQL = f"""SELECT {_COLS}, reason, CASE WHEN reason IS NOT NULL THEN 'rejected'
-        WHEN seen OR nth > 1 THEN 'duplicate' ELSE 'clean' END AS fate
-FROM (SELECT j.*, row_number() OVER (PARTITION BY reading_id, reason IS NULL ORDER BY {_COLS})
-             AS nth,
-             EXISTS (SELECT 1 FROM {ident(SEEN)} AS s WHERE s.reading_id = j.reading_id) AS seen
-      FROM (SELECT *, {REASON_SQL} AS reason FROM batch) AS j)
+_J_COLS = ", ".join(f"j.{ident(c)}" for c in READING_COLUMNS)
+#: What a re-send must repeat to be a harmless duplicate: every value of the reading, as text
+#: (stable across DuckDB versions, unlike ``hash``), in 64 bits of its MD5 (only readings of
+#: one id are compared, so two different ones pass for equal with odds of 2^-64).
+DIGEST_SQL = ("md5_number_upper(concat_ws(chr(31), "
+              + ", ".join(f"{ident(c)}::VARCHAR" for c in READING_COLUMNS) + "))")
+#: Every reading of the batch with its fate: rejected (with a reason); duplicate (its id was
+#: seen in an earlier batch, or earlier in this one, the smallest row of an id being kept, with
+#: the same values); conflict (the same id with other values: a different reading under a
+#: used id, never dropped as a duplicate, it goes to the rejects with a reason saying so; a
+#: reading kept before ``icu_seen`` had digests compares as a duplicate); clean.
+JUDGE_SQL = f"""SELECT {_COLS}, CASE fate
+        WHEN 'conflict' THEN 'conflicting re-send: reading id ' || reading_id || ' arrived '
+            || coalesce('in batch ' || seen_batch, 'earlier in this batch')
+            || ' with other values; this copy is not used'
+        ELSE reason END AS reason, fate, digest
+FROM (SELECT *, CASE WHEN reason IS NOT NULL THEN 'rejected'
+            WHEN seen AND seen_digest <> digest THEN 'conflict'
+            WHEN NOT seen AND nth > 1 AND first_digest <> digest THEN 'conflict'
+            WHEN seen OR nth > 1 THEN 'duplicate' ELSE 'clean' END AS fate
+      FROM (SELECT {_J_COLS}, j.reason, j.digest,
+                   row_number() OVER w AS nth, first_value(j.digest) OVER w AS first_digest,
+                   s.reading_id IS NOT NULL AS seen, s.digest AS seen_digest,
+                   s.batch_id AS seen_batch
+            FROM (SELECT *, {REASON_SQL} AS reason, {DIGEST_SQL} AS digest FROM batch) AS j
+            LEFT JOIN {ident(SEEN)} AS s ON s.reading_id = j.reading_id
+            WINDOW w AS (PARTITION BY j.reading_id, j.reason IS NULL ORDER BY {_J_COLS})))
 ORDER BY reading_id NULLS FIRST, {_COLS}"""
 
 
@@ -86,7 +113,11 @@ def declare(engine: Engine) -> None:
     engine.event_window(WINDOWS, CLEAN, time="ts", size=rules.WINDOW, key="patient",
                         delay=rules.DELAY, allowed_lateness=rules.LATENESS,
                         aggregates=rules.AGGREGATES)
-    engine.execute(f"CREATE TABLE IF NOT EXISTS {ident(SEEN)} (reading_id BIGINT PRIMARY KEY)")
+    for column, kind in (("digest", "UBIGINT"), ("batch_id", "BIGINT")):  # older state files
+        engine.execute(f"ALTER TABLE IF EXISTS {ident(SEEN)} ADD COLUMN IF NOT EXISTS "
+                       f"{column} {kind}")
+    engine.execute(f"CREATE TABLE IF NOT EXISTS {ident(SEEN)} (reading_id BIGINT PRIMARY KEY, "
+                   "digest UBIGINT, batch_id BIGINT)")
     engine.execute(f"CREATE TABLE IF NOT EXISTS {ident(COUNTS)} (batch_id BIGINT PRIMARY KEY, "
                    "rows_in BIGINT NOT NULL, clean BIGINT NOT NULL, rejected BIGINT NOT NULL, "
                    "duplicates BIGINT NOT NULL, CHECK (rows_in = clean + rejected + duplicates))")
@@ -101,16 +132,25 @@ def declare(engine: Engine) -> None:
 
     @engine.procedure(input=READINGS, output=(CLEAN, REJECTS))
     def icu_clean(tx: Transaction, batch: pa.Table) -> dict[str, pa.Table]:
-        """Reject impossible readings (with a reason), drop repeated ids, count the batch."""
+        """Reject impossible readings and conflicting re-sends (with a reason), drop repeated
+        readings, count the batch."""
         judged = tx.sql(JUDGE_SQL)
         fate = judged["fate"]
-        fresh = judged.filter(pc.equal(fate, "clean")).select(list(READING_COLUMNS))
-        rejects = judged.filter(pc.equal(fate, "rejected")).drop_columns(["fate"])
+        clean = judged.filter(pc.equal(fate, "clean"))
+        fresh = clean.select(list(READING_COLUMNS))
+        conflicts = pc.sum(pc.equal(fate, "conflict")).as_py() or 0
+        if conflicts:
+            log.warning("icu_clean batch %s: %s reading(s) re-sent under a used id with other "
+                        "values; they are in %s with their reason", tx.batch_id, conflicts,
+                        REJECTS)
+        rejects = judged.filter(pc.is_in(fate, pa.array(["rejected", "conflict"]))).select(
+            [*READING_COLUMNS, "reason"])
         rejects = rejects.append_column("batch_id", pa.array([tx.batch_id] * rejects.num_rows,
                                                              pa.int64()))
         if fresh.num_rows:
-            tx.execute(f"INSERT INTO {ident(SEEN)} SELECT unnest(?::BIGINT[])",
-                       fresh["reading_id"].to_pylist())
+            tx.execute(f"INSERT INTO {ident(SEEN)} SELECT unnest(?::BIGINT[]), "
+                       "unnest(?::UBIGINT[]), ?", fresh["reading_id"].to_pylist(),
+                       clean["digest"].to_pylist(), tx.batch_id)
         duplicates = pc.sum(pc.equal(fate, "duplicate")).as_py() or 0
         # the table's CHECK refuses the batch if a row got no fate: nothing lost unnoticed
         tx.execute(f"INSERT INTO {ident(COUNTS)} VALUES (?, ?, ?, ?, ?)", tx.batch_id,

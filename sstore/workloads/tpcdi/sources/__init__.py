@@ -46,6 +46,7 @@ from sstore.workloads.tpcdi.sources.delimited import (
 from sstore.workloads.tpcdi.sources.finwire import (
     CMP_FIELDS,
     SEC_FIELDS,
+    FinwireNameError,
     FinwireRead,
     finwire_files,
     read_finwire,
@@ -99,7 +100,7 @@ __all__ = [
     "RATE", "REJECT_SCHEMA", "SEC_FIELDS", "STATUS_TYPE", "TAX_RATE", "TEXT", "TIME",
     "TIME_FILE", "TRADE", "TRADE_CDC", "TRADE_HISTORY", "TRADE_TYPE", "TS", "WATCH_HISTORY",
     "WATCH_HISTORY_CDC", "Col",
-    "FinwireRead", "Layout", "SourceRead", "finwire_files", "read_account",
+    "FinwireNameError", "FinwireRead", "Layout", "SourceRead", "finwire_files", "read_account",
     "read_audit", "read_batch_date", "read_cash_transaction", "read_customer",
     "read_customer_mgmt", "read_daily_market", "read_date", "read_delimited", "read_finwire",
     "read_holding_history", "read_hr", "read_industry", "read_status_type",

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sstore.errors import TerminalError
 from sstore.workloads.tpcdi.sources.convert import (
     any_refused,
     refusal_reasons,
@@ -51,10 +52,32 @@ SEC_FIELDS = (_PTS, _fw("symbol!", 19, 33), _fw("issuetype", 34, 39), _fw("statu
 _WIDTH = {"CMP": 543, "SEC": 220}
 
 
+class FinwireNameError(TerminalError):
+    """A file in a Batch folder looks like FINWIRE data but is not named as DIGen names it."""
+
+
 def finwire_files(directory: str | PathLike[str]) -> list[Path]:
-    """The quarterly FINWIRE files in quarter order; never ``FINWIRE_audit.csv``."""
-    return sorted(p for p in Path(directory).iterdir()
-                  if p.is_file() and FINWIRE_NAME.fullmatch(p.name))
+    """The quarterly FINWIRE files (``FINWIRE<YYYY>Q<1-4>``) in quarter order; never an audit
+    CSV (``FINWIRE1967Q1_audit.csv``, ``FINWIRE_audit.csv``).
+
+    Any other file whose name starts with FINWIRE, in any case (``FINWIRE_1967Q1``,
+    ``finwire1967q1``, ``FINWIRE1967Q5``, ``FINWIRE1967Q1.bak``), raises ``FinwireNameError``
+    naming it: it is most likely a quarter the user meant to load, and skipping it would load
+    the companies and securities without it, rows missing with nothing said."""
+    files, misnamed = [], []
+    for path in Path(directory).iterdir():
+        if not path.is_file() or not path.name.upper().startswith("FINWIRE"):
+            continue
+        if FINWIRE_NAME.fullmatch(path.name):
+            files.append(path)
+        elif not path.name.endswith("_audit.csv"):
+            misnamed.append(path.name)
+    if misnamed:
+        raise FinwireNameError(
+            f"{directory}: {', '.join(sorted(misnamed))} look like FINWIRE but are not named "
+            f"FINWIRE<YYYY>Q<1-4> (as DIGen names the quarterly files, e.g. FINWIRE1967Q1); "
+            f"rename each to its quarter, or move it out of the folder if it is not data")
+    return sorted(files)
 
 
 @dataclass(frozen=True)

@@ -165,11 +165,15 @@ class StreamingDimTrade:
 
     def lines_ingested(self, tpcdi_batch: int) -> int:
         """The last event line of TPC-DI batch ``tpcdi_batch`` that the engine has taken (0:
-        none). Border streams keep their commit records, so this survives restarts."""
+        none). A border stream keeps its batch-ids for good (commit records, and the runs GC
+        compacts old ones into, ``sstore.gc``), so this survives restarts."""
         low = tpcdi_batch * ID_STRIDE
-        got = self.engine.query("SELECT max(batch_id) AS last FROM sstore_sys.commits "
-                                "WHERE node = ? AND batch_id > ? AND batch_id < ?",
-                                INPUT_STREAM, low, low + ID_STRIDE)
+        got = self.engine.query(
+            "SELECT max(last) AS last FROM (SELECT max(batch_id) AS last FROM "
+            "sstore_sys.commits WHERE node = $1 AND batch_id > $2 AND batch_id < $3 "
+            "UNION ALL SELECT max(least(last_batch, $3 - 1)) FROM sstore_sys.ingested_runs "
+            "WHERE stream = $1 AND last_batch > $2 AND first_batch < $3)",
+            INPUT_STREAM, low, low + ID_STRIDE)
         last = got.column("last")[0].as_py()
         return int(last) - low if last is not None else 0
 
