@@ -9,6 +9,7 @@ by Spark and copied, stage by stage, so both schemas look trades up in the same 
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,14 @@ import psycopg
 import pytest
 
 from sstore.workloads.tpcdi import dimensions
-from sstore.workloads.tpcdi.backfill import IntervalNotSealed, backfill_batch, versions
+from sstore.workloads.tpcdi.backfill import (
+    IntervalNotSealed,
+    IntervalOverlap,
+    backfill_batch,
+    backfill_batches,
+    backfill_dates,
+    versions,
+)
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.sources import read_trade_incremental
 from sstore.workloads.tpcdi.streaming.events import batch1_events
@@ -216,6 +224,64 @@ def test_backfill_of_batch2_while_batch3_streams_equals_a_clean_run(
         trade = again.replaced[0]
         assert trade.rows_kept_newer == newer > 0
         assert trade.rows_deleted == trade.rows_inserted == trade.rows_after
+
+        backfill_ranges(spark, data, url, expected)
     finally:
         main.close()
         clean.close()
+
+
+def backfill_ranges(spark: object, data: Path, url: str, expected: dict[str, list[tuple]]
+                    ) -> None:
+    """A batch-id range and a date range, each corrupted by hand, backfilled in one
+    transaction each: the warehouse equals the clean run again. The date range spans
+    Batch1 and Batch2 trades, some updated by a later batch: their rows need their whole
+    history. An overlapping date range with other bounds is refused, nothing changed."""
+    # batches 2-3: rows of both batches wrong, an alert of Batch3 lost
+    with psycopg.connect(url) as con:
+        con.execute("UPDATE dw.dimtrade SET executedby = 'CORRUPT' WHERE batchid IN (2, 3)")
+        assert con.execute("DELETE FROM dw.dimessages WHERE ctid IN (SELECT ctid FROM "
+                           "dw.dimessages WHERE messagesource = 'DimTrade' AND batchid = 3 "
+                           "LIMIT 1)").rowcount == 1
+    ranged = backfill_batches(spark, data, url, "dw", 2, 3)  # type: ignore[arg-type]
+    assert ranged.to_dict()["versions"] == {"batch 2": 4, "batch 3": 2}
+    assert rows(url, "dw") == expected
+
+    # dates: the last three days any trade was created on; rows there were made by Batch1
+    # and Batch2, and Batch2/3 events updated trades created there
+    with psycopg.connect(url) as con:
+        days = [r[0] for r in con.execute(
+            "SELECT DISTINCT sk_createdateid FROM dw.dimtrade ORDER BY 1 DESC LIMIT 3")]
+        low, high = min(days), max(days)
+        made_by = {r[0] for r in con.execute("SELECT DISTINCT batchid FROM dw.dimtrade WHERE "
+                                             "sk_createdateid BETWEEN %s AND %s", (low, high))}
+        assert {1, 2} <= made_by or {2, 3} <= made_by, made_by
+        con.execute("UPDATE dw.dimtrade SET executedby = 'CORRUPT', status = 'X' WHERE "
+                    "sk_createdateid BETWEEN %s AND %s", (low, high))
+        con.execute("DELETE FROM dw.dimtrade WHERE tradeid = (SELECT max(tradeid) FROM "
+                    "dw.dimtrade WHERE sk_createdateid BETWEEN %s AND %s)", (low, high))
+        con.execute("INSERT INTO dw.dimessages VALUES (%s, 2, 'DimTrade', 'bogus', 'Alert', "
+                    "'T_ID = 0')", (dt.datetime.strptime(str(high), "%Y%m%d"),))
+        outside = con.execute("SELECT count(*) FROM dw.dimtrade WHERE sk_createdateid < %s",
+                              (low,)).fetchone()[0]
+    first = dt.datetime.strptime(str(low), "%Y%m%d").date()
+    last = dt.datetime.strptime(str(high), "%Y%m%d").date()
+    dated = backfill_dates(spark, data, url, "dw", first, last)  # type: ignore[arg-type]
+    assert rows(url, "dw") == expected
+    name = f"dates {first}..{last}"
+    assert dated.to_dict()["versions"] == {name: 1}
+    trade = dated.replaced[0]
+    assert trade.rows_after == trade.rows_inserted == trade.rows_deleted + 1
+    with psycopg.connect(url) as con:
+        assert con.execute("SELECT count(*) FROM dw.dimtrade WHERE sk_createdateid < %s",
+                           (low,)).fetchone()[0] == outside  # the rows before it untouched
+    again = backfill_dates(spark, data, url, "dw", first, last)  # type: ignore[arg-type]
+    assert again.version == 2 and rows(url, "dw") == expected
+
+    # the same days, other bounds: refused before any Spark work, naming the recorded one
+    with pytest.raises(IntervalOverlap, match=rf"overlaps interval '{name}'"):
+        backfill_dates(spark, data, url, "dw", first - dt.timedelta(days=1),  # type: ignore[arg-type]
+                       first)
+    assert rows(url, "dw") == expected
+    assert {v["interval"] for v in versions(url, "dw")} == {
+        "batch 1", "batch 2", "batch 3", name}
