@@ -8,7 +8,11 @@ all new, never half of each, while the stream keeps loading later intervals.
 An ``Interval`` is a named, closed range of one column (``batchid`` 2..2, ``sk_createdateid``
 20170701..20170731); a ``Slice`` is the rows of one interval in one table (with an optional
 fixed filter, e.g. ``messagesource = 'DimTrade'``, and the key for tables whose rows are
-updated in place). Versions live in ``sstore.intervals``, one row per (target, interval):
+updated in place). Versions live in ``sstore.intervals``, one row per (target, interval),
+with the interval's column and bounds. Versions are per exact interval: one that overlaps a
+recorded interval of the same target and column with other bounds, or reuses a recorded name
+with other bounds, is refused (``IntervalOverlap``, checked under a per-target advisory lock
+by ``seal`` and ``replace``), since both would claim the shared rows:
 
 - the stream *seals* an interval (``seal``: version 1, source ``stream``) once every row of it
   is in PostgreSQL; before that a backfill of it is refused (``IntervalNotSealed``): the
@@ -16,8 +20,9 @@ updated in place). Versions live in ``sstore.intervals``, one row per (target, i
 - ``replace`` stages the rebuilt rows (binary COPY into an unlogged table, its own committed
   transaction: a large stage holds no lock on the target), then in ONE transaction:
 
-  1. locks the ``sstore.intervals`` rows of the slices (``FOR UPDATE``: two backfills of one
-     interval queue) and checks each is sealed;
+  1. checks no slice overlaps another recorded interval, locks the ``sstore.intervals`` rows
+     of the slices (``FOR UPDATE``: two backfills of one interval queue) and checks each is
+     sealed (a slice the stream never seals, ``sealed=False``, is recorded at version 0);
   2. locks each target ``IN SHARE ROW EXCLUSIVE MODE``: readers go on (they see the old
      rows until COMMIT), writers (the stream's sink delivering a later interval) wait for the
      swap's few milliseconds, so a sink's chunk lands wholly before or wholly after it;
@@ -25,14 +30,16 @@ updated in place). Versions live in ``sstore.intervals``, one row per (target, i
   4. deletes the interval's rows, inserts the staged ones; with a key, a staged row whose key
      is held by a row of a *later* interval (column above the range) keeps that row (it is
      newer: the stream updated it after the interval), one of an *earlier* interval is
-     replaced (the interval's change to it was missing);
+     replaced (the interval's change to it was missing); rows above a slice's ``newer`` bound
+     (written after what the rebuild read) are neither deleted nor overwritten;
   5. bumps the version (source ``backfill``, the rows now in the interval, ``replaced_at``);
   6. COMMIT; the stage tables are dropped afterwards (also on failure).
 
 The tables are locked in name order; a writer that takes them in another order (the Spark bulk
 DimTrade loader writes dimtrade, then dimessages) may deadlock with a swap: PostgreSQL aborts
 one of the two, and both retry a deadlock (``migrators.pg_errors``: transient), the swap from
-step 1. Intervals of one target should not overlap (the versions are per interval name). A
+step 1. A sink reset (``sstore migrate --reset``) over a table holding rows of recorded
+intervals is refused (``check_reset``): it would deliver the stream's rows again over them. A
 process killed between staging and the swap leaves its ``sstore.backfill_stage_*`` tables
 behind (nothing else): drop them by hand.
 """

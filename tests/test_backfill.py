@@ -141,7 +141,7 @@ def test_the_cli_refuses_an_unsealed_batch_and_shows_the_versions(url: str,
     assert [(r["target"], r["interval"], r["version"], r["source"], r["rows"])
             for r in json.loads(shown.stdout)] == [("w.t", "batch 2", 1, "stream", 3)]
     table = sstore("backfill", "status", "--postgres", url, "--schema", "w")
-    assert "w.t" in table.stdout and "batch 2" in table.stdout
+    assert "w.t" in table.stdout and "batch 2" in table.stdout and "b 2..2" in table.stdout
     assert "sstore backfill run --input" in sstore("backfill", "--help").stdout
 
 
@@ -258,3 +258,23 @@ def test_migrate_reset_over_backfilled_intervals_is_refused(tmp_path: Path, pg_u
     assert count() == (30, 30)
     with psycopg.connect(pg_url) as con:
         assert versions(con, "s.out") == []
+
+
+def test_the_cli_takes_one_interval_and_says_what_is_wrong(tmp_path: Path) -> None:
+    run = ("backfill", "run", "--input", str(tmp_path))
+    for args, said in [
+            ((), ("name the interval exactly one way: --batch N (repeatable), --batches "
+                 "FIRST-LAST or --from-date D --to-date D")),
+            (("--batch", "2", "--batches", "2-3"), "(got --batch and --batches)"),
+            (("--batches", "2-3", "--from-date", "2017-07-07", "--to-date", "2017-07-08"),
+             "(got --batches and --from-date/--to-date)"),
+            (("--from-date", "2017-07-07"), ("a date range needs both --from-date and "
+                                            "--to-date")),
+            (("--from-date", "2017-07-08", "--to-date", "2017-07-07"),
+             "2017-07-07 is before --from-date 2017-07-08"),
+            (("--batches", "3-2"), ("batch range '3-2': batches are 1, 2, ... and FIRST must "
+                                   "not exceed LAST")),
+            (("--batches", "two"), "batch range 'two' is not FIRST-LAST")]:
+        done = sstore(*run, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert said in " ".join(done.stderr.split()), (args, done.stderr)

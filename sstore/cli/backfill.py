@@ -118,15 +118,11 @@ def _choose(batches: tuple[int, ...], batch_range: str | None, from_date: dt.dat
                                      f"{from_date:%Y-%m-%d}", param_hint="--to-date")
         return from_date.date(), to_date.date()
     if batch_range is not None:
-        low, sep, high = batch_range.partition("-")
-        if not (sep and low.strip().isdigit() and high.strip().isdigit()):
-            raise click.BadParameter(f"{batch_range!r} is not FIRST-LAST (e.g. 2-3)",
-                                     param_hint="--batches")
-        first, last = int(low), int(high)
-        if first < 1 or last < first:
-            raise click.BadParameter(f"{batch_range!r}: batches are 1, 2, ... and FIRST must "
-                                     f"not exceed LAST", param_hint="--batches")
-        return first, last
+        from sstore.workloads.tpcdi.backfill import parse_batch_range
+        try:
+            return parse_batch_range(batch_range)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--batches") from None
     return batches[0], batches[-1]
 
 
@@ -169,9 +165,10 @@ def status_command(schema: str | None, url: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(title="sstore.intervals")
-    for name in ("target", "interval", "version", "source", "rows", "replaced_at"):
+    for name in ("target", "interval", "bounds", "version", "source", "rows", "replaced_at"):
         table.add_column(name, justify="right" if name in ("version", "rows") else "left")
     for r in rows:
-        table.add_row(str(r["target"]), str(r["interval"]), str(r["version"]),
+        bounds = f"{r['column']} {r['low']}..{r['high']}" if r["column"] else ""
+        table.add_row(str(r["target"]), str(r["interval"]), bounds, str(r["version"]),
                       str(r["source"]), f"{r['rows']:,}", f"{r['replaced_at']:%Y-%m-%d %H:%M:%S}")
     Console(highlight=False).print(table)

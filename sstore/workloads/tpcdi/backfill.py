@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 
     from sstore.workloads.tpcdi.dimtrade_spark_rules import Dimensions
 
-__all__ = ["BackfillReport", "IntervalNotSealed", "IntervalOverlap", "backfill_batch", "backfill_batches",
-           "backfill_dates", "batch_interval", "date_slices", "rebuild", "rebuild_batches",
+__all__ = ["BackfillReport", "IntervalNotSealed", "IntervalOverlap", "backfill_batch",
+           "backfill_batches", "backfill_dates", "batch_interval", "date_slices",
+           "parse_batch_range", "parse_date_range", "rebuild", "rebuild_batches",
            "rebuild_dates", "seal_batch", "sealed_batches", "slices", "versions"]
 
 
@@ -97,6 +98,33 @@ def range_interval(first: int, last: int) -> tuple[Interval, ...]:
     if last < first:
         raise ValueError(f"batch range {first}-{last}: the last batch is below the first")
     return tuple(batch_interval(b) for b in range(first, last + 1))
+
+
+def parse_batch_range(text: str) -> tuple[int, int]:
+    """"2-3" -> (2, 3); "2" -> (2, 2). ``ValueError`` saying what is wrong otherwise."""
+    low, sep, high = text.strip().partition("-")
+    high = high if sep else low
+    if not (low.strip().isdigit() and high.strip().isdigit()):
+        raise ValueError(f"batch range {text!r} is not FIRST-LAST (e.g. 2-3)")
+    first, last = int(low), int(high)
+    if first < 1 or last < first:
+        raise ValueError(f"batch range {text!r}: batches are 1, 2, ... and FIRST must not "
+                         f"exceed LAST")
+    return first, last
+
+
+def parse_date_range(first: str, last: str) -> tuple[dt.date, dt.date]:
+    """Two ISO days (YYYY-MM-DD, both needed, inclusive) -> dates; ``ValueError`` if not."""
+    if not first or not last:
+        raise ValueError("a date range needs both its first and its last day (inclusive; "
+                         "one day: the same date twice)")
+    try:
+        days = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    except ValueError:
+        raise ValueError(f"date range {first}..{last}: days are YYYY-MM-DD") from None
+    if days[1] < days[0]:
+        raise ValueError(f"date range {first}..{last}: the last day is before the first")
+    return days
 
 
 def date_key(day: dt.date) -> int:
