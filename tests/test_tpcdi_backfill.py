@@ -229,6 +229,7 @@ def test_backfill_of_batch2_while_batch3_streams_equals_a_clean_run(
         clean.close()
 
 
+@pytest.mark.timeout(900)  # two streamed warehouses and three Spark replays: ~7 min loaded
 def test_a_batch_range_and_a_date_range_backfilled_equal_a_clean_run(
         spark, data: Path, pg_url: str, tmp_path: Path) -> None:
     """A batch-id range and a date range, each corrupted by hand, backfilled in one

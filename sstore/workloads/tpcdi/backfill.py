@@ -19,6 +19,15 @@ run's:
 The streaming pipeline seals "batch k" once all of it is in PostgreSQL (``seal_batch``); a
 backfill of a batch that is not sealed is refused (``IntervalNotSealed``): the stream may still
 be writing it. Re-running a backfill writes the same rows again and bumps the version.
+
+Two more intervals: a **batch-id range** (``backfill_batches``: batches first..last rebuilt in
+one replay, their intervals replaced in ONE transaction, a version per batch) and a **date
+range** (``backfill_dates``, interval "dates D1..D2", ``date_slices``: the DimTrade rows of
+trades *created* on those days, the DimTrade alerts of events *on* them). A date range is
+rebuilt from every sealed batch 1..N (the trades with an event on those days, their whole
+history), and rows of later batches (``batchid`` > N: streamed since) are kept. An interval
+overlapping a recorded one of the same column with other bounds is refused
+(``IntervalOverlap``).
 """
 
 from __future__ import annotations
