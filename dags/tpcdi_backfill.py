@@ -1,8 +1,10 @@
-"""**tpcdi_backfill**: rebuild TPC-DI batches of the streamed DimTrade with Spark and swap them
-into the PostgreSQL warehouse, one transaction per batch, with a version per batch.
+"""**tpcdi_backfill**: rebuild intervals of the streamed DimTrade with Spark and swap them
+into the PostgreSQL warehouse, one transaction per interval, with a version per interval.
 
-`choose_batches` (the `batches` parameter, each sealed by the stream; empty: every sealed
-batch; a batch the stream has not finished fails the run at once, nothing changed) →
+`choose_batches` (one of: `batches`, each sealed by the stream, empty: every sealed batch;
+`batch_range` "FIRST-LAST", all of it in ONE transaction; `from_date`/`to_date`, the trades
+created and alerts raised on those days, rebuilt from every sealed batch; a batch the stream
+has not finished, or two of these parameters at once, fail the run at once, nothing changed) →
 `backfill_batches` (per batch: Spark replays its trades from the source files, the result is
 staged by COPY, then the batch's DimTrade rows and alerts are replaced and its version in
 `sstore.intervals` bumped, in one COMMIT; readers never see it half replaced; the stream may
@@ -21,7 +23,8 @@ from airflow.sdk import Param, dag, get_current_context, task
 from sstore.airflow_errors import TASK_DEFAULTS, airflow_errors
 from sstore.workloads.tpcdi import orchestration as etl
 
-PARAMS = ("data_dir", "schema", "postgres_conn_id", "spark_master", "batches")
+PARAMS = ("data_dir", "schema", "postgres_conn_id", "spark_master", "batches", "batch_range",
+          "from_date", "to_date")
 
 
 def settings() -> etl.Settings:
@@ -36,16 +39,15 @@ def settings() -> etl.Settings:
 def tpcdi_backfill() -> None:
     @task
     @airflow_errors
-    def choose_batches() -> list[int]:
-        """The batches to rebuild; refuses one the stream has not finished."""
-        return etl.backfill_batches_to_run(settings(),
-                                           get_current_context()["params"]["batches"] or [])
+    def choose_batches() -> dict[str, Any]:
+        """The interval(s) to rebuild; refuses a batch the stream has not finished."""
+        return etl.backfill_plan(settings(), get_current_context()["params"])
 
     @task
     @airflow_errors
-    def backfill_batches(batches: list[int]) -> list[dict[str, Any]]:
-        """Spark rebuild, then one swap transaction per batch."""
-        return etl.backfill(settings(), batches)
+    def backfill_batches(plan: dict[str, Any]) -> list[dict[str, Any]]:
+        """Spark rebuild, then one swap transaction per batch (or for the range)."""
+        return etl.backfill(settings(), plan)
 
     @task
     @airflow_errors

@@ -8,7 +8,11 @@ all new, never half of each, while the stream keeps loading later intervals.
 An ``Interval`` is a named, closed range of one column (``batchid`` 2..2, ``sk_createdateid``
 20170701..20170731); a ``Slice`` is the rows of one interval in one table (with an optional
 fixed filter, e.g. ``messagesource = 'DimTrade'``, and the key for tables whose rows are
-updated in place). Versions live in ``sstore.intervals``, one row per (target, interval):
+updated in place). Versions live in ``sstore.intervals``, one row per (target, interval),
+with the interval's column and bounds. Versions are per exact interval: one that overlaps a
+recorded interval of the same target and column with other bounds, or reuses a recorded name
+with other bounds, is refused (``IntervalOverlap``, checked under a per-target advisory lock
+by ``seal`` and ``replace``), since both would claim the shared rows:
 
 - the stream *seals* an interval (``seal``: version 1, source ``stream``) once every row of it
   is in PostgreSQL; before that a backfill of it is refused (``IntervalNotSealed``): the
@@ -16,8 +20,9 @@ updated in place). Versions live in ``sstore.intervals``, one row per (target, i
 - ``replace`` stages the rebuilt rows (binary COPY into an unlogged table, its own committed
   transaction: a large stage holds no lock on the target), then in ONE transaction:
 
-  1. locks the ``sstore.intervals`` rows of the slices (``FOR UPDATE``: two backfills of one
-     interval queue) and checks each is sealed;
+  1. checks no slice overlaps another recorded interval, locks the ``sstore.intervals`` rows
+     of the slices (``FOR UPDATE``: two backfills of one interval queue) and checks each is
+     sealed (a slice the stream never seals, ``sealed=False``, is recorded at version 0);
   2. locks each target ``IN SHARE ROW EXCLUSIVE MODE``: readers go on (they see the old
      rows until COMMIT), writers (the stream's sink delivering a later interval) wait for the
      swap's few milliseconds, so a sink's chunk lands wholly before or wholly after it;
@@ -25,14 +30,16 @@ updated in place). Versions live in ``sstore.intervals``, one row per (target, i
   4. deletes the interval's rows, inserts the staged ones; with a key, a staged row whose key
      is held by a row of a *later* interval (column above the range) keeps that row (it is
      newer: the stream updated it after the interval), one of an *earlier* interval is
-     replaced (the interval's change to it was missing);
+     replaced (the interval's change to it was missing); rows above a slice's ``newer`` bound
+     (written after what the rebuild read) are neither deleted nor overwritten;
   5. bumps the version (source ``backfill``, the rows now in the interval, ``replaced_at``);
   6. COMMIT; the stage tables are dropped afterwards (also on failure).
 
 The tables are locked in name order; a writer that takes them in another order (the Spark bulk
 DimTrade loader writes dimtrade, then dimessages) may deadlock with a swap: PostgreSQL aborts
 one of the two, and both retry a deadlock (``migrators.pg_errors``: transient), the swap from
-step 1. Intervals of one target should not overlap (the versions are per interval name). A
+step 1. A sink reset (``sstore migrate --reset``) over a table holding rows of recorded
+intervals is refused (``check_reset``): it would deliver the stream's rows again over them. A
 process killed between staging and the swap leaves its ``sstore.backfill_stage_*`` tables
 behind (nothing else): drop them by hand.
 """
@@ -58,10 +65,15 @@ INTERVALS_DDL = (
         target TEXT NOT NULL, interval TEXT NOT NULL, version INTEGER NOT NULL,
         source TEXT NOT NULL CHECK (source IN ('stream', 'backfill')),
         rows BIGINT NOT NULL, replaced_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        bound_column TEXT, low TEXT, high TEXT,
         PRIMARY KEY (target, interval))""",
 )
+#: Added after the first release: a table made before has no bounds (``ensure_intervals``
+#: adds the columns; a row gets its bounds when it is sealed or replaced again).
+BOUNDS_DDL = ("ALTER TABLE sstore.intervals ADD COLUMN IF NOT EXISTS bound_column TEXT, "
+              "ADD COLUMN IF NOT EXISTS low TEXT, ADD COLUMN IF NOT EXISTS high TEXT")
 
-Bound = int | dt.date
+Bound = int | dt.date  # a datetime is a date too (a timestamp column)
 
 
 class IntervalNotSealed(TerminalError):
@@ -71,6 +83,13 @@ class IntervalNotSealed(TerminalError):
 
 class StagedRowsOutside(TerminalError):
     """The rebuilt rows include rows outside the interval they are to replace."""
+
+
+class IntervalOverlap(TerminalError):
+    """The interval overlaps another recorded interval of the same target and column with
+    other bounds (or reuses a recorded name with other bounds). Versions are per exact
+    interval: two overlapping intervals would each claim the shared rows, and neither
+    version would say what the rows are. Nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -87,28 +106,71 @@ class Interval:
             raise ValueError(f"interval {self.name!r}: high {self.high} is below low "
                              f"{self.low}")
 
+    def bounds(self) -> tuple[str, str]:
+        """``low`` and ``high`` as stored in ``sstore.intervals`` (text: ints and ISO
+        dates/timestamps, read back by ``_parse``)."""
+        return _text(self.low), _text(self.high)
+
+    def overlaps(self, column: str, low: str, high: str) -> bool:
+        """Whether the recorded interval ``column`` ``low``..``high`` shares values with this
+        one (intervals of another column never do: they are not comparable)."""
+        if column != self.column:
+            return False
+        mine = (_parse(_text(self.low)), _parse(_text(self.high)))
+        theirs = (_parse(low), _parse(high))
+        if type(mine[0]) is not type(theirs[0]):
+            return True  # the same column bounded by ints and dates: treat as overlapping
+        return not (mine[1] < theirs[0] or theirs[1] < mine[0])  # type: ignore[operator]
+
     def predicate(self, alias: str = "") -> tuple[str, tuple[Bound, Bound]]:
         column = f"{alias}.{ident(self.column)}" if alias else ident(self.column)
         return f"{column} BETWEEN %s AND %s", (self.low, self.high)
+
+
+def _text(bound: Bound) -> str:
+    return str(bound) if isinstance(bound, int) else bound.isoformat()
+
+
+def _parse(text: str) -> int | dt.datetime:
+    try:
+        return int(text)
+    except ValueError:
+        return dt.datetime.fromisoformat(text)  # a date reads as its midnight
 
 
 @dataclass(frozen=True)
 class Slice:
     """The rows of ``interval`` in ``table``: those in its range that match ``where`` (a fixed
     SQL condition of the caller's own, with bound ``params``). ``key``: the table's primary
-    key, for tables whose rows are updated in place (see the module docstring, step 4)."""
+    key, for tables whose rows are updated in place (see the module docstring, step 4).
+
+    ``newer``: (column, value): rows of the table whose ``column`` is above ``value`` were
+    written after the rebuild's source (a stream still loading later batches): they are
+    neither deleted nor overwritten, whatever the interval. ``sealed``: the stream seals
+    this interval (a replace of an unsealed one is refused); False for an interval the
+    stream never seals (a date range across its batches), whose caller has checked that
+    the stream has finished what the rebuild read: its first replace records version 1."""
 
     table: str
     interval: Interval
     key: tuple[str, ...] = ()
     where: str | None = None
     params: tuple[object, ...] = ()
+    newer: tuple[str, int] | None = None
+    sealed: bool = True
 
     def condition(self) -> tuple[str, tuple[object, ...]]:
         sql, bounds = self.interval.predicate()
         if self.where is None:
             return sql, bounds
         return f"{sql} AND ({self.where})", (*bounds, *self.params)
+
+    def replaceable(self) -> tuple[str, tuple[object, ...]]:
+        """``condition`` without the newer rows: the rows a replace deletes."""
+        sql, params = self.condition()
+        if self.newer is None:
+            return sql, params
+        return f"{sql} AND {ident(self.newer[0])} <= %s", (*params, self.newer[1])
 
 
 @dataclass(frozen=True)
@@ -126,17 +188,50 @@ class Replaced:
 
 
 def ensure_intervals(con: psycopg.Connection) -> None:
-    """Create ``sstore.intervals`` if it is missing (own transaction, committed)."""
-    exists = con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL").fetchone()
+    """Create ``sstore.intervals`` if it is missing, add the bound columns to one made by an
+    older sstore (own transaction, committed)."""
+    bounded = con.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema "
+                          "= 'sstore' AND table_name = 'intervals' AND column_name IN "
+                          "('target', 'bound_column')").fetchone()
     con.rollback()
-    if exists and exists[0]:
+    found = int(bounded[0]) if bounded else 0
+    if found == 2:
         return
     try:
-        for statement in INTERVALS_DDL:
+        for statement in INTERVALS_DDL if found == 0 else (BOUNDS_DDL,):
             con.execute(statement)
         con.commit()
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject,
+            psycopg.errors.DuplicateColumn):
         con.rollback()  # a concurrent writer created it first
+
+
+def _lock_target(cur: psycopg.Cursor, table: str) -> None:
+    """Serialise the writers of one target's intervals (seal, replace) until COMMIT: the
+    overlap check must see every interval recorded before it."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext('sstore.intervals'), hashtext(%s))",
+                (table,))
+
+
+def _check_overlap(cur: psycopg.Cursor, piece: Slice) -> None:
+    """Refuse (``IntervalOverlap``) an interval that overlaps a recorded one of the same
+    target and column with other bounds, or reuses a recorded name with other bounds."""
+    low, high = piece.interval.bounds()
+    rows = cur.execute(f"SELECT interval, bound_column, low, high, version, source FROM "
+                       f"{INTERVALS} WHERE target = %s AND bound_column IS NOT NULL",
+                       (piece.table,)).fetchall()
+    for name, column, other_low, other_high, version, source in rows:
+        same = (column, other_low, other_high) == (piece.interval.column, low, high)
+        if name == piece.interval.name and same:
+            continue
+        if name == piece.interval.name or piece.interval.overlaps(column, other_low,
+                                                                  other_high):
+            raise IntervalOverlap(
+                f"refusing interval {piece.interval.name!r} of {piece.table} "
+                f"({piece.interval.column} {low}..{high}): it overlaps interval {name!r} "
+                f"({column} {other_low}..{other_high}, version {version}, {source}), and "
+                f"versions are per exact interval. Backfill exactly {name!r} (or intervals "
+                f"that do not overlap it). Nothing was changed")
 
 
 def _count(cur: psycopg.Cursor, piece: Slice) -> int:
@@ -153,10 +248,22 @@ def seal(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[int]:
     ensure_intervals(con)
     versions = []
     with con.cursor() as cur:
+        for piece in sorted(pieces, key=lambda p: p.table):
+            _lock_target(cur, piece.table)
         for piece in pieces:
-            cur.execute(f"INSERT INTO {INTERVALS} (target, interval, version, source, rows) "
-                        f"VALUES (%s, %s, 1, 'stream', %s) ON CONFLICT DO NOTHING",
-                        (piece.table, piece.interval.name, _count(cur, piece)))
+            try:
+                _check_overlap(cur, piece)
+            except IntervalOverlap:
+                con.rollback()
+                raise
+            low, high = piece.interval.bounds()
+            cur.execute(f"INSERT INTO {INTERVALS} (target, interval, version, source, rows, "
+                        f"bound_column, low, high) VALUES (%s, %s, 1, 'stream', %s, %s, %s, %s) "
+                        f"ON CONFLICT (target, interval) DO UPDATE SET bound_column = "
+                        f"excluded.bound_column, low = excluded.low, high = excluded.high "
+                        f"WHERE {INTERVALS}.bound_column IS NULL",
+                        (piece.table, piece.interval.name, _count(cur, piece),
+                         piece.interval.column, low, high))
             row = cur.execute(f"SELECT version FROM {INTERVALS} WHERE target = %s AND "
                               f"interval = %s", (piece.table, piece.interval.name)).fetchone()
             versions.append(int(row[0]) if row else 0)
@@ -167,18 +274,67 @@ def seal(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[int]:
 def versions(con: psycopg.Connection, table: str | None = None) -> list[dict[str, object]]:
     """The rows of ``sstore.intervals`` (of ``table``, or all), by target and interval."""
     ensure_intervals(con)
-    sql = f"SELECT target, interval, version, source, rows, replaced_at FROM {INTERVALS}"
+    sql = (f"SELECT target, interval, version, source, rows, replaced_at, bound_column, low, "
+           f"high FROM {INTERVALS}")
     rows = con.execute(sql + (" WHERE target = %s" if table else "") + " ORDER BY 1, 2",
                        (table,) if table else ()).fetchall()
     con.rollback()
-    names = ("target", "interval", "version", "source", "rows", "replaced_at")
+    names = ("target", "interval", "version", "source", "rows", "replaced_at", "column", "low",
+             "high")
     return [dict(zip(names, r, strict=True)) for r in rows]
 
 
-def unsealed(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[Slice]:
-    """The slices whose interval is not sealed yet (none: all are); no transaction left."""
+def check_overlaps(con: psycopg.Connection, pieces: Sequence[Slice]) -> None:
+    """Refuse (``IntervalOverlap``) early, before a rebuild's work, what ``replace`` would
+    refuse in its transaction; no transaction left."""
     ensure_intervals(con)
-    missing = [p for p in pieces if con.execute(
+    try:
+        with con.cursor() as cur:
+            for piece in pieces:
+                _check_overlap(cur, piece)
+    finally:
+        con.rollback()
+
+
+class ResetRefused(TerminalError):
+    """A sink reset would deliver again rows of intervals the warehouse has versions of."""
+
+
+def check_reset(con: psycopg.Connection, table: str) -> int:
+    """Before a sink of ``table`` forgets its watermarks (``sstore migrate --reset``), in the
+    caller's transaction (not committed): a reset delivers again every batch the engine
+    still has, over the rows already there; where those rows belong to recorded intervals
+    (sealed by the stream, replaced by a backfill) that duplicates appended rows and puts the
+    stream's old rows back over a backfill's. Refused (``ResetRefused``) while ``table`` holds
+    rows and has intervals; once it is empty (emptied on purpose), its interval records are
+    deleted with the watermarks (the rows they counted are gone; the stream seals again).
+    Returns the interval records deleted."""
+    ensure_intervals(con)
+    recorded = con.execute(f"SELECT interval, version, source FROM {INTERVALS} WHERE target = "
+                           f"%s ORDER BY interval FOR UPDATE", (table,)).fetchall()
+    if not recorded:
+        return 0
+    exists = con.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)).fetchone()
+    held = exists and exists[0] and con.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {qualified(table)})").fetchone()
+    if held and held[0]:
+        con.rollback()
+        names = ", ".join(f"{r[0]!r} (version {r[1]}, {r[2]})" for r in recorded[:5])
+        more = f" and {len(recorded) - 5} more" if len(recorded) > 5 else ""
+        raise ResetRefused(
+            f"refusing to reset the sink of {table}: it holds rows of versioned intervals "
+            f"{names}{more} (sstore backfill status). Delivering the engine's batches again "
+            f"would duplicate appended rows and put streamed rows back over backfilled ones. "
+            f"To reload it from the stream, empty it first (TRUNCATE {table}), then reset; to "
+            f"correct an interval, use sstore backfill run. Nothing was changed")
+    return con.execute(f"DELETE FROM {INTERVALS} WHERE target = %s", (table,)).rowcount
+
+
+def unsealed(con: psycopg.Connection, pieces: Sequence[Slice]) -> list[Slice]:
+    """The slices whose interval is not sealed yet (none: all are); no transaction left.
+    Slices the stream never seals (``sealed=False``) are not asked for."""
+    ensure_intervals(con)
+    missing = [p for p in pieces if p.sealed and con.execute(
         f"SELECT 1 FROM {INTERVALS} WHERE target = %s AND interval = %s",
         (p.table, p.interval.name)).fetchone() is None]
     con.rollback()
@@ -237,7 +393,22 @@ def _swap(con: psycopg.Connection, staged: Sequence[tuple[Slice, pa.Table]],
     done = []
     with con.cursor() as cur:
         locked = {}
+        for table in sorted({p.table for p in pieces}):
+            _lock_target(cur, table)
+        try:
+            for piece in pieces:
+                _check_overlap(cur, piece)
+        except IntervalOverlap:
+            con.rollback()
+            raise
         for piece in sorted(pieces, key=lambda p: (p.table, p.interval.name)):  # step 1
+            if not piece.sealed:  # recorded by its first replace (version 0 -> 1 below)
+                low, high = piece.interval.bounds()
+                cur.execute(f"INSERT INTO {INTERVALS} (target, interval, version, source, "
+                            f"rows, bound_column, low, high) VALUES (%s, %s, 0, 'backfill', 0, "
+                            f"%s, %s, %s) ON CONFLICT DO NOTHING",
+                            (piece.table, piece.interval.name, piece.interval.column, low,
+                             high))
             row = cur.execute(f"SELECT version FROM {INTERVALS} WHERE target = %s AND "
                               f"interval = %s FOR UPDATE",
                               (piece.table, piece.interval.name)).fetchone()
@@ -272,7 +443,7 @@ def _swap(con: psycopg.Connection, staged: Sequence[tuple[Slice, pa.Table]],
 def _replace_one(cur: psycopg.Cursor, piece: Slice, stage: str, version: int) -> Replaced:
     """Step 4 and 5 for one slice."""
     target = qualified(piece.table)
-    where, params = piece.condition()
+    where, params = piece.replaceable()
     before = _count(cur, piece)
     deleted = cur.execute(f"DELETE FROM {target} WHERE {where}", params).rowcount
     columns = [r[0] for r in cur.execute(
@@ -290,13 +461,19 @@ def _replace_one(cur: psycopg.Cursor, piece: Slice, stage: str, version: int) ->
         # a row of an earlier interval is replaced; one of a later interval is newer: kept
         insert += (f" ON CONFLICT ({keys}) DO UPDATE SET {sets} WHERE "
                    f"t.{column} < %s")
-        inserted = cur.execute(insert, (piece.interval.low,)).rowcount
+        guard: tuple[object, ...] = (piece.interval.low,)
+        if piece.newer is not None:  # and so is one written after the rebuild's source
+            insert += f" AND t.{ident(piece.newer[0])} <= %s"
+            guard = (*guard, piece.newer[1])
+        inserted = cur.execute(insert, guard).rowcount
     else:
         inserted = cur.execute(insert).rowcount
     after = _count(cur, piece)
+    low, high = piece.interval.bounds()
     cur.execute(f"UPDATE {INTERVALS} SET version = version + 1, source = 'backfill', rows = %s, "
-                f"replaced_at = now() WHERE target = %s AND interval = %s",
-                (after, piece.table, piece.interval.name))  # step 5
+                f"replaced_at = now(), bound_column = %s, low = %s, high = %s WHERE target = %s "
+                f"AND interval = %s", (after, piece.interval.column, low, high, piece.table,
+                                       piece.interval.name))  # step 5
     return Replaced(piece.table, piece.interval.name, version + 1, before, deleted, inserted,
                     staged_n - inserted, after)
 

@@ -9,6 +9,7 @@ by Spark and copied, stage by stage, so both schemas look trades up in the same 
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,14 @@ import psycopg
 import pytest
 
 from sstore.workloads.tpcdi import dimensions
-from sstore.workloads.tpcdi.backfill import IntervalNotSealed, backfill_batch, versions
+from sstore.workloads.tpcdi.backfill import (
+    IntervalNotSealed,
+    IntervalOverlap,
+    backfill_batch,
+    backfill_batches,
+    backfill_dates,
+    versions,
+)
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.sources import read_trade_incremental
 from sstore.workloads.tpcdi.streaming.events import batch1_events
@@ -219,3 +227,82 @@ def test_backfill_of_batch2_while_batch3_streams_equals_a_clean_run(
     finally:
         main.close()
         clean.close()
+
+
+@pytest.mark.timeout(900)  # two streamed warehouses and three Spark replays: ~7 min loaded
+def test_a_batch_range_and_a_date_range_backfilled_equal_a_clean_run(
+        spark, data: Path, pg_url: str, tmp_path: Path) -> None:
+    """A batch-id range and a date range, each corrupted by hand, backfilled in one
+    transaction each: the warehouse equals the clean run again. The date range spans
+    Batch1 and Batch2 trades, some updated by a later batch: their rows need their whole
+    history. An overlapping date range with other bounds is refused, nothing changed."""
+    url = pg_url
+    for schema in ("dw", "clean"):
+        create_warehouse(url, schema)
+    main = StreamingDimTrade(data, url, str(tmp_path / "dw.duckdb"), "dw", batch_size=40)
+    clean = StreamingDimTrade(data, url, str(tmp_path / "clean.duckdb"), "clean",
+                              batch_size=40)
+    try:
+        dimensions.build_historical(spark, data, url, "dw")
+        copy_dimensions(url, "dw", "clean")
+        for run in (main, clean):
+            run.refresh_lookups()
+            with run.attached():
+                run.stream(batch1_events(data), "historical (Batch1)")
+        for batch in (2, 3):
+            main.run_incremental(batch, spark)
+            copy_dimensions(url, "dw", "clean")
+            clean.run_incremental(batch, spark)
+    finally:
+        main.close()
+        clean.close()
+    expected = rows(url, "clean")
+    assert rows(url, "dw") == expected
+    t0 = time.perf_counter()
+    # batches 2-3: rows of both batches wrong, an alert of Batch3 lost
+    with psycopg.connect(url) as con:
+        con.execute("UPDATE dw.dimtrade SET executedby = 'CORRUPT' WHERE batchid IN (2, 3)")
+        assert con.execute("DELETE FROM dw.dimessages WHERE ctid IN (SELECT ctid FROM "
+                           "dw.dimessages WHERE messagesource = 'DimTrade' AND batchid = 3 "
+                           "LIMIT 1)").rowcount == 1
+    ranged = backfill_batches(spark, data, url, "dw", 2, 3)
+    assert ranged.to_dict()["versions"] == {"batch 2": 2, "batch 3": 2}
+    assert rows(url, "dw") == expected
+
+    # dates: the two days before the last day any trade was created on (Batch1's last and
+    # Batch2's): rows there were made by Batch1 and Batch2, and some were updated by Batch3
+    # after the range: their rows need events before, in and after it
+    with psycopg.connect(url) as con:
+        days = [r[0] for r in con.execute(
+            "SELECT DISTINCT sk_createdateid FROM dw.dimtrade ORDER BY 1 DESC LIMIT 3")]
+        low, high = days[2], days[1]
+        made_by = {r[0] for r in con.execute("SELECT DISTINCT batchid FROM dw.dimtrade WHERE "
+                                             "sk_createdateid BETWEEN %s AND %s", (low, high))}
+        assert 3 in made_by and len(made_by) > 1, made_by  # updated after the range
+        con.execute("UPDATE dw.dimtrade SET executedby = 'CORRUPT', status = 'X' WHERE "
+                    "sk_createdateid BETWEEN %s AND %s", (low, high))
+        con.execute("DELETE FROM dw.dimtrade WHERE tradeid = (SELECT max(tradeid) FROM "
+                    "dw.dimtrade WHERE sk_createdateid BETWEEN %s AND %s)", (low, high))
+        con.execute("INSERT INTO dw.dimessages VALUES (%s, 2, 'DimTrade', 'bogus', 'Alert', "
+                    "'T_ID = 0')", (dt.datetime.strptime(str(high), "%Y%m%d"),))
+        outside = con.execute("SELECT count(*) FROM dw.dimtrade WHERE sk_createdateid < %s",
+                              (low,)).fetchone()[0]
+    first = dt.datetime.strptime(str(low), "%Y%m%d").date()
+    last = dt.datetime.strptime(str(high), "%Y%m%d").date()
+    dated = backfill_dates(spark, data, url, "dw", first, last)
+    assert rows(url, "dw") == expected
+    name = f"dates {first}..{last}"
+    assert dated.to_dict()["versions"] == {name: 1}
+    trade = dated.replaced[0]
+    assert trade.rows_after == trade.rows_inserted == trade.rows_deleted + 1
+    with psycopg.connect(url) as con:
+        assert con.execute("SELECT count(*) FROM dw.dimtrade WHERE sk_createdateid < %s",
+                           (low,)).fetchone()[0] == outside  # the rows before it untouched
+
+    # the same days, other bounds: refused before any Spark work, naming the recorded one
+    with pytest.raises(IntervalOverlap, match=rf"overlaps interval '{name}'"):
+        backfill_dates(spark, data, url, "dw", first - dt.timedelta(days=1), first)
+    assert rows(url, "dw") == expected
+    assert {v["interval"] for v in versions(url, "dw")} == {
+        "batch 1", "batch 2", "batch 3", name}
+    print(f"range and date backfills: {time.perf_counter() - t0:.1f} s")

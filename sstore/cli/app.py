@@ -291,7 +291,8 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: b
               help="Forget what this target was given (its watermarks and this consumer's "
                    "acknowledgements) and deliver every batch the engine still has again. "
                    "The target's rows are left as they are: empty it first if it should "
-                   "hold this state file's rows only.")
+                   "hold this state file's rows only. Refused while the target holds rows "
+                   "of intervals sealed by a stream or replaced by `sstore backfill`.")
 @json_option
 def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key: str,
             chunk_rows: int, accept_gap: bool, reset: bool, as_json: bool) -> None:
@@ -344,8 +345,11 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
 
 
 def _reset(con: object, stream: str, table: str) -> int:
-    from migrators import delivery
+    """Forget the watermarks, unless the target holds rows of versioned intervals (refused:
+    ``migrators.backfill.check_reset``); one transaction."""
+    from migrators import backfill, delivery
     delivery.ensure_watermarks(con)  # type: ignore[arg-type]
+    backfill.check_reset(con, table)  # type: ignore[arg-type]
     return delivery.reset(con, stream, table)  # type: ignore[arg-type]
 
 

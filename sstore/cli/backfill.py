@@ -6,6 +6,7 @@ A thin group over ``sstore.workloads.tpcdi.backfill`` (the TPC-DI DimTrade) and
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
 
 
 @click.group(context_settings=CONTEXT,
-             short_help="Rebuild a streamed TPC-DI batch with Spark; swap it in atomically.")
+             short_help="Rebuild streamed TPC-DI intervals with Spark; swap them in atomically.")
 def backfill() -> None:
     """Rebuild an interval the stream loaded, with Spark, and swap it in atomically.
 
@@ -29,6 +30,8 @@ def backfill() -> None:
     Try it:
       sstore tpcdi run --input /tmp/tpcdi
       sstore backfill run --input /tmp/tpcdi --batch 2
+      sstore backfill run --input /tmp/tpcdi --batches 2-3
+      sstore backfill run --input /tmp/tpcdi --from-date 2017-07-07 --to-date 2017-07-08
       sstore backfill status
 
     A batch the stream has not finished is refused (nothing changes); running the same
@@ -37,34 +40,55 @@ def backfill() -> None:
 
 
 @backfill.command(name="run", context_settings=CONTEXT,
-                  short_help="Rebuild TPC-DI batches with Spark and replace their rows.")
+                  short_help="Rebuild TPC-DI batches or a date range with Spark; swap it in.")
 @click.option("--input", "data_dir", required=True, type=click.Path(file_okay=False, exists=True),
               help="The TPC-DI data set the stream loaded (Batch1, Batch2, ...).")
-@click.option("--batch", "batches", type=click.IntRange(min=1), multiple=True, required=True,
+@click.option("--batch", "batches", type=click.IntRange(min=1), multiple=True,
               help="TPC-DI batch to rebuild; repeat for several (each is its own "
                    "transaction, in the order given).")
+@click.option("--batches", "batch_range", metavar="FIRST-LAST", default=None,
+              help="A range of TPC-DI batch ids, e.g. 2-3: rebuilt in one replay and replaced "
+                   "in ONE transaction (each batch's version bumped).")
+@click.option("--from-date", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="First day (YYYY-MM-DD) of a date range: the DimTrade rows of trades "
+                   "created on those days and the alerts of events on them.")
+@click.option("--to-date", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="Last day of the date range (inclusive); needs --from-date.")
 @click.option("--schema", default="tpcdi", show_default=True, help="Warehouse schema.")
 @postgres_option
 @json_option
-def run_command(data_dir: str, batches: tuple[int, ...], schema: str, url: str | None,
-                as_json: bool) -> None:
-    """Rebuild TPC-DI batches of DimTrade with Spark and replace the streamed rows.
+def run_command(data_dir: str, batches: tuple[int, ...], batch_range: str | None,
+                from_date: dt.datetime | None, to_date: dt.datetime | None, schema: str,
+                url: str | None, as_json: bool) -> None:
+    """Rebuild an interval of the streamed DimTrade with Spark and replace its rows.
 
-    Spark replays the batch's trades from the source files (their events of the earlier
-    batches too, for the state before it), with the dimensions as they were after that
-    batch; the result is staged into PostgreSQL by binary COPY, then swapped in: delete the
-    batch's rows, insert the rebuilt ones, bump the version, one COMMIT. A trade that a later
-    batch has updated since keeps its later row. Spark's master: $SSTORE_SPARK_MASTER, else
-    local[*].
+    Name the interval one way: --batch N (repeatable), --batches FIRST-LAST, or
+    --from-date D --to-date D. Spark replays the interval's trades from the source files
+    (their events of the earlier batches too, for the state before it), with the dimensions
+    as they were after each batch; the result is staged into PostgreSQL by binary COPY, then
+    swapped in: delete the interval's rows, insert the rebuilt ones, bump its version, one
+    COMMIT. A trade that a later batch has updated since keeps its later row. A date range
+    is rebuilt from every batch the stream has sealed, and is recorded as its own interval
+    ("dates D1..D2"); an interval that overlaps a recorded one with other bounds is refused.
+    Spark's master: $SSTORE_SPARK_MASTER, else local[*].
     """
     from sstore.errors import SStoreError
-    from sstore.workloads.tpcdi.backfill import backfill_batch
+    from sstore.workloads.tpcdi import backfill as tpcdi
 
+    first, last = _choose(batches, batch_range, from_date, to_date)
     url = warehouse(url)
     reports: list[dict[str, Any]] = []
     try:
-        for batch in batches:  # Spark starts only once a batch passes the seal check
-            reports.append(backfill_batch(None, data_dir, url, schema, batch).to_dict())
+        if isinstance(first, dt.date) and isinstance(last, dt.date):
+            jobs = [lambda: tpcdi.backfill_dates(None, data_dir, url, schema, first, last)]
+        elif batch_range is not None:
+            jobs = [lambda: tpcdi.backfill_batches(None, data_dir, url, schema, int(first),
+                                                   int(last))]
+        else:
+            jobs = [lambda b=b: tpcdi.backfill_batch(None, data_dir, url, schema, b)
+                    for b in batches]
+        for job in jobs:  # Spark starts only once an interval passes the seal check
+            reports.append(job().to_dict())
             if not as_json:
                 _say(reports[-1])
     except SStoreError as exc:
@@ -74,13 +98,42 @@ def run_command(data_dir: str, batches: tuple[int, ...], schema: str, url: str |
         click.echo(to_json(reports))
 
 
+def _choose(batches: tuple[int, ...], batch_range: str | None, from_date: dt.datetime | None,
+            to_date: dt.datetime | None) -> tuple[int | dt.date, int | dt.date]:
+    """The interval's bounds from exactly one of --batch, --batches, --from-date/--to-date."""
+    dates = from_date is not None or to_date is not None
+    given = [name for name, used in (("--batch", bool(batches)),
+                                     ("--batches", batch_range is not None),
+                                     ("--from-date/--to-date", dates)) if used]
+    if len(given) != 1:
+        raise click.UsageError(
+            "name the interval exactly one way: --batch N (repeatable), --batches FIRST-LAST "
+            "or --from-date D --to-date D" + (f" (got {' and '.join(given)})" if given else ""))
+    if dates:
+        if from_date is None or to_date is None:
+            raise click.UsageError("a date range needs both --from-date and --to-date "
+                                   "(inclusive; one day: the same date twice)")
+        if to_date < from_date:
+            raise click.BadParameter(f"{to_date:%Y-%m-%d} is before --from-date "
+                                     f"{from_date:%Y-%m-%d}", param_hint="--to-date")
+        return from_date.date(), to_date.date()
+    if batch_range is not None:
+        from sstore.workloads.tpcdi.backfill import parse_batch_range
+        try:
+            return parse_batch_range(batch_range)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--batches") from None
+    return batches[0], batches[-1]
+
+
 def _say(report: dict[str, Any]) -> None:
-    click.echo(f"Batch{report['batch']} of {report['schema']}: now version "
-               f"{report['version']} ({sum(report['seconds'].values()):.1f} s)")
+    versions = ", ".join(f"{k} v{v}" for k, v in report["versions"].items())
+    click.echo(f"{report['interval']} of {report['schema']}: now {versions} "
+               f"({sum(report['seconds'].values()):.1f} s)")
     for t in report["tables"]:
         click.echo(f"  {t['table']}: {t['rows_deleted']:,} rows out, {t['rows_inserted']:,} "
                    f"in, {t['rows_kept_newer']:,} kept (a later batch updated them), "
-                   f"{t['rows_after']:,} in the batch now")
+                   f"{t['rows_after']:,} in the interval now")
 
 
 @backfill.command(name="status", context_settings=CONTEXT,
@@ -112,9 +165,10 @@ def status_command(schema: str | None, url: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(title="sstore.intervals")
-    for name in ("target", "interval", "version", "source", "rows", "replaced_at"):
+    for name in ("target", "interval", "bounds", "version", "source", "rows", "replaced_at"):
         table.add_column(name, justify="right" if name in ("version", "rows") else "left")
     for r in rows:
-        table.add_row(str(r["target"]), str(r["interval"]), str(r["version"]),
+        bounds = f"{r['column']} {r['low']}..{r['high']}" if r["column"] else ""
+        table.add_row(str(r["target"]), str(r["interval"]), bounds, str(r["version"]),
                       str(r["source"]), f"{r['rows']:,}", f"{r['replaced_at']:%Y-%m-%d %H:%M:%S}")
     Console(highlight=False).print(table)

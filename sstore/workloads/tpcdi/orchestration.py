@@ -20,6 +20,7 @@ else the local server (``warehouse_url``). Nothing here needs Airflow installed.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +67,15 @@ PARAMS: dict[str, dict[str, Any]] = {
     "batches": {"default": [], "type": "array", "items": {"type": "integer", "minimum": 1},
                 "description": "Backfill: the TPC-DI batches to rebuild; empty: every batch "
                                "the stream has sealed."},
+    "batch_range": {"default": "", "type": "string",
+                    "description": "Backfill: a range of batch ids FIRST-LAST (e.g. 2-3), "
+                                   "replaced in ONE transaction; instead of batches."},
+    "from_date": {"default": "", "type": "string",
+                  "description": "Backfill: first day (YYYY-MM-DD) of a date range (trades "
+                                 "created, alerts raised on those days); with to_date, "
+                                 "instead of batches."},
+    "to_date": {"default": "", "type": "string",
+                "description": "Backfill: last day (YYYY-MM-DD, inclusive) of the date range."},
     "rebuild": {"default": False, "type": "boolean",
                 "description": "Start over: drop the schema, its watermarks and the state "
                                "file before loading."},
@@ -308,6 +318,49 @@ def maintenance_targets(settings: Settings, given: Sequence[Mapping[str, Any]] |
 
 
 # -- backfill --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BackfillPlan:
+    """What a backfill run rebuilds: ``batches`` one transaction each, or the batch range
+    ``first``..``last`` in one, or the days ``from_date``..``to_date`` in one."""
+
+    batches: tuple[int, ...] = ()
+    batch_range: tuple[int, int] | None = None
+    dates: tuple[dt.date, dt.date] | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> BackfillPlan:
+        """From the DAG parameters ``batches``, ``batch_range``, ``from_date``/``to_date``:
+        at most one of the three (``BadBackfillParams``, terminal, otherwise)."""
+        from sstore.workloads.tpcdi.backfill import parse_batch_range, parse_date_range
+
+        batches = tuple(int(b) for b in params.get("batches") or ())
+        text = str(params.get("batch_range") or "").strip()
+        days = (str(params.get("from_date") or "").strip(),
+                str(params.get("to_date") or "").strip())
+        given = [n for n, used in (("batches", bool(batches)), ("batch_range", bool(text)),
+                                   ("from_date/to_date", any(days))) if used]
+        if len(given) > 1:
+            raise BadBackfillParams(f"give one of batches, batch_range, from_date/to_date; "
+                                    f"got {' and '.join(given)}")
+        try:
+            if text:
+                return cls(batch_range=parse_batch_range(text))
+            if any(days):
+                return cls(dates=parse_date_range(*days))
+        except ValueError as exc:
+            raise BadBackfillParams(str(exc)) from None
+        return cls(batches=batches)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batches": list(self.batches),
+                "batch_range": list(self.batch_range) if self.batch_range else None,
+                "dates": [d.isoformat() for d in self.dates] if self.dates else None}
+
+
+class BadBackfillParams(TerminalError):
+    """The backfill DAG's parameters name no interval, or more than one way."""
+
+
 def backfill_batches_to_run(settings: Settings, batches: Sequence[int]) -> list[int]:
     """The batches a backfill run rebuilds: ``batches`` (each must be sealed by the stream,
     else ``IntervalNotSealed``, terminal: nothing is rebuilt), or, if empty, every batch
@@ -329,15 +382,38 @@ def backfill_batches_to_run(settings: Settings, batches: Sequence[int]) -> list[
     return sorted(set(batches))
 
 
-def backfill(settings: Settings, batches: Sequence[int]) -> list[dict[str, Any]]:
-    """Rebuild each batch with Spark and replace its streamed rows, one transaction per
-    batch (``sstore.workloads.tpcdi.backfill``). Safe to run again: the same rows, a new
-    version."""
-    from sstore.workloads.tpcdi.backfill import backfill_batch
+def backfill_plan(settings: Settings, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's plan (``BackfillPlan``), its batches checked sealed (a batch range's too);
+    a date range is checked when it runs (it needs batches 1..N sealed)."""
+    plan = BackfillPlan.from_params(params)
+    if plan.batch_range is not None:
+        first, last = plan.batch_range
+        backfill_batches_to_run(settings, list(range(first, last + 1)))
+        return plan.to_dict()
+    if plan.dates is not None:
+        return plan.to_dict()
+    return {**plan.to_dict(), "batches": backfill_batches_to_run(settings, plan.batches)}
 
-    spark = spark_session(settings) if batches else None
-    return [backfill_batch(spark, settings.data_dir, settings.url, settings.schema, b).to_dict()
-            for b in batches]
+
+def backfill(settings: Settings, batches: Sequence[int] | Mapping[str, Any]
+             ) -> list[dict[str, Any]]:
+    """Rebuild with Spark and replace the streamed rows: each batch of ``batches`` in its own
+    transaction, or a plan's (``backfill_plan``) batch range or date range in one
+    (``sstore.workloads.tpcdi.backfill``). Safe to run again: the same rows, a new version."""
+    from sstore.workloads.tpcdi import backfill as tpcdi
+
+    plan = batches if isinstance(batches, Mapping) else {"batches": list(batches)}
+    args = (settings.data_dir, settings.url, settings.schema)
+    if plan.get("batch_range"):
+        first, last = plan["batch_range"]
+        return [tpcdi.backfill_batches(spark_session(settings), *args, int(first), int(last)
+                                       ).to_dict()]
+    if plan.get("dates"):
+        first, last = (dt.date.fromisoformat(d) for d in plan["dates"])
+        return [tpcdi.backfill_dates(spark_session(settings), *args, first, last).to_dict()]
+    chosen = plan.get("batches") or []
+    spark = spark_session(settings) if chosen else None
+    return [tpcdi.backfill_batch(spark, *args, b).to_dict() for b in chosen]
 
 
 # -- the audit -------------------------------------------------------------------------------

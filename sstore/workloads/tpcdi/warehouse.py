@@ -44,6 +44,11 @@ def drop_warehouse(url: str, schema: str) -> None:
         if con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
             con.execute("DELETE FROM sstore.watermarks WHERE split_part(target, '.', 1) = %s",
                         (schema,))
+        if con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL").fetchone()[0]:
+            # versions of intervals whose rows are gone would outlive them (and a backfill
+            # would take them for the new load's)
+            con.execute("DELETE FROM sstore.intervals WHERE split_part(target, '.', 1) = %s",
+                        (schema,))
 
 
 def existing_tables(url: str, schema: str = "tpcdi") -> set[str]:
