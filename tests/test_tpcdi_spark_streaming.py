@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -51,16 +59,22 @@ def rows(url: str, sql: str) -> list[tuple]:
         return con.execute(sql).fetchall()
 
 
-def test_spark_streaming_resumes_exactly_once_and_equals_the_engine(
-        spark, data: Path, pg_url: str, tmp_path: Path) -> None:
-    os.environ.pop("SSTORE_SPARK_MASTER", None)  # the mode's default, local[2], as the fixture
-    for schema in ("tpcdi_engine", "tpcdi_sss"):
+#: The warehouse tables the engine and Spark Structured Streaming must fill alike, with the
+#: columns compared (a reject's reason is worded by each engine) and a total order
+COMPARED = (("dimtrade", "*", "tradeid"), ("dimessages", "*", "messagedata, batchid"),
+            ("rejects", "source_file, batch_id, line_number, raw_line",
+             "batch_id, source_file, line_number"))
+
+
+def engine_warehouse(spark, data: Path, pg_url: str, tmp_path: Path, twin: str) -> None:
+    """The engine mode's warehouse in ``tpcdi_engine``; ``twin`` gets the same historical
+    dimensions (the same job every mode runs, once) and nothing else."""
+    for schema in ("tpcdi_engine", twin):
         create_warehouse(pg_url, schema)
-    # the historical dimensions once (the same job every mode runs), copied to both schemas
     dimensions.build_historical(spark, data, pg_url, "tpcdi_engine")
     with psycopg.connect(pg_url) as con:
         for table in TABLES:
-            con.execute(f"INSERT INTO tpcdi_sss.{table} OVERRIDING SYSTEM VALUE "
+            con.execute(f"INSERT INTO {twin}.{table} OVERRIDING SYSTEM VALUE "
                         f"SELECT * FROM tpcdi_engine.{table}")
     engine = StreamingDimTrade(data, pg_url, str(tmp_path / "state.duckdb"), "tpcdi_engine",
                                batch_size=BATCH_SIZE)
@@ -72,6 +86,24 @@ def test_spark_streaming_resumes_exactly_once_and_equals_the_engine(
             engine.run_incremental(batch, spark)
     finally:
         engine.close()
+
+
+def assert_equals_the_engine(pg_url: str, schema: str) -> None:
+    for table, columns, order in COMPARED:
+        want = rows(pg_url, f"SELECT {columns} FROM tpcdi_engine.{table} ORDER BY {order}")
+        got = rows(pg_url, f"SELECT {columns} FROM {schema}.{table} ORDER BY {order}")
+        assert want, f"{table} is empty"
+        assert got == want, f"{table} differs between the engine and {schema}"
+    # the four bad lines, each with a reason (its wording is the engines' one difference)
+    refused = rows(pg_url, f"SELECT raw_line, reason FROM {schema}.rejects WHERE batch_id = 3")
+    assert sorted(line for line, _ in refused) == sorted(BAD_LINES)
+    assert all(reason for _, reason in refused)
+
+
+def test_spark_streaming_resumes_exactly_once_and_equals_the_engine(
+        spark, data: Path, pg_url: str, tmp_path: Path) -> None:
+    os.environ.pop("SSTORE_SPARK_MASTER", None)  # the mode's default, local[2], as the fixture
+    engine_warehouse(spark, data, pg_url, tmp_path, "tpcdi_sss")
 
     # Batch1 only (its dimensions are there: not built again), then a crash between the
     # sink's COMMIT and the checkpoint's commit log: the last micro-batch is in PostgreSQL,
@@ -109,18 +141,7 @@ def test_spark_streaming_resumes_exactly_once_and_equals_the_engine(
     assert resumed["replayed_batches"] == 1, resumed
     assert resumed["files_dropped"] == 2, resumed  # Batch2 and Batch3: one file each
 
-    for table, columns, order in (
-            ("dimtrade", "*", "tradeid"), ("dimessages", "*", "messagedata, batchid"),
-            ("rejects", "source_file, batch_id, line_number, raw_line",
-             "batch_id, source_file, line_number")):
-        want = rows(pg_url, f"SELECT {columns} FROM tpcdi_engine.{table} ORDER BY {order}")
-        got = rows(pg_url, f"SELECT {columns} FROM tpcdi_sss.{table} ORDER BY {order}")
-        assert want, f"{table} is empty"
-        assert got == want, f"{table} differs between the engine and Spark Structured Streaming"
-    # the four bad lines, each with a reason (its wording is the engines' one difference)
-    refused = rows(pg_url, "SELECT raw_line, reason FROM tpcdi_sss.rejects WHERE batch_id = 3")
-    assert sorted(line for line, _ in refused) == sorted(BAD_LINES)
-    assert all(reason for _, reason in refused)
+    assert_equals_the_engine(pg_url, "tpcdi_sss")
 
 
 def test_a_second_checkpoint_into_the_same_table_is_refused(spark, pg_url: str,
@@ -156,3 +177,118 @@ def test_a_second_checkpoint_into_the_same_table_is_refused(spark, pg_url: str,
     with psycopg.connect(pg_url) as con:  # no watermark row for the second checkpoint
         assert con.execute("SELECT count(*) FROM sstore.watermarks WHERE stream = %s",
                            (BATCH_STREAM,)).fetchone() == (1,)
+
+
+# -- a standalone Spark cluster (master + one worker) as real processes, without Docker --------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """The process and everything it started (the worker's executors and their Python
+    workers share its process group): TERM, then KILL what is left."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    master: str  # spark://127.0.0.1:<port>
+    ui: str      # the master's web UI; its /json/ lists workers and applications
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A standalone master at ``spark://127.0.0.1:<port>`` and one worker (2 cores, as
+    local[2]; 1 GB): the pip pyspark's own Master and Worker (``spark-class``), the deployment
+    docker-compose.yml runs. Should an executor start Python, it is this venv's, importing
+    sstore from this checkout."""
+    import pyspark
+
+    spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+    logs = tmp_path_factory.mktemp("spark-cluster")
+    port, webui = _free_port(), _free_port()
+    master = f"spark://127.0.0.1:{port}"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH"))))}
+    commands = {
+        "master": [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                   "--port", str(port), "--webui-port", str(webui)],
+        "worker": [spark_class, "org.apache.spark.deploy.worker.Worker", master,
+                   "--host", "127.0.0.1", "--webui-port", str(_free_port()),
+                   "--memory", "1g", "--cores", "2", "--work-dir", str(logs / "work")],
+    }
+    processes: list[subprocess.Popen] = []
+    try:
+        for name, command in commands.items():
+            with open(logs / f"{name}.log", "wb") as log:
+                processes.append(subprocess.Popen(command, env=env, stdout=log,
+                                                  stderr=subprocess.STDOUT,
+                                                  start_new_session=True))
+        deadline = time.monotonic() + 90
+        while True:
+            dead = [p.args[1] for p in processes if p.poll() is not None]
+            assert not dead, f"{dead} exited; see {logs}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as r:
+                    if json.load(r).get("aliveworkers") == 1:
+                        break
+            except OSError:
+                pass  # the master's UI is not up yet
+            assert time.monotonic() < deadline, f"no worker registered in 90 s; see {logs}"
+            time.sleep(0.5)
+        yield SparkCluster(master, f"http://127.0.0.1:{webui}")
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+
+
+def test_spark_streaming_on_a_standalone_cluster_equals_the_engine(
+        spark, spark_cluster: SparkCluster, data: Path, pg_url: str, tmp_path: Path) -> None:
+    """The command, in its own process as a user runs it, with ``SSTORE_SPARK_MASTER`` naming
+    a standalone master: executors in other JVMs read the inbox files and the dimensions over
+    JDBC (the PostgreSQL jar reaches them through ``spark.jars``), run the rules in this
+    venv's Python, and the warehouse equals the engine mode's row for row."""
+    engine_warehouse(spark, data, pg_url, tmp_path, "tpcdi_cluster")
+    env = {**os.environ, "SSTORE_SPARK_MASTER": spark_cluster.master,
+           "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH"))))}
+    driver_log = tmp_path / "driver.log"
+    with open(driver_log, "wb") as log:
+        # its own process group: on a timeout, the driver's JVM goes too
+        driver = subprocess.Popen(
+            [sys.executable, "-c", "from sstore.cli import main; main()", "-v", "tpcdi", "run",
+             "--mode", "spark-streaming", "--input", str(data), "--postgres", pg_url,
+             "--schema", "tpcdi_cluster", "--checkpoint", str(tmp_path / "sss"),
+             "--batch-size", str(BATCH_SIZE), "--json"],
+            env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+        try:
+            stdout, _ = driver.communicate(timeout=420)
+        finally:
+            _stop(driver)
+    assert driver.returncode == 0, driver_log.read_text()[-4000:]
+    report = json.loads(stdout[stdout.index("{"):])
+    assert report["mode"] == "spark-streaming" and report["replayed_batches"] == 0, report
+    assert report["files_dropped"] >= 4, report  # Batch1 in several micro-batches, Batch2, 3
+    # the work ran on the cluster: the master lists the command's application, finished,
+    # with the worker's cores
+    with urllib.request.urlopen(f"{spark_cluster.ui}/json/", timeout=5) as r:
+        apps = json.load(r)["completedapps"]
+    assert [(app["name"], app["cores"]) for app in apps] == [("sstore", 2)], apps
+    assert_equals_the_engine(pg_url, "tpcdi_cluster")
