@@ -350,7 +350,6 @@ class Engine:
         borders = sorted(s for s in graph.streams if graph.is_border(s))
         for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
             ledger.load_ingested(stream, ranges)
-        _start_new_procedures_after_collected(ledger, graph)
         for stream, consumer in systables.load_holders(con):
             if stream in graph.streams:
                 ledger.holders.setdefault(stream, set()).add(consumer)
@@ -1097,23 +1096,6 @@ def _create_like(con: duckdb.DuckDBPyConnection, table: str, relation: str,
     if key:
         cols += f", PRIMARY KEY ({', '.join(ident(k) for k in key)})"
     con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")
-
-
-def _start_new_procedures_after_collected(ledger: Ledger, graph: Graph) -> None:
-    """A procedure that has never run, declared on a stream whose earlier batches are gone
-    (collected: removed by GC, or never stored because every reader of the time read them in
-    its group commit), starts after them, as it starts after the batches GC removed. Without
-    this, the ledger still listed a never-stored batch and the new procedure was handed it as
-    an EMPTY batch: its output said "batch 3 had no rows" where it had some."""
-    for name, decl in graph.procedures.items():
-        if ledger.progress.get(name, 0):
-            continue
-        gone = max((ledger.collected.get(node, 0) for node in decl.inputs), default=0)
-        if gone:
-            ledger.progress[name] = gone
-            log.warning("procedure %s is new: it starts after batch %d of %s (the earlier "
-                        "batches were collected before it was declared)", name, gone,
-                        ", ".join(decl.inputs))
 
 
 def _latest_rows(store: StreamStore, ledger: Ledger, graph: Graph
