@@ -14,7 +14,9 @@ Engine batch-ids are derived from the data: an engine batch of TPC-DI batch ``b`
 line is line ``n`` of the batch's events has id ``b * ID_STRIDE + n`` (``engine_batch_id``).
 Before streaming a TPC-DI batch, the lines the state file already took are left out (the
 engine keeps the commit records of a border stream for good), so running again on the same
-state file, even with another ``batch_size``, sends nothing twice: exactly once. The rows the
+state file, even with another ``batch_size``, sends nothing twice: exactly once. Lines are
+counted, not compared, so the state file records a digest of each TPC-DI batch's lines and a
+run over changed files is refused before it sends anything (``source_check``). The rows the
 file readers refused (Batch1) are stored once too, guarded by a watermark row. The incremental
 batches can also run on their own, after a Spark historical load (``dimtrade_spark``): the
 engine's DimTrade state is then seeded from the warehouse first (``seed_dimtrade``).
@@ -41,6 +43,7 @@ from sstore.errors import TerminalError
 from sstore.maintenance import StreamTarget
 from sstore.sql import ident, qualified
 from sstore.workloads.tpcdi.backfill import seal_batch
+from sstore.workloads.tpcdi.streaming import source_check
 from sstore.workloads.tpcdi.streaming.events import (
     BatchEvents,
     batch1_events,
@@ -114,6 +117,7 @@ class StreamingDimTrade:
         self.wait_each_batch = wait_each_batch
         self.engine = Engine(state_path)
         declare(self.engine)
+        source_check.declare(self.engine)
         self.sinks = [StreamToPostgres(self.engine, t.stream, url, t.table, mode=t.mode,
                                        key=t.key, ack_every=0.0) for t in sinks(schema)]
         self.report = StreamingReport(batch_size)
@@ -128,7 +132,8 @@ class StreamingDimTrade:
     def stream(self, events: BatchEvents, phase: str, migrate: bool = True) -> None:
         """Send one TPC-DI batch through the dataflow in engine batches; wait until the
         warehouse has it. Latency per engine batch: ingest to visible in PostgreSQL. Lines the
-        state file already took are skipped (see the module docstring); the sinks must be
+        state file already took are skipped (see the module docstring), once ``source_check``
+        has found the files to be the ones they came from; the sinks must be
         attached. ``migrate=False``: do not wait for the warehouse (the results stay in the
         engine until attached sinks, ``flush`` or a migration move them). Once the warehouse
         has the whole batch, it is sealed (``backfill.seal_batch``): a backfill may replace it
@@ -137,6 +142,7 @@ class StreamingDimTrade:
         self.engine.run_until_idle()  # whatever a crash left between ingest and procedures
         self.store_file_rejects(events)
         already = self.lines_ingested(events.tpcdi_batch)
+        source_check.check_and_record(self.engine, events, already)  # never mix two versions
         lines = events.lines
         if already:
             lines = lines.filter(pc.greater(lines["line_no"], already))
