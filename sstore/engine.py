@@ -316,7 +316,7 @@ class Engine:
         output, running both (and the rest of such a chain) as one statement in the batch's
         group commit (``sstore.fusion``: an intermediate batch is then never materialized).
         The SELECT must not depend on the order of its input rows."""
-        fusion.check_select(name, sql)
+        sql = fusion.check_select(name, sql)
         self._declaring()
 
         def run(tx: Transaction, batch: pa.Table) -> pa.Table:

@@ -56,7 +56,9 @@ _RECURSIVE = re.compile(r"WITH\s+RECURSIVE\b", re.IGNORECASE)
 
 def check_select(name: str, sql: str) -> str:
     """The procedure's SQL if it can be chained: one SELECT (a plain or WITH query, not WITH
-    RECURSIVE, which would make ``batch`` inside it recursive); else ``DeclarationError``."""
+    RECURSIVE, which would make ``batch`` inside it recursive); else ``DeclarationError``.
+    Returned without what trails the query (``;``, comments): nested in the next procedure's
+    query, a ``;`` or an unterminated ``-- comment`` would break the composed statement."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -68,7 +70,22 @@ def check_select(name: str, sql: str) -> str:
     if _RECURSIVE.match(body):
         raise DeclarationError(f"procedure {name!r}: a WITH RECURSIVE query cannot be a SQL "
                                f"procedure (write a function procedure)")
-    return sql
+    return _without_trailing_noise(sql)
+
+
+def _without_trailing_noise(sql: str) -> str:
+    """``sql`` cut after its last token that is neither a comment nor a ``;`` (DuckDB's own
+    tokenizer: a ``--`` or ``;`` inside a string literal is part of that literal)."""
+    tokens = duckdb.tokenize(sql)
+    cut = len(sql)
+    for i in range(len(tokens) - 1, -1, -1):
+        start, kind = tokens[i]
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        if kind == duckdb.token_type.comment or sql[start:end].strip() == ";":
+            cut = start
+        else:
+            break
+    return sql[:cut].rstrip()
 
 
 def over(inner: str, body: str) -> str:
@@ -76,9 +93,10 @@ def over(inner: str, body: str) -> str:
     ``batch``."""
     stripped = _LEADING_NOISE.sub("", body, count=1)
     with_clause = _WITH.match(stripped)
+    # the newline ends a line comment inside ``inner`` before the parenthesis that closes it
     if with_clause:
-        return f"WITH batch AS ({inner}), {stripped[with_clause.end():]}"
-    return f"WITH batch AS ({inner})\n{stripped}"
+        return f"WITH batch AS ({inner}\n), {stripped[with_clause.end():]}"
+    return f"WITH batch AS ({inner}\n)\n{stripped}"
 
 
 def exact_schema(result: pa.Table, conformed: pa.Table) -> bool:

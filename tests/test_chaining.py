@@ -237,3 +237,25 @@ def test_a_reader_declared_later_never_gets_a_collected_batch_as_empty(tmp_path,
         {"batch_id": 5, "n": 5}]
     assert again.query("SELECT count(*) AS n FROM sink").to_pylist() == [{"n": 25}]
     again.close()
+
+
+@pytest.mark.parametrize("ending", [";", " -- parsed\n", "; -- parsed", ";\n/* end */ ;  \n"])
+def test_a_select_ending_in_a_semicolon_or_a_comment_still_chains(tmp_path, ending: str) -> None:
+    """Nested in the next procedure's query, a trailing ``;`` or ``-- comment`` of the first
+    SELECT broke the composed statement: every batch's group rolled back and ran again
+    unchained (the right rows, at twice the cost, with nothing said)."""
+    engine = Engine(str(tmp_path / "end.duckdb"))
+    engine.stream("raw", {"id": "BIGINT", "text": "VARCHAR"})
+    engine.stream("parsed", {"id": "BIGINT", "v": "INTEGER"})
+    engine.stream("doubled", {"id": "BIGINT", "v": "INTEGER"})
+    engine.sql_procedure("parse", PARSE + ending, input="raw", output="parsed")
+    engine.sql_procedure("double", "SELECT id, v * 2 AS v FROM batch" + ending,
+                         input="parsed", output="doubled")
+    events: list[CommitEvent] = []
+    engine.observe(events.append)
+    for batch_id in range(1, 5):
+        engine.ingest_and_run("raw", rows(batch_id), batch_id=batch_id)
+    assert chained_members(events) == {("parse", b) for b in range(2, 5)}
+    assert engine.latest("doubled")[1].column("v").to_pylist() == [2 * (4 + i) for i in range(5)]
+    assert not engine.query("SELECT * FROM sstore_sys.errors").num_rows
+    engine.close()
