@@ -14,6 +14,13 @@ collection and consumers meet here, and the rules are:
    gap: ``GapError`` names the missing range, unless the gap is accepted, which records it
    (``sstore_sys.gaps``, shown by ``status`` for good) and continues after it.
 3. It acknowledges what its target committed (``acknowledge``); only then may GC remove it.
+   An acknowledgement takes effect in memory at once (GC, backpressure) and is written with
+   the next transaction that writes commit records anyway (a group commit, GC: see
+   ``ack_records``), not as a DuckDB commit of its own under the engine's lock: a sink that
+   acknowledged every batch made every batch wait for one more COMMIT. A crash can lose the
+   newest acknowledgements; that is harmless, because a consumer's target watermark, not its
+   acknowledgement, is what a restart trusts, and GC writes the acknowledgements it relies on
+   in the transaction that removes the batches.
 4. If its target lost batches it had acknowledged (a target dropped by hand), ``rewind`` moves
    its acknowledgement back, so the engine delivers them again (step 2 still decides whether
    they are all there).
@@ -72,19 +79,50 @@ def continue_from(con: duckdb.DuckDBPyConnection, ledger: Ledger, stream: str, c
     return collected
 
 
-def acknowledge(con: duckdb.DuckDBPyConnection, ledger: Ledger, consumer: str,
-                batch_id: int) -> None:
-    """Step 3: ``consumer``'s target has every held batch up to ``batch_id``."""
+def acknowledge(ledger: Ledger, pending: dict[str, int], consumer: str, batch_id: int) -> bool:
+    """Step 3: ``consumer``'s target has every held batch up to ``batch_id``; ``pending``
+    keeps it until a transaction writes it (``ack_records``). True if it was news."""
     if batch_id <= ledger.progress.get(consumer, 0):
-        return
-    systables.insert_commits(con, [(consumer, batch_id, 0)])
+        return False
     ledger.record(consumer, batch_id, 0)
+    pending[consumer] = batch_id
+    return True
 
 
-def rewind(con: duckdb.DuckDBPyConnection, ledger: Ledger, consumer: str, batch_id: int) -> None:
+def ack_records(pending: Mapping[str, int]) -> list[tuple[str, int, int]]:
+    """The commit records of the acknowledgements not yet written, for a transaction that
+    writes commit records anyway; after its COMMIT, ``acks_written`` forgets them."""
+    return [(consumer, batch_id, 0) for consumer, batch_id in pending.items()]
+
+
+def acks_written(pending: dict[str, int], records: Iterable[tuple[str, int, int]]) -> None:
+    """Forget the acknowledgements ``records`` wrote (a newer one taken meanwhile stays)."""
+    for consumer, batch_id, _ in records:
+        if pending.get(consumer) == batch_id:
+            del pending[consumer]
+
+
+def write_acks(con: duckdb.DuckDBPyConnection, pending: dict[str, int]) -> None:
+    """Write the pending acknowledgements in a transaction of their own (status, close)."""
+    records = ack_records(pending)
+    if not records:
+        return
+    con.begin()
+    try:
+        systables.insert_commits(con, records)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    acks_written(pending, records)
+
+
+def rewind(con: duckdb.DuckDBPyConnection, ledger: Ledger, consumer: str, batch_id: int,
+           pending: dict[str, int]) -> None:
     """Step 4: ``consumer``'s acknowledgement goes back to ``batch_id`` (0: nothing)."""
     if batch_id >= ledger.progress.get(consumer, 0):
         return
+    pending.pop(consumer, None)  # an acknowledgement not written yet is taken back too
     con.begin()
     try:
         con.execute("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id > ?",
@@ -98,11 +136,13 @@ def rewind(con: duckdb.DuckDBPyConnection, ledger: Ledger, consumer: str, batch_
     ledger.rewind(consumer, batch_id)
 
 
-def drop(con: duckdb.DuckDBPyConnection, ledger: Ledger, stream: str, consumer: str) -> bool:
+def drop(con: duckdb.DuckDBPyConnection, ledger: Ledger, stream: str, consumer: str,
+         pending: dict[str, int]) -> bool:
     """Step 5: stop holding ``stream`` for ``consumer``. True if there was such a hold."""
     holders = ledger.holders.get(stream, set())
     if consumer not in holders:
         return False
+    write_acks(con, pending)  # the consumer's records go below with its others, if at all
     con.begin()
     try:
         systables.remove_holder(con, stream, consumer)

@@ -907,7 +907,7 @@ class Engine:
         rt = self._runtime()
         with rt.lock:
             rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks
-            return consumers.drop(rt.con, rt.ledger, stream, consumer)
+            return consumers.drop(rt.con, rt.ledger, stream, consumer, rt.pending_acks)
 
     def consumers(self) -> list[ConsumerStatus]:
         """Every consumer hold: its stream, acknowledged batch, pending batches, accepted gaps."""
@@ -937,7 +937,7 @@ class Engine:
         had taken (the engine delivers them again if it still has them)."""
         rt = self._runtime()
         with rt.lock:
-            consumers.rewind(rt.con, rt.ledger, consumer, batch_id)
+            consumers.rewind(rt.con, rt.ledger, consumer, batch_id, rt.pending_acks)
 
     def collected_through(self, stream: str) -> int:
         """The highest batch-id of ``stream`` that garbage collection has removed (0: none)."""
@@ -1000,15 +1000,19 @@ class Engine:
         return self._runtime().store.schema(stream)
 
     def acknowledge(self, consumer: str, batch_id: int) -> None:
-        """Record that ``consumer`` has safely taken every held batch up to ``batch_id``."""
+        """Record that ``consumer`` has safely taken every held batch up to ``batch_id``: at
+        once in memory (garbage collection, backpressure), in the state file with the next
+        transaction that writes commit records anyway (no COMMIT of its own under the lock;
+        ``sstore.consumers``, step 3)."""
         rt = self._runtime()
         with rt.lock:
-            consumers.acknowledge(rt.con, rt.ledger, consumer, batch_id)
-            rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks now
+            if consumers.acknowledge(rt.ledger, rt.pending_acks, consumer, batch_id):
+                rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks now
 
     def status(self) -> EngineStatus:
         rt = self._runtime()
         with rt.lock:
+            consumers.write_acks(rt.con, rt.pending_acks)  # the file then says what we know
             status = read_status(rt.con, halted=dict(rt.scheduler.halted),
                                  durability=self.durability, path=self.path)
             status.backpressure = self.backpressure.report(rt).to_dict()
@@ -1045,6 +1049,11 @@ class Engine:
             self._server = None
         with self._lock:
             self._closed = True
+            if self._rt is not None and self._rt.pending_acks:
+                try:
+                    consumers.write_acks(self._con, self._rt.pending_acks)
+                except duckdb.Error as exc:  # harmless: the targets' watermarks decide
+                    log.warning("acknowledgements not written at close: %s", exc)
             if self._input_log is not None:
                 self._input_log.close()
             if self._rt is not None and self._rt.reader is not None:

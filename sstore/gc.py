@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 
-from sstore import systables
+from sstore import consumers, systables
 from sstore.faults import crash_point
 from sstore.runtime import Runtime
 from sstore.sql import ident
@@ -94,6 +94,9 @@ def collect(rt: Runtime) -> int:
             plan.append((f"DELETE FROM sstore_sys.commits c WHERE node IN ({placeholders}) AND "
                          f"batch_id < (SELECT max(batch_id) FROM sstore_sys.commits m "
                          f"WHERE m.node = c.node)", procs))
+    acks = consumers.ack_records(rt.pending_acks)
+    if acks:  # first: the acknowledgements this GC relies on commit with what it removes
+        plan.insert(0, systables.insert_commits_statement(acks))
     if not plan:
         return 0
     con = rt.con
@@ -106,6 +109,7 @@ def collect(rt: Runtime) -> int:
     except BaseException:
         con.rollback()
         raise
+    consumers.acks_written(rt.pending_acks, acks)
     for name, keep_from in trims:
         ledger.node_batches(name).drop_through(keep_from - 1)
         rt.drop_committed(name, keep_from - 1)

@@ -21,7 +21,8 @@ runnable TEs of batch b in schedule order inside one transaction and commits the
       in-memory state is applied only after COMMIT).
 3. Store the held-back rows of every stream that has a reader outside the group; record the
    others as collected (a consumer that starts on such a stream later gets ``GapError``).
-4. Insert all members' commit records in one statement.
+4. Insert all members' commit records in one statement, with the consumers' acknowledgements
+   taken since the last such statement (``sstore.consumers``, step 3).
 5. COMMIT; close the journal.
 6. Apply each member to memory (windows, cache, subscribers) and tell the observers.
 
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sstore import executor, fusion, systables
+from sstore import consumers, executor, fusion, systables
 from sstore.faults import crash_point
 from sstore.graph import ProcedureDecl
 from sstore.interrupts import Reason, Stopped, TimedOut
@@ -219,7 +220,9 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
         closing = time.perf_counter()
         _store_held_back(rt, group)  # step 3
         records = [r for m in group.members for r in m.pending.records]
-        systables.insert_commits(con, records if lead is None else lead.pending.records + records)
+        acks = consumers.ack_records(rt.pending_acks)  # written with them, no COMMIT of their own
+        systables.insert_commits(con, (records if lead is None else lead.pending.records + records)
+                                 + acks)
         crash_point("te.before_commit")
         con.commit()  # step 5
         group.commit_seconds = time.perf_counter() - closing
@@ -247,6 +250,7 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
             return _run_group(rt, name, batch_id, most, fixed, again, chain=False)
         raise _GroupFailed(members, exc) from exc
     rt.ledger.end_journal()
+    consumers.acks_written(rt.pending_acks, acks)
     crash_point("te.after_commit")
     _apply(rt, group, lead)  # step 6
 

@@ -85,6 +85,9 @@ class Runtime:
     #: its members in the ledger before it) and only GC takes from it.
     committed: dict[str, NodeBatches] = field(default_factory=dict)
     committed_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: acknowledgements taken in memory and not yet written (``sstore.consumers``): consumer
+    #: -> batch-id; the next group commit, GC, status or close writes them
+    pending_acks: dict[str, int] = field(default_factory=dict)
 
     def load_committed(self) -> None:
         """At start: the ledger's stream batches, which are all committed then."""

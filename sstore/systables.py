@@ -38,7 +38,7 @@ record of each stream always stays (its last batch-id and commit time, for ``sta
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 import duckdb
@@ -188,11 +188,15 @@ def was_ingested(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int) -> 
 def insert_commits(con: duckdb.DuckDBPyConnection, records: Iterable[tuple[str, int, int]]) -> None:
     """One statement for all of a transaction's commit records."""
     rows = list(records)
-    if not rows:
-        return
+    if rows:
+        con.execute(*insert_commits_statement(rows))
+
+
+def insert_commits_statement(rows: Sequence[tuple[str, int, int]]) -> tuple[str, list[object]]:
+    """``insert_commits``'s statement and parameters, for a plan of statements (GC)."""
     placeholders = ", ".join(["(?, ?, ?)"] * len(rows))
-    con.execute(f"INSERT INTO sstore_sys.commits (node, batch_id, n_rows) VALUES {placeholders}",
-                [value for row in rows for value in row])
+    return (f"INSERT INTO sstore_sys.commits (node, batch_id, n_rows) VALUES {placeholders}",
+            [value for row in rows for value in row])
 
 
 def record_error(con: duckdb.DuckDBPyConnection, procedure: str, batch_id: int, action: str,
