@@ -350,6 +350,10 @@ class Engine:
         borders = sorted(s for s in graph.streams if graph.is_border(s))
         for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
             ledger.load_ingested(stream, ranges)
+        for name, gone in ledger.start_after_collected().items():
+            log.warning("procedure %s is new: it starts after batch %d (earlier batches of "
+                        "%s were collected before it was declared)", name, gone,
+                        ", ".join(graph.procedures[name].inputs))
         for stream, consumer in systables.load_holders(con):
             if stream in graph.streams:
                 ledger.holders.setdefault(stream, set()).add(consumer)
