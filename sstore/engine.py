@@ -31,6 +31,7 @@ from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow, connect, registered
 from sstore.errors import (
+    BatchIdTakenError,
     ChainedBatchError,
     DeclarationError,
     OutOfOrderBatchError,
@@ -455,6 +456,13 @@ class Engine:
                 batch_id = last + 1
                 _check_batch_id(batch_id)
             elif rt.ledger.was_ingested(stream, batch_id):
+                replayed = systables.replayed_from(rt.con, stream, batch_id)
+                if replayed is not None:
+                    raise BatchIdTakenError(
+                        f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
+                        f"replay (the dead letters of batch {replayed}, sstore dead-letters "
+                        f"replay), so this batch is not a re-send and was NOT ingested; send "
+                        f"it under a batch-id above {last} (or without one)")
                 log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
                 return Ingested(batch_id, True, 0)
             elif batch_id < last:

@@ -1,0 +1,72 @@
+"""Border batch-ids where a user can lose a batch by mistake: a re-send must be a no-op, but
+a batch that is NOT a re-send must never be taken for one.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from sstore import BatchIdTakenError, Engine, OutOfOrderBatchError
+from tests.test_cli_dead_letters import ROWS, counted, dead_lettered, program, read, sstore
+
+
+def test_a_clients_batch_under_an_id_a_dead_letter_replay_took_is_refused(
+        tmp_path: Path) -> None:
+    """The client numbers its batches itself (1-4 sent). The operator replays the dead
+    letters of batches 1 and 3: they go in as batches 5 and 6. The client's next batch, its
+    5, used to be taken for a re-send of 5: a no-op, ``duplicate`` True, its rows lost without
+    an error. It is refused now, nothing ingested, and goes in under a fresh id."""
+    state = dead_lettered(str(tmp_path / "trades.duckdb"))
+    done = sstore("dead-letters", "replay", state, "trades")
+    assert done.returncode == 0, done.stderr
+    assert read(state, "SELECT batch_id, from_batch, procedure FROM sstore_sys.replays "
+                       "ORDER BY 1") == [(5, 1, "count"), (6, 3, "count")]
+    with program(state) as eng:
+        for taken in (5, 6):
+            with pytest.raises(BatchIdTakenError, match=f"batch-id {taken} was taken by a "
+                                                        f"dead-letter replay"):
+                eng.ingest("trades", [(100 + taken, "client")], batch_id=taken)
+        with pytest.raises(OutOfOrderBatchError):  # BatchIdTakenError is one of these
+            eng.ingest_and_run("trades", [(105, "client")], batch_id=5)
+        # a true re-send of the client's own batch 2 is still a no-op
+        resent = eng.ingest("trades", ROWS[2], batch_id=2)
+        assert resent.duplicate
+        assert eng.ingest("trades", [(105, "client")], batch_id=7) == 7
+        eng.run_until_idle()
+    assert counted(state) == [1, 2, 3, 4, 5, 6, 105]
+    with program(state) as eng:  # and after a restart
+        with pytest.raises(BatchIdTakenError):
+            eng.ingest("trades", [(106, "client")], batch_id=6)
+        assert eng.ingest("trades", [(107, "client")], batch_id=7).duplicate
+
+
+def test_a_replay_killed_before_its_commit_takes_no_id(tmp_path: Path) -> None:
+    """SIGKILLed inside the replay's transaction: no batch, no record of a replay, so the
+    client's batch 5 goes in under 5."""
+    state = dead_lettered(str(tmp_path / "trades.duckdb"))
+    crashed = sstore("dead-letters", "replay", state, "trades",
+                     crash_at="ingest.before_commit:1")
+    assert crashed.returncode == -signal.SIGKILL
+    assert read(state, "SELECT count(*) FROM sstore_sys.replays") == [(0,)]
+    with program(state) as eng:
+        assert not eng.ingest("trades", [(105, "client")], batch_id=5).duplicate
+        eng.run_until_idle()
+    assert counted(state) == [4, 6, 105]  # the dead letters wait for their replay
+
+
+def test_a_state_file_without_the_replays_table_gets_it(tmp_path: Path) -> None:
+    """A state file made before ``sstore_sys.replays`` existed: it is created at open, and a
+    re-send stays a no-op."""
+    path = str(tmp_path / "old.duckdb")
+    with Engine(path) as eng:
+        eng.stream("s", {"x": "BIGINT"})
+        eng.ingest("s", [(1,)], batch_id=1)
+        eng.execute("DROP TABLE sstore_sys.replays")
+    with Engine(path) as eng:
+        eng.stream("s", {"x": "BIGINT"})
+        assert eng.ingest("s", [(1,)], batch_id=1).duplicate
+        assert eng.query("SELECT count(*) AS n FROM sstore_sys.replays").to_pylist() == [
+            {"n": 0}]
