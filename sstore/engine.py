@@ -139,6 +139,9 @@ class Engine:
         #: how long an ingest waits for a running reader before ``IngestTimeoutError``
         self.backpressure = Backpressure(max_lag, ingest_timeout, self.sinks)
         self._metrics: EngineMetrics | None = None
+        #: per border stream, the batch-ids dead-letter replays took (-> the dead-lettered
+        #: batch), read on the first re-send; an ``along`` ingest (a replay) forgets it
+        self._replayed: dict[str, dict[int, int]] = {}
         self._server: Server | None = None
 
     def _identity(self) -> str:
@@ -456,7 +459,9 @@ class Engine:
                 batch_id = last + 1
                 _check_batch_id(batch_id)
             elif rt.ledger.was_ingested(stream, batch_id):
-                replayed = systables.replayed_from(rt.con, stream, batch_id)
+                if stream not in self._replayed:
+                    self._replayed[stream] = systables.replayed(rt.con, stream)
+                replayed = self._replayed[stream].get(batch_id)
                 if replayed is not None:
                     raise BatchIdTakenError(
                         f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
@@ -473,6 +478,8 @@ class Engine:
                 group.ingest_and_run(rt, stream, batch_id, table, functools.partial(
                     self._apply_ingest, rt, stream, batch_id, table, False))
             else:
+                if along is not None:  # maybe a dead-letter replay: it records its batch-id
+                    self._replayed.pop(stream, None)
                 self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
                                    along=along)
             if rt.checkpoints is not None:

@@ -192,13 +192,13 @@ def was_ingested(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int) -> 
         "first_batch AND last_batch)", [stream, batch_id, stream, batch_id]).fetchall()[0][0])
 
 
-def replayed_from(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int) -> int | None:
-    """The dead-lettered batch whose rows a replay ingested as batch ``batch_id`` of border
-    ``stream``, or None (asked only when an ingest's id was taken: never on the normal
-    path)."""
-    found = con.execute("SELECT max(from_batch) FROM sstore_sys.replays WHERE stream = ? AND "
-                        "batch_id = ?", [stream, batch_id]).fetchall()
-    return None if not found or found[0][0] is None else int(found[0][0])
+def replayed(con: duckdb.DuckDBPyConnection, stream: str) -> dict[int, int]:
+    """The batch-ids of border ``stream`` that dead-letter replays took, each with the
+    dead-lettered batch it holds (a row per replay: few; read once, when a re-send of the
+    stream first comes, never on the normal path)."""
+    return {int(b): int(f) for b, f in con.execute(
+        "SELECT batch_id, from_batch FROM sstore_sys.replays WHERE stream = ?",
+        [stream]).fetchall()}
 
 
 def insert_commits(con: duckdb.DuckDBPyConnection, records: Iterable[tuple[str, int, int]]) -> None:

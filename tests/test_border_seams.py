@@ -70,3 +70,20 @@ def test_a_state_file_without_the_replays_table_gets_it(tmp_path: Path) -> None:
         assert eng.ingest("s", [(1,)], batch_id=1).duplicate
         assert eng.query("SELECT count(*) AS n FROM sstore_sys.replays").to_pylist() == [
             {"n": 0}]
+
+
+def test_a_replay_by_the_running_program_is_seen_by_its_next_ingest(tmp_path: Path) -> None:
+    """The program replays its own dead letters (``dead_letters.replay`` on its engine) after
+    a re-send made the engine read the replays of the stream (none then): the replay's id is
+    refused to the client all the same."""
+    from sstore import dead_letters
+
+    state = dead_lettered(str(tmp_path / "trades.duckdb"))
+    with program(state) as eng:
+        assert eng.ingest("trades", ROWS[2], batch_id=2).duplicate  # reads: no replays
+        replayed = dead_letters.replay(eng, "trades", [1])
+        assert [r.batch_id for r in replayed] == [5]
+        with pytest.raises(BatchIdTakenError, match="dead letters of batch 1"):
+            eng.ingest("trades", [(105, "client")], batch_id=5)
+        eng.run_until_idle()
+    assert counted(state) == [1, 2, 3, 4, 6]
