@@ -87,3 +87,59 @@ def test_a_replay_by_the_running_program_is_seen_by_its_next_ingest(tmp_path: Pa
             eng.ingest("trades", [(105, "client")], batch_id=5)
         eng.run_until_idle()
     assert counted(state) == [1, 2, 3, 4, 6]
+
+
+CHILD = """
+import sys
+from sstore import Engine
+from tests.test_ledger_bounded import count_voters
+eng = Engine(sys.argv[1], gc_every=1)
+count_voters(eng)
+eng.ingest_and_run("votes", [(int(sys.argv[2]),)])  # GC runs after it, and compacts
+eng.close()
+print("DONE")
+"""
+
+
+def test_a_sigkill_in_the_gc_that_compacts_border_ids_loses_no_id(tmp_path: Path) -> None:
+    """200,003 collected border batch-ids; the GC transaction that compacts their commit
+    records into runs is SIGKILLed before its COMMIT, in a child process. After the restart
+    every id keeps its outcome (a re-send is a no-op, a never-ingested lower id refused), the
+    next GC compacts, and every id keeps it again."""
+    import subprocess
+    import sys
+
+    from tests.test_crash import ROOT
+    from tests.test_ledger_bounded import (
+        FIRST,
+        commit_records,
+        count_voters,
+        resends_keep_their_outcomes,
+        runs,
+        weeks_of_batches,
+    )
+
+    path = str(tmp_path / "weeks.duckdb")
+    last = weeks_of_batches(path, 3)
+    env = {"PYTHONPATH": str(ROOT), "SSTORE_CRASH_AT": "gc.before_commit:1",
+           "PATH": "/usr/bin:/bin"}
+    killed = subprocess.run([sys.executable, "-c", CHILD, path, "1"], cwd=ROOT, env=env,
+                            capture_output=True, timeout=600, check=False)
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    ingested = [1, 3, FIRST, FIRST + 1, last - 1, last, last + 1]
+    gaps = [4, FIRST - 1, FIRST + 2, last - 2]
+    with Engine(path) as eng:
+        count_voters(eng)
+        assert runs(eng) == []  # the compaction rolled back with its transaction
+        assert commit_records(eng, "votes") == 200_004
+        resends_keep_their_outcomes(eng, ingested, gaps)
+    env.pop("SSTORE_CRASH_AT")
+    done = subprocess.run([sys.executable, "-c", CHILD, path, "2"], cwd=ROOT, env=env,
+                          capture_output=True, timeout=600, check=False)
+    assert done.returncode == 0 and b"DONE" in done.stdout, done.stderr.decode()[-2000:]
+    with Engine(path) as eng:
+        count_voters(eng)
+        assert runs(eng) and commit_records(eng, "votes") == 1
+        resends_keep_their_outcomes(eng, [*ingested, last + 2], gaps)
+        assert eng.ingest("votes", [(3,)]) == last + 3
+        assert eng.query("SELECT count(*) AS n FROM voters").to_pylist() == [{"n": 2}]
