@@ -119,6 +119,13 @@ class TargetClaimedError(TerminalError):
     """Another source's live watermark already claims this stream's batches in this target."""
 
 
+class TargetReplacedError(TerminalError):
+    """The table under the target's name is not the one the watermark was written for (it was
+    rebuilt or restored by hand) and it holds rows: which of the stream's batches they are
+    cannot be known, so nothing is delivered (and no query counts them) until it is emptied
+    or dropped."""
+
+
 class TargetMissingError(TerminalError):
     """The target table does not exist and this writer does not create it."""
 
@@ -175,6 +182,8 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
                                   (qualified(key.target),)).fetchone()[0]  # type: ignore[index]
     watermark = Watermark(batch_id)
     if stored_oid != current_oid:
+        if stored_oid is not None and batch_id > 0:
+            refuse_replaced_target(cur, key.stream, key.target, batch_id)
         if stored_oid is not None:
             log.warning("%s: the target was dropped or recreated since batch %d was delivered; "
                         "its watermark starts over", key, batch_id)
@@ -271,6 +280,26 @@ def _own_begin(con: psycopg.Connection) -> Iterator[None]:
             con.autocommit = False
         except psycopg.Error:
             con.close()  # broken: the caller's session connects anew
+
+
+def refuse_replaced_target(cur: psycopg.Cursor, stream: str, target: str,
+                           delivered: int) -> None:
+    """The table under ``target``'s name is not the one the watermark (at batch ``delivered``)
+    was written for: ``TargetReplacedError`` if it holds rows. Taken for a table holding none
+    of the stream's batches, a table rebuilt by copy (or restored) got every batch the
+    engine still had again, and a split object counted them twice. Empty, it is refilled."""
+    row = cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified(target)})").fetchone()
+    if row is None or not row[0]:
+        return
+    raise TargetReplacedError(
+        f"{target} is not the table the sink of stream {stream!r} delivered batches up to "
+        f"{delivered} into (it was dropped and created again, or rebuilt under its name) and "
+        f"it holds rows: which of the stream's batches they are cannot be known, so nothing "
+        f"is delivered into it or counted from it. If it holds exactly the old table's rows "
+        f"(rebuilt by copy), adopt it: UPDATE {WATERMARKS} SET target_oid = "
+        f"to_regclass('{qualified(target)}')::oid WHERE stream = '{stream}' AND target = "
+        f"'{target}'; otherwise empty it (TRUNCATE) and the engine delivers the batches it "
+        f"still has again")
 
 
 def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,

@@ -28,8 +28,10 @@ How the answer is kept exact:
 The order of the reads inside the plan does not matter (the moves of "migrate into stream"
 read PostgreSQL before the stream, those of "migrate into pg" the stream first), which is why
 the check brackets the plan instead of ordering its reads. A watermark written for a table
-since dropped and recreated under the same name (another OID) counts no batch: the table now
-there holds none of the sink's batches until the sink delivers into it again.
+since dropped and recreated under the same name (another OID) counts no batch while that table
+is empty: it holds none of the sink's batches until the sink delivers into it again. Holding
+rows (rebuilt by copy, restored), it may hold any of them: ``TargetReplacedError``, as the sink
+refuses it (``migrators.delivery.refuse_replaced_target``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from migrators.delivery import TargetReplacedError
 from sstore.errors import DeclarationError, TerminalError, TransientError
 from sstore.polystore.catalog import EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
@@ -158,6 +161,16 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
                 f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: this plan "
                 f"cannot tell which batches are in both; query again (planning looks for the "
                 f"link anew)")
+        batch_id, _, _, same_table = rows[0]
+        if not same_table and int(batch_id) > 0 and not pg.is_empty(guard.target):
+            # another table under the target's name (rebuilt by copy, restored): it may
+            # hold any of the sink's batches, so counting none of them could count twice
+            raise TargetReplacedError(
+                f"{guard.engine}.{guard.target} is not the table the sink of {guard.stream} "
+                f"delivered batches up to {batch_id} into (dropped and created again, or "
+                f"rebuilt under its name) and it holds rows: which of the stream's batches "
+                f"they are cannot be known, so the split object is not read (see "
+                f"migrators.delivery.refuse_replaced_target for what to do)")
         marks[guard.placeholder] = tuple(rows[0])
     return marks
 
