@@ -134,3 +134,71 @@ def test_a_subscriber_to_an_intermediate_stream_gets_every_batch_after_it_subscr
     assert seen == [(b, [{"id": b, "v": b}]) for b in range(4, 7)]
     assert engine.latest("doubled")[1].to_pylist() == [{"id": 6, "v": 12}]
     engine.close()
+
+
+def nullable_dataflow(path: str, chain: bool) -> Engine:
+    """``parsed.v`` is NOT NULL: a constraint the intermediate batch must be checked against."""
+    engine = Engine(path, chain_sql=chain)
+    engine.stream("raw", {"id": "BIGINT", "text": "VARCHAR"})
+    engine.stream("parsed", {"id": "BIGINT", "v": "INTEGER NOT NULL"})
+    engine.stream("doubled", {"id": "BIGINT", "v": "INTEGER"})
+    engine.execute("CREATE TABLE IF NOT EXISTS kept (batch_id BIGINT, id BIGINT, v INTEGER)")
+    engine.sql_procedure("parse", "SELECT id, TRY_CAST(text AS INTEGER) AS v FROM batch",
+                         input="raw", output="parsed")
+    engine.sql_procedure("double", "SELECT id, v * 2 AS v FROM batch", input="parsed",
+                         output="doubled")
+
+    @engine.procedure(input="doubled")
+    def keep(tx, batch):
+        tx.execute("INSERT INTO kept SELECT ?, * FROM batch", tx.batch_id)
+
+    return engine
+
+
+def test_empty_batches_and_a_null_the_stream_refuses_match_the_unchained_run(
+        tmp_path) -> None:
+    """Empty batches flow through a chain as empty batches; a NULL in a NOT NULL column of
+    the intermediate stream halts ``parse`` at that batch in both runs (a constrained stream
+    is never chained away, so its rows are checked), and nothing after it goes through."""
+    batches = [[(1, "1")], [], [(3, "3"), (4, "4")], [], [(5, "x")], [(6, "6")]]
+    outcomes = []
+    for chain in (True, False):
+        engine = nullable_dataflow(str(tmp_path / f"{chain}.duckdb"), chain)
+        for b, rows in enumerate(batches, start=1):
+            engine.ingest_and_run("raw", rows, batch_id=b)
+        engine.run_until_idle()
+        outcomes.append((
+            engine.query("SELECT * FROM kept ORDER BY ALL").to_pylist(),
+            engine.query("SELECT procedure, batch_id, action FROM sstore_sys.errors "
+                         "ORDER BY ALL").to_pylist(),
+            sorted(engine._runtime().scheduler.halted)))
+        engine.close()
+    chained, plain = outcomes
+    assert chained == plain
+    assert [r["id"] for r in plain[0]] == [1, 3, 4]
+    assert plain[1] == [{"procedure": "parse", "batch_id": 5, "action": "halt"}]
+
+
+def test_empty_batches_go_through_a_chain_as_empty_batches(tmp_path) -> None:
+    """Batches with no rows, and batches whose rows the chain's first SELECT filters out
+    entirely, come out as empty batches of the chain's output, chained as unchained."""
+    outcomes = []
+    for chain in (True, False):
+        engine = Engine(str(tmp_path / f"{chain}.duckdb"), chain_sql=chain)
+        chain_dataflow(engine)
+        engine.execute("CREATE TABLE IF NOT EXISTS seen (batch_id BIGINT, n BIGINT)")
+
+        @engine.procedure(input="doubled")
+        def count(tx, batch):
+            tx.execute("INSERT INTO seen VALUES (?, ?)", tx.batch_id, batch.num_rows)
+
+        for b, rows in enumerate([[(1, 1)], [], [(3, None)], [(4, 4), (5, 5)], []], start=1):
+            engine.ingest_and_run("raw", rows, batch_id=b)
+        if chain:
+            with pytest.raises(ChainedBatchError):
+                engine.latest("parsed")
+        outcomes.append(engine.query("SELECT * FROM seen ORDER BY ALL").to_pylist())
+        engine.close()
+    assert outcomes[0] == outcomes[1] == [
+        {"batch_id": 1, "n": 1}, {"batch_id": 2, "n": 0}, {"batch_id": 3, "n": 0},
+        {"batch_id": 4, "n": 2}, {"batch_id": 5, "n": 0}]
