@@ -88,3 +88,57 @@ def test_a_split_object_refuses_a_rebuilt_target_that_holds_rows(delivered, tmp_
         con.execute("TRUNCATE public.orders_rb")
     assert ps.query(SQL).to_pylist()[0] == {"n": 6, "s": 21}
     ps.close()
+
+
+def test_a_split_object_over_a_merging_sink_is_refused(tmp_path, pg_url: str) -> None:
+    """The sink merges by key: account 1 is updated in batch 2, not delivered yet. The split
+    object's UNION ALL counted account 1 twice (3 rows for 2 accounts, its old balance in
+    PostgreSQL, its new one in the stream), whatever the plan. The sink records its key in
+    its watermark row; the polystore refuses such an object. An appending sink's object is
+    read as before."""
+    from sstore.polystore.delivered import MergedFragmentsError
+
+    engine = Engine(str(tmp_path / "m.duckdb"))
+    engine.stream("acct", {"a_id": "INTEGER", "bal": "INTEGER"})
+    engine.stream("moves", {"a_id": "INTEGER", "bal": "INTEGER"})
+    merging = StreamToPostgres(engine, "acct", pg_url, "public.acct", mode="merge",
+                               key=("a_id",))
+    appending = StreamToPostgres(engine, "moves", pg_url, "public.moves")
+    for stream in ("acct", "moves"):
+        engine.ingest(stream, [(1, 10), (2, 20)], batch_id=1)
+    merging.run_once()
+    appending.run_once()
+    for stream in ("acct", "moves"):
+        engine.ingest(stream, [(1, 15)], batch_id=2)
+    ps = Polystore(str(tmp_path / "catalog.json"), costs=CostModel())
+    ps.attach_engine("stream", engine)
+    ps.add_postgres("pg", pg_url)
+    ps.split("accts", {"stream": "acct", "pg": "public.acct"})
+    ps.split("all_moves", {"stream": "moves", "pg": "public.moves"})
+    with pytest.raises(MergedFragmentsError, match=r"merges its batches .* by key \(a_id\)"):
+        ps.query("SELECT count(*) AS n FROM accts")
+    assert ps.query("SELECT count(*) AS n, sum(bal) AS s FROM all_moves").to_pylist() == [
+        {"n": 3, "s": 45}]
+    ps.close()
+    engine.close()
+
+
+def test_a_watermark_table_of_an_older_sstore_gets_the_merge_key(tmp_path,
+                                                                 pg_url: str) -> None:
+    """``sstore.watermarks`` made before ``merge_key`` existed: the column is added when a
+    sink starts, and the sink records its key in its existing row."""
+    engine = Engine(str(tmp_path / "o.duckdb"))
+    engine.stream("acct", {"a_id": "INTEGER", "bal": "INTEGER"})
+    engine.ingest("acct", [(1, 10)], batch_id=1)
+    StreamToPostgres(engine, "acct", pg_url, "public.acct", mode="merge",
+                     key=("a_id",)).run_once()
+    with psycopg.connect(pg_url) as con:
+        con.execute("ALTER TABLE sstore.watermarks DROP COLUMN merge_key")
+    engine.ingest("acct", [(1, 11)], batch_id=2)
+    StreamToPostgres(engine, "acct", pg_url, "public.acct", mode="merge",
+                     key=("a_id",)).run_once()
+    with psycopg.connect(pg_url) as con:
+        assert con.execute("SELECT batch_id, merge_key FROM sstore.watermarks").fetchall() == [
+            (2, "a_id")]
+        assert con.execute("SELECT a_id, bal FROM public.acct").fetchall() == [(1, 11)]
+    engine.close()

@@ -60,6 +60,12 @@ class UnlinkedFragmentsError(DeclarationError):
     says which of the stream's batches the table already holds: refused, not guessed."""
 
 
+class MergedFragmentsError(DeclarationError):
+    """The sink of a split object's stream merges its batches into the table by key: the table
+    holds one row per key, and a key the stream changed above the watermark would be counted
+    twice (old row in the table, new one in the stream). Refused, not guessed."""
+
+
 class DeliveryLostError(TerminalError):
     """The sink's watermark the plan was made with is gone (a reset sink): plan again."""
 
@@ -92,6 +98,16 @@ def links(inp: PlanningInput, connector_for: Callable[[str], Connector]
                         f"{obj.name}: several engines deliver a stream {name!r} into "
                         f"{table.engine}:{table.physical}, and the identity of engine "
                         f"{stream.engine!r} is not known: attach the running engine")
+                merged = sorted({str(r[5]) for r in rows if r[5]})
+                if merged:
+                    raise MergedFragmentsError(
+                        f"{obj.name}: the sink of stream {stream.engine}:{stream.physical} "
+                        f"merges its batches into {table.engine}:{table.physical} by key "
+                        f"({'; '.join(merged)}): the table holds one row per key, so a key "
+                        f"the stream changed in a batch not delivered yet would be counted "
+                        f"twice (its old row there, its new one in the stream). Query the "
+                        f"table and the stream on their own, or feed the split object with "
+                        f"an appending sink")
                 if rows:
                     linked.append(table)
             if len(linked) > 1:
@@ -154,7 +170,7 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
             found = pg.sink_watermarks(guard.stream, guard.target, guard.source, known=True)
         except psycopg.errors.UndefinedTable:
             found = []
-        rows = [r[1:] for r in found]
+        rows = [r[1:5] for r in found]
         if len(rows) != 1:
             raise DeliveryLostError(
                 f"the watermark of the sink of {guard.stream} into {guard.engine}.{guard.target} "
