@@ -30,8 +30,8 @@ from sstore.transaction import Transaction, TxState
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackpressureError", "BatchIdTakenError", "Bound", "CommitEvent", "ConsumerStalledError", "DeclarationError",
-    "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
+    "BackpressureError", "BatchIdTakenError", "Bound", "CommitEvent", "ConsumerStalledError",
+    "DeclarationError", "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
     "OutOfOrderBatchError", "ProcedureError", "SStoreError", "SchemaError", "Subscription",
     "TerminalError", "Transaction", "TransactionStateError", "TransientError", "TxState",
     "UnknownStreamError", "__version__",

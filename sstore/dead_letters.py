@@ -32,8 +32,8 @@ Protocol of ``replay`` (input N, each dead-lettered batch b of P, in batch order
    batch b', then delete b's dead letters and record b' in ``sstore_sys.replays`` (a client
    that numbers its own batches may send one under b' later: ``Engine.ingest`` refuses it
    with ``BatchIdTakenError`` instead of taking it for a no-op re-send), commit records,
-   COMMIT. A crash before COMMIT leaves
-   the dead letters and no b'; after it, b' and no dead letters: never both, never neither.
+   COMMIT. A crash before COMMIT leaves the dead letters and no b'; after it, b' and no dead
+   letters: never both, never neither.
 4. P runs on b' when its program next runs the dataflow (``open_existing`` engines, as in
    ``sstore dead-letters replay``, never run procedures).
 """

@@ -336,10 +336,9 @@ def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None
     """The procedure ``decl``'s output can be chained into (``sstore.fusion``), or None: both
     are SQL procedures without a timeout, ``decl`` has returned its stream's schema exactly
     before, and the stream has that one reader, could be held back and feeds no event
-    window. The reader must also
-    be the TE the scheduler picks next (it follows ``decl`` in the topological order, is not
-    halted, and the group has room for it): otherwise the group would roll back and run
-    again unchained (``_Unchain``), every batch."""
+    window. The reader must also be the TE the scheduler picks next (it follows ``decl`` in
+    the topological order, is not halted, and the group has room for it): otherwise the
+    group would roll back and run again unchained (``_Unchain``), every batch."""
     if not group.chaining or decl.sql is None or decl.timeout is not None \
             or decl.name not in rt.chaining.exact or len(decl.outputs) != 1 \
             or len(group.members) + 2 > group.most:

@@ -554,9 +554,9 @@ class PostgresConnector:
         """The watermark rows of the sinks that deliver engine stream ``stream`` (of engine
         ``source``; None: of any engine) into table ``physical``, as (source, batch_id,
         rows_total, updated_at, whether the row was written for the table now under that
-        name, the key a merging sink merges by or None); none when ``sstore.watermarks`` does not exist (asked first unless ``known``,
-        a plan's run reading watermarks its planning found, or this planning's ``probe`` saw
-        it exist).
+        name, the key a merging sink merges by or None); none when ``sstore.watermarks`` does
+        not exist (asked first unless ``known``, a plan's run reading watermarks its planning
+        found, or this planning's ``probe`` saw it exist).
 
         Raises ``UndefinedTable`` when ``known`` and the table is gone."""
         import psycopg
