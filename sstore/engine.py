@@ -396,7 +396,8 @@ class Engine:
 
         Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
         no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
-        with ``OutOfOrderBatchError``. Bad rows raise ``SchemaError`` and change nothing. A
+        with ``OutOfOrderBatchError``, and so is an id a dead-letter replay took for its rows
+        (``BatchIdTakenError``: the batch sent is not a re-send of it). Bad rows raise ``SchemaError`` and change nothing. A
         reader downstream past its backpressure bound makes it wait, then raise
         ``IngestTimeoutError``, or refuse at once (``ConsumerStalledError``), the batch not
         ingested (``sstore.backpressure``).
