@@ -308,8 +308,14 @@ def check_reset(con: psycopg.Connection, table: str) -> int:
     stream's old rows back over a backfill's. Refused (``ResetRefused``) while ``table`` holds
     rows and has intervals; once it is empty (emptied on purpose), its interval records are
     deleted with the watermarks (the rows they counted are gone; the stream seals again).
-    Returns the interval records deleted."""
+    Returns the interval records deleted.
+
+    Under the target's lock, as ``seal`` and ``replace``: a swap recording the table's first
+    interval is not visible before its COMMIT, so without it a reset during the swap saw no
+    interval and went on (and the sink delivered its batches again over the backfill's)."""
     ensure_intervals(con)
+    with con.cursor() as cur:
+        _lock_target(cur, table)
     recorded = con.execute(f"SELECT interval, version, source FROM {INTERVALS} WHERE target = "
                            f"%s ORDER BY interval FOR UPDATE", (table,)).fetchall()
     if not recorded:

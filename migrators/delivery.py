@@ -9,7 +9,9 @@ watermark row per (source, stream, target) in ``sstore.watermarks``:
   rebuilt or second state file is never taken for the first) or a named loader;
 - ``stream`` is the series of batches (an engine stream, a loader's batch numbers);
 - ``target`` is the table (``schema.table``), and ``target_oid`` the table the watermark was
-  written for, so a table dropped or recreated by hand is noticed.
+  written for, so a table dropped or recreated by hand is noticed;
+- ``merge_key``: the key columns of a writer that merges by key (NULL: it appends), so that a
+  reader of both the stream and the table knows they cannot simply be added up.
 
 Commit protocol of one delivery (batches ``first``..``last``), in ONE PostgreSQL transaction:
 
@@ -42,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -62,8 +64,13 @@ WATERMARK_DDL = (
         rows_total BIGINT NOT NULL DEFAULT 0,
         created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
         updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        merge_key TEXT,
         PRIMARY KEY (source, stream, target))""",
 )
+#: Added after the first release (``ensure_watermarks`` adds it to an older table): the key
+#: columns of a writer that merges by key (NULL: it appends). A split object over the stream
+#: and such a table cannot be a UNION ALL (``sstore.polystore.delivered``).
+MERGE_KEY_DDL = "ALTER TABLE sstore.watermarks ADD COLUMN IF NOT EXISTS merge_key TEXT"
 
 Write = Callable[[psycopg.Cursor, int], int]
 PrepareTarget = Callable[[psycopg.Cursor], None]
@@ -71,11 +78,14 @@ PrepareTarget = Callable[[psycopg.Cursor], None]
 
 @dataclass(frozen=True)
 class SinkKey:
-    """Whose batches (``source``), which series (``stream``), into which table (``target``)."""
+    """Whose batches (``source``), which series (``stream``), into which table (``target``).
+    ``merge_key``: the key columns (comma-separated) of a writer that merges by key, recorded
+    in the watermark row (not part of the identity)."""
 
     source: str
     stream: str
     target: str
+    merge_key: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.stream} -> {self.target} (source {self.source})"
@@ -119,6 +129,13 @@ class TargetClaimedError(TerminalError):
     """Another source's live watermark already claims this stream's batches in this target."""
 
 
+class TargetReplacedError(TerminalError):
+    """The table under the target's name is not the one the watermark was written for (it was
+    rebuilt or restored by hand) and it holds rows: which of the stream's batches they are
+    cannot be known, so nothing is delivered (and no query counts them) until it is emptied
+    or dropped."""
+
+
 class TargetMissingError(TerminalError):
     """The target table does not exist and this writer does not create it."""
 
@@ -139,6 +156,12 @@ def ensure_watermarks(con: psycopg.Connection) -> None:
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
             con.rollback()  # a concurrent writer created it first
         columns = _watermark_columns(con)
+    if columns and "merge_key" not in columns and "stream" in columns:
+        try:
+            con.execute(MERGE_KEY_DDL)
+            con.commit()
+        except (psycopg.errors.DuplicateColumn, psycopg.errors.UniqueViolation):
+            con.rollback()  # a concurrent writer added it first
     if "stream" not in columns or "target_oid" not in columns:
         raise MigrationError(
             "sstore.watermarks was made by an older sstore (no source identity or target "
@@ -162,8 +185,9 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
     row = _select_for_update(cur, key)
     new = row is None
     if new:
-        cur.execute(f"INSERT INTO {WATERMARKS} (source, stream, target) VALUES (%s, %s, %s) "
-                    f"ON CONFLICT DO NOTHING", (key.source, key.stream, key.target))
+        cur.execute(f"INSERT INTO {WATERMARKS} (source, stream, target, merge_key) VALUES "
+                    f"(%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (key.source, key.stream, key.target, key.merge_key))
         row = _select_for_update(cur, key)
         assert row is not None
     batch_id, stored_oid, current_oid = int(row[0]), row[1], row[2]
@@ -175,6 +199,8 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
                                   (qualified(key.target),)).fetchone()[0]  # type: ignore[index]
     watermark = Watermark(batch_id)
     if stored_oid != current_oid:
+        if stored_oid is not None and batch_id > 0:
+            refuse_replaced_target(cur, key.stream, key.target, batch_id)
         if stored_oid is not None:
             log.warning("%s: the target was dropped or recreated since batch %d was delivered; "
                         "its watermark starts over", key, batch_id)
@@ -273,12 +299,37 @@ def _own_begin(con: psycopg.Connection) -> Iterator[None]:
             con.close()  # broken: the caller's session connects anew
 
 
+def refuse_replaced_target(cur: psycopg.Cursor, stream: str, target: str,
+                           delivered: int) -> None:
+    """The table under ``target``'s name is not the one the watermark (at batch ``delivered``)
+    was written for: ``TargetReplacedError`` if it holds rows. Taken for a table holding none
+    of the stream's batches, a table rebuilt by copy (or restored) got every batch the
+    engine still had again, and a split object counted them twice. Empty, it is refilled."""
+    row = cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified(target)})").fetchone()
+    if row is None or not row[0]:
+        return
+    raise TargetReplacedError(
+        f"{target} is not the table the sink of stream {stream!r} delivered batches up to "
+        f"{delivered} into (it was dropped and created again, or rebuilt under its name) and "
+        f"it holds rows: which of the stream's batches they are cannot be known, so nothing "
+        f"is delivered into it or counted from it. If it holds exactly the old table's rows "
+        f"(rebuilt by copy), adopt it: UPDATE {WATERMARKS} SET target_oid = "
+        f"to_regclass('{qualified(target)}')::oid WHERE stream = '{stream}' AND target = "
+        f"'{target}'; otherwise empty it (TRUNCATE) and the engine delivers the batches it "
+        f"still has again")
+
+
 def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,
           shared_target: bool = False) -> Watermark:
     """Steps 1-2 on their own, committed: where a writer stands before it plans (a sink's
-    start). Creates the target through ``prepare_target`` if it is missing."""
+    start). Creates the target through ``prepare_target`` if it is missing. Records the
+    writer's ``merge_key`` (a row made before it was recorded, or a writer whose mode
+    changed)."""
     with con.cursor() as cur:
         watermark = lock(cur, key, prepare_target, shared_target)
+        cur.execute(f"UPDATE {WATERMARKS} SET merge_key = %s WHERE source = %s AND stream = %s "
+                    f"AND target = %s AND merge_key IS DISTINCT FROM %s",
+                    (key.merge_key, key.source, key.stream, key.target, key.merge_key))
     con.commit()
     return watermark
 

@@ -206,7 +206,8 @@ class StreamToPostgres:
 
     @property
     def sink_key(self) -> SinkKey:
-        return SinkKey(self.engine.engine_id, self.stream, self.table)
+        return SinkKey(self.engine.engine_id, self.stream, self.table,
+                       ",".join(self.key) if self.mode == "merge" else None)
 
     @property
     def session(self) -> Session:

@@ -8,6 +8,7 @@ from sstore.backpressure import Bound
 from sstore.engine import Engine, Ingested
 from sstore.errors import (
                            BackpressureError,
+                           BatchIdTakenError,
                            ConsumerStalledError,
                            DeclarationError,
                            IngestTimeoutError,
@@ -29,8 +30,8 @@ from sstore.transaction import Transaction, TxState
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackpressureError", "Bound", "CommitEvent", "ConsumerStalledError", "DeclarationError",
-    "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
+    "BackpressureError", "BatchIdTakenError", "Bound", "CommitEvent", "ConsumerStalledError",
+    "DeclarationError", "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
     "OutOfOrderBatchError", "ProcedureError", "SStoreError", "SchemaError", "Subscription",
     "TerminalError", "Transaction", "TransactionStateError", "TransientError", "TxState",
     "UnknownStreamError", "__version__",

@@ -29,8 +29,11 @@ Protocol of ``replay`` (input N, each dead-lettered batch b of P, in batch order
 1. Check the conditions above (``replay_refusal``); refuse with the reason otherwise.
 2. Read b's dead-lettered rows of N (without the three columns), in the order they came.
 3. One engine transaction (``Engine.ingest(..., along=...)``): append them to N as the next
-   batch b', then delete b's dead letters, commit records, COMMIT. A crash before COMMIT leaves
-   the dead letters and no b'; after it, b' and no dead letters: never both, never neither.
+   batch b', then delete b's dead letters and record b' in ``sstore_sys.replays`` (a client
+   that numbers its own batches may send one under b' later: ``Engine.ingest`` refuses it
+   with ``BatchIdTakenError`` instead of taking it for a no-op re-send), commit records,
+   COMMIT. A crash before COMMIT leaves the dead letters and no b'; after it, b' and no dead
+   letters: never both, never neither.
 4. P runs on b' when its program next runs the dataflow (``open_existing`` engines, as in
    ``sstore dead-letters replay``, never run procedures).
 """
@@ -213,6 +216,12 @@ def _deleting(input_name: str, dead: DeadBatch) -> Any:
         crash_point("dead_letters.before_delete")
         tx.execute(f"DELETE FROM {ident(table_of(input_name))} WHERE _batch_id = ? AND "
                    f"_procedure = ?", dead.batch_id, dead.procedure)
+        # a client that numbers its own batches may send its next one under this id: it
+        # must be refused, not taken for a re-send (``Engine.ingest``, BatchIdTakenError)
+        assert tx.batch_id is not None
+        tx.execute("INSERT INTO sstore_sys.replays (stream, batch_id, from_batch, procedure) "
+                   "VALUES (?, ?, ?, ?)", input_name, tx.batch_id, dead.batch_id,
+                   dead.procedure)
     return delete
 
 

@@ -31,6 +31,7 @@ from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow, connect, registered
 from sstore.errors import (
+    BatchIdTakenError,
     ChainedBatchError,
     DeclarationError,
     OutOfOrderBatchError,
@@ -138,6 +139,9 @@ class Engine:
         #: how long an ingest waits for a running reader before ``IngestTimeoutError``
         self.backpressure = Backpressure(max_lag, ingest_timeout, self.sinks)
         self._metrics: EngineMetrics | None = None
+        #: per border stream, the batch-ids dead-letter replays took (-> the dead-lettered
+        #: batch), read on the first re-send; an ``along`` ingest (a replay) forgets it
+        self._replayed: dict[str, dict[int, int]] = {}
         self._server: Server | None = None
 
     def _identity(self) -> str:
@@ -350,6 +354,10 @@ class Engine:
         borders = sorted(s for s in graph.streams if graph.is_border(s))
         for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
             ledger.load_ingested(stream, ranges)
+        for name, gone in ledger.start_after_collected().items():
+            log.warning("procedure %s is new: it starts after batch %d (earlier batches of "
+                        "%s were collected before it was declared)", name, gone,
+                        ", ".join(graph.procedures[name].inputs))
         for stream, consumer in systables.load_holders(con):
             if stream in graph.streams:
                 ledger.holders.setdefault(stream, set()).add(consumer)
@@ -388,7 +396,8 @@ class Engine:
 
         Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
         no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
-        with ``OutOfOrderBatchError``. Bad rows raise ``SchemaError`` and change nothing. A
+        with ``OutOfOrderBatchError``, and so is an id a dead-letter replay took for its rows
+        (``BatchIdTakenError``: the batch sent is not a re-send of it). Bad rows raise ``SchemaError`` and change nothing. A
         reader downstream past its backpressure bound makes it wait, then raise
         ``IngestTimeoutError``, or refuse at once (``ConsumerStalledError``), the batch not
         ingested (``sstore.backpressure``).
@@ -451,6 +460,15 @@ class Engine:
                 batch_id = last + 1
                 _check_batch_id(batch_id)
             elif rt.ledger.was_ingested(stream, batch_id):
+                if stream not in self._replayed:
+                    self._replayed[stream] = systables.replayed(rt.con, stream)
+                replayed = self._replayed[stream].get(batch_id)
+                if replayed is not None:
+                    raise BatchIdTakenError(
+                        f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
+                        f"replay (the dead letters of batch {replayed}, sstore dead-letters "
+                        f"replay), so this batch is not a re-send and was NOT ingested; send "
+                        f"it under a batch-id above {last} (or without one)")
                 log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
                 return Ingested(batch_id, True, 0)
             elif batch_id < last:
@@ -461,6 +479,8 @@ class Engine:
                 group.ingest_and_run(rt, stream, batch_id, table, functools.partial(
                     self._apply_ingest, rt, stream, batch_id, table, False))
             else:
+                if along is not None:  # maybe a dead-letter replay: it records its batch-id
+                    self._replayed.pop(stream, None)
                 self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
                                    along=along)
             if rt.checkpoints is not None:

@@ -39,6 +39,13 @@ class OutOfOrderBatchError(TerminalError):
     """A batch-id lower than the last one ingested on the stream, and never ingested before."""
 
 
+class BatchIdTakenError(OutOfOrderBatchError):
+    """A client sent a batch under an id that a dead-letter replay took for the replayed rows
+    (``sstore.dead_letters.replay`` ingests them as the next batch). Taken as a re-send it
+    would be a no-op and the client's rows would be lost without a word; nothing was
+    ingested: send the batch again under an id above the stream's last one."""
+
+
 class ProcedureError(TerminalError):
     """A stored procedure raised; the transaction execution was rolled back.
 

@@ -339,10 +339,10 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
 def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None:
     """The procedure ``decl``'s output can be chained into (``sstore.fusion``), or None: both
     are SQL procedures without a timeout, ``decl`` has returned its stream's schema exactly
-    before, and the stream has that one reader and could be held back. The reader must also
-    be the TE the scheduler picks next (it follows ``decl`` in the topological order, is not
-    halted, and the group has room for it): otherwise the group would roll back and run
-    again unchained (``_Unchain``), every batch."""
+    before, and the stream has that one reader, could be held back and feeds no event
+    window. The reader must also be the TE the scheduler picks next (it follows ``decl`` in
+    the topological order, is not halted, and the group has room for it): otherwise the
+    group would roll back and run again unchained (``_Unchain``), every batch."""
     if not group.chaining or decl.sql is None or decl.timeout is not None \
             or decl.name not in rt.chaining.exact or len(decl.outputs) != 1 \
             or len(group.members) + 2 > group.most:
@@ -356,7 +356,9 @@ def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None
     if reader.sql is None or reader.timeout is not None or len(reader.inputs) != 1 \
             or reader.name in rt.scheduler.halted \
             or order.index(reader.name) != order.index(decl.name) + 1 \
-            or not _can_hold_back(rt, stream):
+            or not _can_hold_back(rt, stream) or rt.graph.event_windows_on(stream):
+        # a chained-away batch is never appended (``StreamStore.append``): an event window
+        # fed from it would miss it, though its rows may be held back (it reads the batch)
         return None
     return reader.name
 

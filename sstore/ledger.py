@@ -145,6 +145,28 @@ class Ledger:
             else:
                 self.progress[node] = value
 
+    def start_after_collected(self) -> dict[str, int]:
+        """Call once, at start, after ``collected`` is loaded. A procedure that has never run
+        starts after every batch collected from any of its inputs; returns those procedures
+        with the batch they start after.
+
+        Garbage collection removes a batch only once every reader has committed it, so for a
+        procedure declared with the dataflow no input batch at or below its progress is ever
+        collected. One declared later has progress 0: with one input, the ledger lists only
+        retained batches and it starts after the collected ones by itself; with several, the
+        scheduler would pick the oldest batch of the input collected least far, and
+        ``Runtime.input_batch`` hand the batches of the other inputs that GC (or a group
+        commit, or a chain) never stored as EMPTY batches: "no rows" where there were some."""
+        started: dict[str, int] = {}
+        for name, decl in self.graph.procedures.items():
+            if self.progress.get(name, 0):
+                continue
+            gone = max((self.collected.get(node, 0) for node in decl.inputs), default=0)
+            if gone:
+                self.progress[name] = gone
+                started[name] = gone
+        return started
+
     def rewind(self, consumer: str, batch_id: int) -> None:
         """An external consumer's progress goes back to ``batch_id`` (its target lost what it
         had acknowledged after that; see ``sstore.consumers``)."""

@@ -26,6 +26,9 @@ Consumers and identity (see ``sstore.consumers``):
   would start after a gap: that is refused unless the gap is accepted.
 - ``gaps(consumer, stream, first_batch, last_batch, accepted_at)``: gaps a consumer accepted on
   purpose, kept so that ``status`` can show them for good.
+- ``replays(stream, batch_id, from_batch, procedure, replayed_at)``: border batches that a
+  dead-letter replay ingested (``sstore.dead_letters``), written in the replay's transaction:
+  a client sending a batch of its own under such an id is refused, not taken for a re-send.
 
 Border batch-ids (``sstore.ingested``): a border stream's commit records are what makes a
 re-sent batch-id a no-op, so they are never simply deleted. Garbage collection compacts the
@@ -67,6 +70,10 @@ CREATE TABLE IF NOT EXISTS sstore_sys.collected (
     stream VARCHAR PRIMARY KEY, through BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS sstore_sys.ingested_runs (
     stream VARCHAR NOT NULL, first_batch BIGINT NOT NULL, last_batch BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS sstore_sys.replays (
+    stream VARCHAR NOT NULL, batch_id BIGINT NOT NULL, from_batch BIGINT NOT NULL,
+    procedure VARCHAR NOT NULL,
+    replayed_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp);
 CREATE TABLE IF NOT EXISTS sstore_sys.gaps (
     consumer VARCHAR NOT NULL, stream VARCHAR NOT NULL, first_batch BIGINT NOT NULL,
     last_batch BIGINT NOT NULL, accepted_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp);
@@ -183,6 +190,15 @@ def was_ingested(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int) -> 
         "SELECT EXISTS (SELECT 1 FROM sstore_sys.commits WHERE node = ? AND batch_id = ?) "
         "OR EXISTS (SELECT 1 FROM sstore_sys.ingested_runs WHERE stream = ? AND ? BETWEEN "
         "first_batch AND last_batch)", [stream, batch_id, stream, batch_id]).fetchall()[0][0])
+
+
+def replayed(con: duckdb.DuckDBPyConnection, stream: str) -> dict[int, int]:
+    """The batch-ids of border ``stream`` that dead-letter replays took, each with the
+    dead-lettered batch it holds (a row per replay: few; read once, when a re-send of the
+    stream first comes, never on the normal path)."""
+    return {int(b): int(f) for b, f in con.execute(
+        "SELECT batch_id, from_batch FROM sstore_sys.replays WHERE stream = ?",
+        [stream]).fetchall()}
 
 
 def insert_commits(con: duckdb.DuckDBPyConnection, records: Iterable[tuple[str, int, int]]) -> None:

@@ -278,3 +278,39 @@ def test_the_cli_takes_one_interval_and_says_what_is_wrong(tmp_path: Path) -> No
         done = sstore(*run, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert said in " ".join(done.stderr.split()), (args, done.stderr)
+
+
+def test_a_reset_during_a_swap_waits_for_it_and_is_refused(url: str) -> None:
+    """``check_reset`` (``sstore migrate --reset``) while a backfill's swap records the first
+    interval of the table: the reset used to see no interval (the swap had not committed),
+    forget the watermarks, and let the sink deliver its batches again over the backfilled
+    rows. It takes the target's lock as ``seal`` and ``replace`` do: it waits for the swap,
+    then sees the interval and refuses."""
+    import threading
+
+    from migrators.backfill import ResetRefused, check_reset
+
+    outcome: list[object] = []
+
+    def reset() -> None:
+        with psycopg.connect(url) as con:
+            try:
+                outcome.append(check_reset(con, "w.t"))
+            except ResetRefused as exc:
+                outcome.append(exc)
+
+    waiting: list[bool] = []
+
+    def during_the_swap(con: psycopg.Connection) -> None:
+        resetter.start()
+        resetter.join(timeout=3.0)  # long enough for an unlocked check to be done
+        waiting.append(resetter.is_alive())
+
+    resetter = threading.Thread(target=reset)
+    ids = Slice("w.t", Interval("ids 2-5", "id", 2, 5), key=("id",), sealed=False)
+    replace(url, [(ids, table([(2, 2, 'b'), (3, 2, 'fixed')]))], before_commit=during_the_swap)
+    resetter.join(timeout=60)
+    assert waiting == [True]
+    assert len(outcome) == 1 and isinstance(outcome[0], ResetRefused), outcome
+    with psycopg.connect(url) as con:
+        assert [v["interval"] for v in versions(con, "w.t")] == ["ids 2-5"]

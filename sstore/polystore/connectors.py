@@ -554,9 +554,9 @@ class PostgresConnector:
         """The watermark rows of the sinks that deliver engine stream ``stream`` (of engine
         ``source``; None: of any engine) into table ``physical``, as (source, batch_id,
         rows_total, updated_at, whether the row was written for the table now under that
-        name); none when ``sstore.watermarks`` does not exist (asked first unless ``known``,
-        a plan's run reading watermarks its planning found, or this planning's ``probe`` saw
-        it exist).
+        name, the key a merging sink merges by or None); none when ``sstore.watermarks`` does
+        not exist (asked first unless ``known``, a plan's run reading watermarks its planning
+        found, or this planning's ``probe`` saw it exist).
 
         Raises ``UndefinedTable`` when ``known`` and the table is gone."""
         import psycopg
@@ -570,7 +570,8 @@ class PostgresConnector:
         try:
             return self._execute(
                 "SELECT source, batch_id, rows_total, updated_at, "
-                "coalesce(target_oid = to_regclass(%s)::oid, false) FROM sstore.watermarks "
+                "coalesce(target_oid = to_regclass(%s)::oid, false), "
+                "to_jsonb(w) ->> 'merge_key' FROM sstore.watermarks w "  # older: no column
                 "WHERE stream = %s AND target IN (%s, %s) AND (%s::text IS NULL OR source = %s) "
                 "ORDER BY source", (qualified(full), stream, full,
                                     name if schema == "public" else full, source, source))

@@ -28,8 +28,10 @@ How the answer is kept exact:
 The order of the reads inside the plan does not matter (the moves of "migrate into stream"
 read PostgreSQL before the stream, those of "migrate into pg" the stream first), which is why
 the check brackets the plan instead of ordering its reads. A watermark written for a table
-since dropped and recreated under the same name (another OID) counts no batch: the table now
-there holds none of the sink's batches until the sink delivers into it again.
+since dropped and recreated under the same name (another OID) counts no batch while that table
+is empty: it holds none of the sink's batches until the sink delivers into it again. Holding
+rows (rebuilt by copy, restored), it may hold any of them: ``TargetReplacedError``, as the sink
+refuses it (``migrators.delivery.refuse_replaced_target``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from migrators.delivery import TargetReplacedError
 from sstore.errors import DeclarationError, TerminalError, TransientError
 from sstore.polystore.catalog import EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
@@ -55,6 +58,12 @@ Mark = tuple[Any, ...]  # (batch_id, rows_total, updated_at, the watermark's tab
 class UnlinkedFragmentsError(DeclarationError):
     """A split object has an engine stream and a PostgreSQL table, and no sink's watermark
     says which of the stream's batches the table already holds: refused, not guessed."""
+
+
+class MergedFragmentsError(DeclarationError):
+    """The sink of a split object's stream merges its batches into the table by key: the table
+    holds one row per key, and a key the stream changed above the watermark would be counted
+    twice (old row in the table, new one in the stream). Refused, not guessed."""
 
 
 class DeliveryLostError(TerminalError):
@@ -89,6 +98,16 @@ def links(inp: PlanningInput, connector_for: Callable[[str], Connector]
                         f"{obj.name}: several engines deliver a stream {name!r} into "
                         f"{table.engine}:{table.physical}, and the identity of engine "
                         f"{stream.engine!r} is not known: attach the running engine")
+                merged = sorted({str(r[5]) for r in rows if r[5]})
+                if merged:
+                    raise MergedFragmentsError(
+                        f"{obj.name}: the sink of stream {stream.engine}:{stream.physical} "
+                        f"merges its batches into {table.engine}:{table.physical} by key "
+                        f"({'; '.join(merged)}): the table holds one row per key, so a key "
+                        f"the stream changed in a batch not delivered yet would be counted "
+                        f"twice (its old row there, its new one in the stream). Query the "
+                        f"table and the stream on their own, or feed the split object with "
+                        f"an appending sink")
                 if rows:
                     linked.append(table)
             if len(linked) > 1:
@@ -151,13 +170,23 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
             found = pg.sink_watermarks(guard.stream, guard.target, guard.source, known=True)
         except psycopg.errors.UndefinedTable:
             found = []
-        rows = [r[1:] for r in found]
+        rows = [r[1:5] for r in found]
         if len(rows) != 1:
             raise DeliveryLostError(
                 f"the watermark of the sink of {guard.stream} into {guard.engine}.{guard.target} "
                 f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: this plan "
                 f"cannot tell which batches are in both; query again (planning looks for the "
                 f"link anew)")
+        batch_id, _, _, same_table = rows[0]
+        if not same_table and int(batch_id) > 0 and not pg.is_empty(guard.target):
+            # another table under the target's name (rebuilt by copy, restored): it may
+            # hold any of the sink's batches, so counting none of them could count twice
+            raise TargetReplacedError(
+                f"{guard.engine}.{guard.target} is not the table the sink of {guard.stream} "
+                f"delivered batches up to {batch_id} into (dropped and created again, or "
+                f"rebuilt under its name) and it holds rows: which of the stream's batches "
+                f"they are cannot be known, so the split object is not read (see "
+                f"migrators.delivery.refuse_replaced_target for what to do)")
         marks[guard.placeholder] = tuple(rows[0])
     return marks
 
