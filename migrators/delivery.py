@@ -99,6 +99,7 @@ class Watermark:
     batch_id: int
     reset: bool = False
     previous: int = 0
+    emptied: bool = False  # the same table, emptied by hand (else: dropped or recreated)
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,9 @@ class TargetBehind(TerminalError):
     again from ``watermark``."""
 
     def __init__(self, key: SinkKey, watermark: Watermark, expected: int) -> None:
-        why = (f"{key.target} was dropped or recreated since batch {watermark.previous} was "
-               f"delivered" if watermark.reset else f"its watermark is at {watermark.batch_id}")
+        how = "emptied" if watermark.emptied else "dropped or recreated"
+        why = (f"{key.target} was {how} since batch {watermark.previous} was delivered"
+               if watermark.reset else f"its watermark is at {watermark.batch_id}")
         super().__init__(f"{key}: the target lacks batches after {watermark.batch_id} that the "
                          f"writer expected it to have up to {expected} ({why})")
         self.key = key
@@ -180,8 +182,10 @@ def _watermark_columns(con: psycopg.Connection) -> set[str]:
 
 
 def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None = None,
-         shared_target: bool = False) -> Watermark:
-    """Steps 1 and 2 in the caller's open transaction: the locked, checked watermark."""
+         shared_target: bool = False, drained_target: bool = False) -> Watermark:
+    """Steps 1 and 2 in the caller's open transaction: the locked, checked watermark. A
+    target emptied by hand (``TRUNCATE``) starts over like a dropped one, unless
+    ``drained_target`` (another process takes the rows out of it on purpose)."""
     row = _select_for_update(cur, key)
     new = row is None
     if new:
@@ -190,7 +194,7 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
                     (key.source, key.stream, key.target, key.merge_key))
         row = _select_for_update(cur, key)
         assert row is not None
-    batch_id, stored_oid, current_oid = int(row[0]), row[1], row[2]
+    batch_id, stored_oid, current_oid, rows_total = int(row[0]), row[1], row[2], int(row[3])
     if current_oid is None:
         if prepare_target is None:
             raise TargetMissingError(f"{key}: table {key.target} does not exist")
@@ -206,12 +210,19 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
                         "its watermark starts over", key, batch_id)
             watermark = Watermark(0, reset=True, previous=batch_id)
         _claim(cur, key, current_oid, shared_target, fresh=new or watermark.reset)
+    elif not drained_target and _emptied(cur, key, batch_id, rows_total):
+        log.warning("%s: the target was emptied (TRUNCATE?) since batch %d was delivered; its "
+                    "watermark starts over", key, batch_id)
+        watermark = Watermark(0, reset=True, previous=batch_id, emptied=True)
+        cur.execute(f"UPDATE {WATERMARKS} SET batch_id = 0, rows_total = 0, updated_at = now() "
+                    f"WHERE source = %s AND stream = %s AND target = %s",
+                    (key.source, key.stream, key.target))
     return watermark
 
 
 def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write: Write, *,
             after: int | None, prepare_target: PrepareTarget | None = None,
-            shared_target: bool = False,
+            shared_target: bool = False, drained_target: bool = False,
             before_commit: Callable[[psycopg.Connection], None] | None = None,
             planned_rows: int | None = None) -> Delivery:
     """Steps 1-6 for batches ``first``..``last`` (see the module docstring).
@@ -228,7 +239,7 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
         raise ValueError(f"empty batch range {first}..{last}")
     if after is not None and planned_rows is not None and last > after:
         with _own_begin(con):
-            if _advance(con, key, after, last, planned_rows):
+            if _advance(con, key, after, last, planned_rows, drained_target):
                 with con.cursor() as cur:
                     rows = write(cur, after)  # step 4, the watermark already advanced
                     if rows != planned_rows:  # the caller's count was off: keep the total
@@ -241,7 +252,7 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
                 return Delivery(rows, after, skipped=False)
             con.rollback()  # nothing changed: the steps one by one, from the start
     with con.cursor() as cur:
-        watermark = lock(cur, key, prepare_target, shared_target)  # steps 1-2
+        watermark = lock(cur, key, prepare_target, shared_target, drained_target)  # steps 1-2
         if after is not None and watermark.batch_id < after:  # step 3
             con.commit()  # keep what step 2 learnt (a recreated target's new OID)
             raise TargetBehind(key, watermark, after)
@@ -258,10 +269,12 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
     return Delivery(rows, watermark.batch_id, skipped=False)
 
 
-def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows: int) -> bool:
+def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows: int,
+             drained_target: bool = False) -> bool:
     """BEGIN, then steps 1, 2, 3 and 5 in one statement when nothing is unusual: the
-    watermark row exists, stands at ``after`` and belongs to the table now under the target's
-    name. The UPDATE locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent writer
+    watermark row exists, stands at ``after``, belongs to the table now under the target's
+    name, and that table still has rows if the watermark counts any (an emptied target is seen
+    by ``lock``). The UPDATE locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent writer
     queues, then finds the watermark moved and matches nothing). False (nothing changed):
     take the full path, which sees and handles whatever is unusual. The new watermark is
     only visible with the rows, at COMMIT; a failed COPY rolls both back.
@@ -271,13 +284,19 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     two statements), so a chunk costs the round trips of a raw COPY: this one, COPY's two
     and COMMIT. psycopg's own BEGIN would be one more, and on a loaded machine every
     round trip waits for the scheduler twice."""
+    still_full = "" if drained_target else (
+        f" AND (rows_total = 0 OR EXISTS (SELECT 1 FROM {qualified(key.target)}))")
     with psycopg.ClientCursor(con) as cur:
-        cur.execute(
-            f"BEGIN; UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
-            f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
-            f"batch_id = %s AND target_oid = to_regclass(%s)::oid RETURNING batch_id",
-            (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
-        return bool(cur.nextset()) and cur.fetchone() is not None
+        try:
+            cur.execute(
+                f"BEGIN; UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
+                f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
+                f"batch_id = %s AND target_oid = to_regclass(%s)::oid{still_full} "
+                f"RETURNING batch_id",
+                (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
+            return bool(cur.nextset()) and cur.fetchone() is not None
+        except psycopg.errors.UndefinedTable:  # no target yet (or dropped): the full path
+            return False
 
 
 @contextlib.contextmanager
@@ -320,13 +339,13 @@ def refuse_replaced_target(cur: psycopg.Cursor, stream: str, target: str,
 
 
 def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,
-          shared_target: bool = False) -> Watermark:
+          shared_target: bool = False, drained_target: bool = False) -> Watermark:
     """Steps 1-2 on their own, committed: where a writer stands before it plans (a sink's
     start). Creates the target through ``prepare_target`` if it is missing. Records the
     writer's ``merge_key`` (a row made before it was recorded, or a writer whose mode
     changed)."""
     with con.cursor() as cur:
-        watermark = lock(cur, key, prepare_target, shared_target)
+        watermark = lock(cur, key, prepare_target, shared_target, drained_target)
         cur.execute(f"UPDATE {WATERMARKS} SET merge_key = %s WHERE source = %s AND stream = %s "
                     f"AND target = %s AND merge_key IS DISTINCT FROM %s",
                     (key.merge_key, key.source, key.stream, key.target, key.merge_key))
@@ -350,11 +369,22 @@ def reset(con: psycopg.Connection, stream: str, target: str) -> int:
     return cur.rowcount
 
 
-def _select_for_update(cur: psycopg.Cursor, key: SinkKey) -> tuple[int, int | None, int | None] | None:
+def _select_for_update(cur: psycopg.Cursor, key: SinkKey
+                       ) -> tuple[int, int | None, int | None, int] | None:
     return cur.execute(  # type: ignore[return-value]
-        f"SELECT batch_id, target_oid, to_regclass(%s)::oid FROM {WATERMARKS} "
+        f"SELECT batch_id, target_oid, to_regclass(%s)::oid, rows_total FROM {WATERMARKS} "
         f"WHERE source = %s AND stream = %s AND target = %s FOR UPDATE",
         (qualified(key.target), key.source, key.stream, key.target)).fetchone()
+
+
+def _emptied(cur: psycopg.Cursor, key: SinkKey, batch_id: int, rows_total: int) -> bool:
+    """Whether the target lost every row this writer delivered (a ``TRUNCATE`` or a
+    ``DELETE`` of all rows by hand: the table, and so its OID, stays): the watermark counts
+    rows delivered, the table has none."""
+    if batch_id <= 0 or rows_total <= 0:
+        return False
+    row = cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified(key.target)})").fetchone()
+    return row is not None and not row[0]
 
 
 def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fresh: bool
@@ -380,5 +410,6 @@ def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fre
                 f"empty or drop the target first, or reset the sink (sstore migrate --reset); "
                 f"to feed one table from several sources on purpose, use shared_target=True")
     cur.execute(f"UPDATE {WATERMARKS} SET target_oid = %s, batch_id = CASE WHEN target_oid IS "
-                f"NULL THEN batch_id ELSE 0 END, updated_at = now() WHERE source = %s AND "
+                f"NULL THEN batch_id ELSE 0 END, rows_total = CASE WHEN target_oid IS NULL THEN "
+                f"rows_total ELSE 0 END, updated_at = now() WHERE source = %s AND "
                 f"stream = %s AND target = %s", (oid, key.source, key.stream, key.target))

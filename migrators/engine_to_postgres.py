@@ -125,11 +125,14 @@ class StreamToPostgres:
     ``batch_column`` names a target column for the batch-id (none by default).
     ``accept_gap``: start even if garbage collection removed batches the target lacks (the gap
     is recorded in the engine). ``shared_target``: other state files feed the same stream
-    into the same table on purpose (otherwise that is refused).
+    into the same table on purpose (otherwise that is refused). ``drained_target``: another
+    process takes rows out of the table on purpose (a staging table it empties); otherwise a
+    target found empty while its watermark counts delivered rows (a ``TRUNCATE`` by hand) starts
+    over like a dropped one: what the engine still has is delivered again, the rest is a gap.
     ``on_delivered`` is called with a ``Delivered`` after each chunk's COMMIT (metrics).
     ``before_commit`` is a test hook called with the open connection after COPY, before COMMIT.
-    ``ack_every`` (seconds): acknowledgements to the engine are grouped (each one is a DuckDB
-    commit); correctness does not depend on them, since the watermark decides on restart, only
+    ``ack_every`` (seconds): acknowledgements to the engine are grouped (each is taken in memory
+    and written with the engine's next group commit or GC); correctness does not depend on them, since the watermark decides on restart, only
     how soon garbage collection may remove migrated batches (and how soon an ingest waiting
     for this sink under backpressure goes on).
     ``max_lag``: this sink's backpressure bound (``sstore.Bound``: batches and bytes it may
@@ -151,6 +154,7 @@ class StreamToPostgres:
     ack_every: float = 1.0
     accept_gap: bool = False
     shared_target: bool = False
+    drained_target: bool = False
     max_lag: Bound | None = None
     last_error: str | None = field(default=None, init=False)
     halted: str | None = field(default=None, init=False)
@@ -261,10 +265,12 @@ class StreamToPostgres:
         if schema is None:  # no rows yet: nothing to create or compare
             if not _exists(con, self.table):
                 return delivery.Watermark(0)
-            return delivery.claim(con, self.sink_key, None, self.shared_target)
+            return delivery.claim(con, self.sink_key, None, self.shared_target,
+                                  self.drained_target)
         with con.cursor() as cur:
             self._prepare_target(cur)
-        return delivery.claim(con, self.sink_key, self._prepare_target, self.shared_target)
+        return delivery.claim(con, self.sink_key, self._prepare_target, self.shared_target,
+                              self.drained_target)
 
     def _prepare_target(self, cur: psycopg.Cursor) -> None:
         """Create the target if it is missing, or check that it can take the rows; remember
@@ -277,7 +283,8 @@ class StreamToPostgres:
 
     def _skip_gap(self, con: psycopg.Connection, watermark: int, after: int) -> None:
         with con.cursor() as cur:
-            delivery.lock(cur, self.sink_key, self._prepare_target, self.shared_target)
+            delivery.lock(cur, self.sink_key, self._prepare_target, self.shared_target,
+                          self.drained_target)
             cur.execute(f"UPDATE {delivery.WATERMARKS} SET batch_id = %s, updated_at = now() "
                         f"WHERE source = %s AND stream = %s AND target = %s AND batch_id = %s",
                         (after, self.sink_key.source, self.sink_key.stream, self.table,
@@ -444,6 +451,7 @@ class StreamToPostgres:
             lambda con: delivery.deliver(
                 con, self.sink_key, chunk.first, chunk.last, write, after=after,
                 prepare_target=self._prepare_target, shared_target=self.shared_target,
+                drained_target=self.drained_target,
                 before_commit=self.before_commit, planned_rows=planned.num_rows),
             f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
         committed_at = time.perf_counter()

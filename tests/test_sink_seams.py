@@ -148,6 +148,56 @@ def test_a_target_dropped_after_its_batches_were_collected_is_a_loud_gap(
     eng.close()
 
 
+@pytest.mark.parametrize("running", [False, True], ids=["new sink", "running sink"])
+def test_a_target_truncated_while_the_engine_still_has_its_batches_is_refilled(
+        state_path: str, pg_url: str, running: bool) -> None:
+    """TRUNCATE keeps the table (same OID), so the watermark used to go on past batches the
+    table no longer had: every row of batches 1-3 missing, exit 0. An emptied target whose
+    watermark counts delivered rows now starts over, as a dropped one does."""
+    eng = out_engine(state_path, 3, 10)
+    sink = StreamToPostgres(eng, "out", pg_url, "s.out")
+    sink.run_once()
+    with psycopg.connect(pg_url) as con:
+        con.execute("TRUNCATE s.out")
+    eng.ingest("out", [(100,)])
+    again = sink if running else StreamToPostgres(eng, "out", pg_url, "s.out")
+    if running:  # the sink that delivered 1-3 goes on from its plan: the fast path sees it
+        again.run_pending()
+    else:
+        again.run_once()
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id) FROM s.out") == [(31, 31)]
+    eng.close()
+
+
+def test_a_target_truncated_after_its_batches_were_collected_is_a_loud_gap(
+        state_path: str, pg_url: str) -> None:
+    eng = out_engine(state_path, 3, 10)
+    StreamToPostgres(eng, "out", pg_url, "s.out").run_once()
+    eng.collect_garbage()
+    with psycopg.connect(pg_url) as con:
+        con.execute("TRUNCATE s.out")
+    eng.ingest("out", [(100,)])
+    with pytest.raises(GapError, match=r"batches 1\.\.3 of stream 'out'"):
+        StreamToPostgres(eng, "out", pg_url, "s.out").run_once()
+    assert pg_rows(pg_url, "SELECT count(*) FROM s.out") == [(0,)]
+    eng.close()
+
+
+def test_a_drained_target_is_not_taken_for_a_truncated_one(state_path: str,
+                                                            pg_url: str) -> None:
+    """A staging table another process empties on purpose: ``drained_target=True`` goes on
+    after the watermark (nothing delivered twice into it)."""
+    eng = out_engine(state_path, 3, 10)
+    sink = StreamToPostgres(eng, "out", pg_url, "s.out", drained_target=True)
+    sink.run_once()
+    with psycopg.connect(pg_url) as con:
+        con.execute("DELETE FROM s.out")  # the downstream process took its rows
+    eng.ingest("out", [(100,)])
+    sink.run_once()
+    assert pg_rows(pg_url, "SELECT id FROM s.out") == [(100,)]
+    eng.close()
+
+
 def test_two_sources_feed_one_table_only_on_purpose(tmp_path: Path, pg_url: str) -> None:
     a = out_engine(str(tmp_path / "a.duckdb"), 2, 10)
     b = out_engine(str(tmp_path / "b.duckdb"), 2, 10, start=1000)
