@@ -20,7 +20,8 @@ The planner picks at the start of each repetition (after the first ingest) as ``
 (``Polystore.choose``: planned afresh, or the plan chosen a few runs ago, see
 ``sstore.polystore.plancache``), with constants calibrated at the start of the run and refitted
 from the times of the plans it chose (as a live system learns: it never sees the plans it did
-not run). ``planning_seconds`` is what choosing cost (the warm-up planned each query once, as
+not run), and each plan's price corrected by what its own runs measured
+(``sstore.polystore.corrections``). ``planning_seconds`` is what choosing cost (the warm-up planned each query once, as
 a dashboard's earlier runs would have: its proposals are kept, ``sstore.polystore.proposals``);
 ``cold_planning_seconds``, measured once per share and shape and not added in, is a planning
 with nothing kept. Reported per shape: the share of (share, repetition) cases where its choice
@@ -223,6 +224,8 @@ def run_shape(ps: Polystore, engine: Engine, feed: Feed, shape: str, share: floa
         records.append({
             "shape": shape, "share": round(share, 2), "rep": rep, "seconds": median,
             "estimated": {p.name: p.cost for p in priced},
+            # the learnt factor in each estimate (sstore.polystore.corrections)
+            "corrections": {p.name: p.correction for p in priced},
             "chosen_now": priced[0].name,  # what planning afresh would have picked
             "chosen": chosen.name, "fastest": fastest,
             "ratio": median[chosen.name] / median[fastest],

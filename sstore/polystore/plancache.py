@@ -10,10 +10,14 @@ How often it is planned afresh adapts to what re-planning finds:
 - a re-planning that picks the same plan again doubles the reuse interval, up to
   ``replan_every * max_backoff`` runs (a stable choice stops paying for confirmations); one
   that picks another plan resets it to ``replan_every``;
-- a run of the reused plan that takes more than ``diverge`` times its fastest run since it was
-  chosen (and at least ``diverge_floor_seconds`` more) sends the next run back to the planner
-  at once: the data or the machine changed under the plan, and the learner (``learning``) has
-  seen that run, so the next planning prices with what it measured;
+- ``diverge_runs`` runs of the reused plan in a row (2) that each take more than ``diverge``
+  times its fastest run since it was chosen (and at least ``diverge_floor_seconds`` more) send
+  the next run back to the planner: the data or the machine changed under the plan, and the
+  learner (``learning``) has seen those runs, so the next planning prices with what it
+  measured. One such run is not enough: on a shared 2-core machine at load 6, one run in ten
+  took twice its plan's fastest with nothing changed (benchmarks.plans: 29 re-plannings
+  after the first in 440 runs, 26 of them choosing the same plan again, ~10-25 ms each, 2-15%
+  of the queries' time); data that grew under the plan slows every run;
 - a run after which the chosen plan, priced again with what the learner now knows of it
   (``sstore.polystore.corrections``: its measured runs against its price), costs more than
   ``surpass`` times the runner-up (the cheapest other feasible plan when it was chosen, priced
@@ -50,6 +54,7 @@ class _Entry:
     uses: int = 0
     fastest: float | None = None  # its fastest measured run since it was chosen, seconds
     runner_up: Plan | None = None  # the next-cheapest feasible plan when it was chosen
+    slow_runs: int = 0             # runs in a row that diverged from its fastest
 
 
 @dataclass
@@ -58,6 +63,7 @@ class PlanCache:
     max_backoff: int = 8
     diverge: float = 2.0
     diverge_floor_seconds: float = 0.001
+    diverge_runs: int = 2
     surpass: float = 1.1
     entries: dict[Key, _Entry] = field(default_factory=dict)
     #: what the last re-planning of a key replaced: (plan name, its interval)
@@ -107,8 +113,10 @@ class PlanCache:
         for entry in self.entries.values():
             if entry.plan is not plan:
                 continue
-            diverged = (entry.fastest is not None and seconds > self.diverge * entry.fastest
-                        and seconds - entry.fastest >= self.diverge_floor_seconds)
+            slow = (entry.fastest is not None and seconds > self.diverge * entry.fastest
+                    and seconds - entry.fastest >= self.diverge_floor_seconds)
+            entry.slow_runs = entry.slow_runs + 1 if slow else 0
+            diverged = entry.slow_runs >= self.diverge_runs
             surpassed = (entry.runner_up is not None and estimate is not None
                          and estimate(plan) > self.surpass * estimate(entry.runner_up))
             if diverged or surpassed:
