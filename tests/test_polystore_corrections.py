@@ -8,7 +8,13 @@ import math
 
 import pytest
 
-from sstore.polystore.corrections import Corrections, apply, corrections, modelled, plan_key
+from sstore.polystore.corrections import (
+    Corrections,
+    apply,
+    corrections,
+    modelled,
+    plan_key,
+)
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner
 from sstore.polystore.plan import ISLAND, Fetch, Plan, Run
