@@ -252,8 +252,10 @@ class Polystore:
         return self.connector(engine).is_empty(physical)
 
     def observe(self, plan: Plan, seconds: float, sql: str | None = None) -> None:
-        """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``) and
-        let the learner refit the constants from it."""
+        """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``), let
+        the learner refit the constants and this plan's correction from it, then tell the
+        plan cache, which re-plans the next run if the choice now looks wrong (``plancache``:
+        it prices the plan and its runner-up with what was just learnt)."""
         plan.measured = seconds
         if sql is not None:
             self._measured[(sql, plan.name)] = seconds
