@@ -63,10 +63,23 @@ def test_one_slow_run_does_not_move_a_correction_a_wrong_plan_is_learnt_at_once(
 def test_a_plan_never_run_is_priced_at_the_level_and_errors_are_bounded() -> None:
     found = corrections(_runs(STREAM, "stream", 1.2, 3) + _runs(ISLE, "island", 1000.0, 1),
                         MODEL, limit=8.0)
-    assert found.factor("never run") == pytest.approx(found.level)
+    assert found.factor("never run@q") == pytest.approx(found.level)
     assert found.relative["island"] == 8.0
     assert corrections([], MODEL) == Corrections({}, 1.0)
     assert corrections([({}, 1.0, "empty"), (STREAM, 0.0, "zero")], MODEL).relative == {}
+
+
+def test_a_plan_new_to_a_query_takes_its_names_error_in_other_queries() -> None:
+    """The island's plan of the aggregate ran 3x its price at a level of 1; the join's island
+    plan has not run yet: it is priced as wrong as its namesake, not as the model says."""
+    aggregate = plan_key("relational:aggregate", "pull into island")
+    join = plan_key("relational:join", "pull into island")
+    found = corrections(_runs(STREAM, plan_key("relational:aggregate", "migrate into stream"),
+                              1.0, 8) + _runs(ISLE, aggregate, 3.0, 1), MODEL)
+    assert found.relative[aggregate] == pytest.approx(3.0)
+    assert join not in found.relative
+    assert found.factor(join) == pytest.approx(3.0 * found.level)
+    assert found.factor(plan_key("relational:join", "migrate into pg")) == found.level
 
 
 def test_apply_scales_the_cost_and_keeps_the_model_terms() -> None:

@@ -17,8 +17,10 @@ residual is divided by the machine's *level* when it was measured (the median re
 last ``LEVEL_WINDOW`` runs, whatever their plans), leaving its plan's *relative* error. A plan's
 correction is the median of its last ``RECENT`` relative errors (one slow moment does not move
 it; a plan that is always wrong is learnt from its first run), times the level now: plans are
-compared at today's load, and a plan of a query that has never run is priced as the model says
-at that level. Corrections are computed against the constants in force, so a refit and a
+compared at today's load. A plan of a query that has never run takes the median relative error
+of the plans of the same name in other queries (the island's hash join and GROUP BY over Arrow
+are both 2-3x dearer than the model says, relative to the engine's plans: a query that has
+learnt it tells the next), or 1 if none has run, at that level. Corrections are computed against the constants in force, so a refit and a
 correction never count the same error twice. Each (query, plan) is named by ``plan_key``: the
 plan's name and a digest of the query text.
 
@@ -61,11 +63,21 @@ def modelled(terms: dict[str, float], model: CostModel) -> float:
 class Corrections:
     relative: dict[str, float] = field(default_factory=dict)  # plan key -> its own error
     level: float = 1.0    # the median residual of the latest runs: the machine now
+    by_name: dict[str, float] = field(default_factory=dict)  # plan name -> median error
 
     def factor(self, key: str) -> float:
-        """What the model's price of plan ``key`` is multiplied by: its relative error (1 for
-        a plan no run has measured) at the level now."""
-        return self.relative.get(key, 1.0) * self.level
+        """What the model's price of plan ``key`` is multiplied by: its relative error (for a
+        plan of a query no run has measured, that of its name in other queries, else 1) at
+        the level now."""
+        found = self.relative.get(key)
+        if found is None:
+            found = self.by_name.get(plan_name(key), 1.0)
+        return found * self.level
+
+
+def plan_name(key: str) -> str:
+    """The plan's name in a ``plan_key``."""
+    return key.rpartition("@")[0] or key
 
 
 def corrections(observations: Iterable[Observation], model: CostModel,
@@ -92,7 +104,11 @@ def corrections(observations: Iterable[Observation], model: CostModel,
             errors.setdefault(key, []).append(residual / statistics.median(latest))
     relative = {key: _bounded(statistics.median(found[-recent:]), limit)
                 for key, found in errors.items()}
-    return Corrections(relative, statistics.median(latest) if latest else 1.0)
+    names: dict[str, list[float]] = {}
+    for key, error in relative.items():
+        names.setdefault(plan_name(key), []).append(error)
+    by_name = {name: statistics.median(found) for name, found in names.items()}
+    return Corrections(relative, statistics.median(latest) if latest else 1.0, by_name)
 
 
 def apply(plans: Sequence[Plan], found: Corrections) -> None:
