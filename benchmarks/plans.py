@@ -20,7 +20,8 @@ The planner picks at the start of each repetition (after the first ingest) as ``
 (``Polystore.choose``: planned afresh, or the plan chosen a few runs ago, see
 ``sstore.polystore.plancache``), with constants calibrated at the start of the run and refitted
 from the times of the plans it chose (as a live system learns: it never sees the plans it did
-not run). ``planning_seconds`` is what choosing cost (the warm-up planned each query once, as
+not run), and each plan's price corrected by what its own runs measured
+(``sstore.polystore.corrections``). ``planning_seconds`` is what choosing cost (the warm-up planned each query once, as
 a dashboard's earlier runs would have: its proposals are kept, ``sstore.polystore.proposals``);
 ``cold_planning_seconds``, measured once per share and shape and not added in, is a planning
 with nothing kept. Reported per shape: the share of (share, repetition) cases where its choice
@@ -223,6 +224,8 @@ def run_shape(ps: Polystore, engine: Engine, feed: Feed, shape: str, share: floa
         records.append({
             "shape": shape, "share": round(share, 2), "rep": rep, "seconds": median,
             "estimated": {p.name: p.cost for p in priced},
+            # the learnt factor in each estimate (sstore.polystore.corrections)
+            "corrections": {p.name: p.correction for p in priced},
             "chosen_now": priced[0].name,  # what planning afresh would have picked
             "chosen": chosen.name, "fastest": fastest,
             "ratio": median[chosen.name] / median[fastest],
@@ -242,6 +245,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=None, help="repetitions per query")
     parser.add_argument("--samples", type=int, default=3, help="timed samples per repetition")
     parser.add_argument("--shares", default=None, help="comma-separated shares, e.g. 0,0.5,1")
+    parser.add_argument("--shapes", default=None,
+                        help=f"comma-separated query shapes to run (default: all of "
+                             f"{', '.join(SHAPES)})")
+    parser.add_argument("--costs", default=None,
+                        help="start from these constants (a costs.json as `sstore polystore "
+                             "calibrate` writes) instead of calibrating: replays an earlier "
+                             "run's starting model")
     parser.add_argument("--no-learn", action="store_true",
                         help="keep the calibrated constants (no refit from observed times)")
     parser.add_argument("--name", default=None, help="results name (default: plans[-quick])")
@@ -253,16 +263,24 @@ def main(argv: list[str] | None = None) -> None:
     shares = ([float(s) for s in args.shares.split(",")] if args.shares
               else [0.0, 0.5, 1.0] if args.quick else [i / 10 for i in range(11)])
     step_rows = max(1, rows_n // 200)
+    shapes = args.shapes.split(",") if args.shapes else list(SHAPES)
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shapes {unknown}; the shapes are {', '.join(SHAPES)}")
     console = Console()
     url = fresh_database(resolve_warehouse(args.postgres).url, "sstore_bench_plans")
     create_customer(url)
     folder = tempfile.mkdtemp(prefix="sstore-plans-")
-    per_share = (1 + reps * args.samples) * len(SHAPES) * step_rows
+    per_share = (1 + reps * args.samples) * len(shapes) * step_rows
     feed = Feed(orders_rows(len(shares) * (rows_n + per_share) + step_rows))
     random.seed(7)
     started = time.perf_counter()
-    with console.status("calibrating the cost model"):
-        costs = calibrate(url, orders_rows(min(rows_n, 200_000)), create_table=create_in_engine)
+    if args.costs:
+        costs = CostModel.read(args.costs)
+    else:
+        with console.status("calibrating the cost model"):
+            costs = calibrate(url, orders_rows(min(rows_n, 200_000)),
+                              create_table=create_in_engine)
     model = copy.deepcopy(costs)
     learner = None if args.no_learn else learner_for(model)
     records: list[dict[str, Any]] = []
@@ -271,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             engine, sink, ps = setup_share(folder, url, feed, rows_n, share)
             ps.costs, ps.learner = model, learner  # one model, learning across shares
             try:
-                for shape in SHAPES:
+                for shape in shapes:
                     console.print(f"share {share:.0%}: {shape}")
                     records += run_shape(ps, engine, feed, shape, share, reps, args.samples,
                                          step_rows, learn=not args.no_learn)
@@ -287,11 +305,12 @@ def main(argv: list[str] | None = None) -> None:
     path = write_results(name, {"benchmark": "plans", "rows": rows_n, "reps": reps,
                                 "samples": args.samples, "shares": shares,
                                 "step_rows": step_rows, "learn": not args.no_learn,
+                                "shapes": shapes,
                                 "summary": summary, "records": records,
                                 "cost_model": vars(costs), "refitted_model": vars(model),
                                 "machine": machine_info(),
                                 "seconds": time.perf_counter() - started})
-    for shape in SHAPES:
+    for shape in shapes:
         plot_shape([r for r in records if r["shape"] == shape], shape, name)
     console.print(f"wrote {path} and {name}-<shape>.png; load average "
                   f"{os.getloadavg()[0]:.2f}; {time.perf_counter() - started:.0f} s in all")

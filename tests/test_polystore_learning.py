@@ -76,7 +76,9 @@ def test_explain_shows_the_estimate_and_after_a_run_the_measured_time(tmp_path,
     after = ps.explain(sql)
     chosen = next(line for line in after.splitlines() if line.startswith("* chosen"))
     assert "measured" in chosen and "(last run)" in chosen
+    assert "learnt from runs" in chosen  # the machine's level, from the one run
     assert ps.learner is not None and len(ps.learner.observations) == 1
+    assert ps.learner.observations[0][2].startswith(chosen.split()[3])  # its plan's key
     ps.close()
     engine.close()
 

@@ -65,7 +65,12 @@ def test_a_run_that_diverges_sends_the_next_run_to_the_planner() -> None:
     cache.observe(plan, 0.010)
     assert cache.get(key, _never_empty) is plan
     cache.observe(plan, 0.0105)                          # noise: kept
-    cache.observe(plan, 0.0019 + 2 * 0.010)              # twice its fastest and more: due
+    cache.observe(plan, 0.0019 + 2 * 0.010)              # twice its fastest and more...
+    assert cache.get(key, _never_empty) is plan          # ...once: a slow moment, kept
+    cache.observe(plan, 0.0105)
+    cache.observe(plan, 0.0019 + 2 * 0.010)              # again, but not in a row: kept
+    assert cache.get(key, _never_empty) is plan
+    cache.observe(plan, 0.0019 + 2 * 0.010)              # twice in a row: due
     assert cache.get(key, _never_empty) is None
     assert _runs_until_replanned(cache, key, "a") == 8  # confirmed again: doubles from 4
 

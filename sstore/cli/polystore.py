@@ -199,12 +199,14 @@ def calibrate(url: str | None, rows: int, spark: bool, output: str | None, catal
             click.echo(to_json({"path": path, **asdict(model)}))
             return
         table = Table(title=f"cost constants ({path})", title_justify="left")
-        for column in ("engine", "fixed ms", "fetch ns/value", "load ns/value",
+        for column in ("engine", "fixed ms", "fetch ns/value", "fetch ns/row", "load ns/value",
                        "process ns/value"):
             table.add_column(column, justify="right" if column != "engine" else "left")
         for kind in model.fixed:
             table.add_row(kind, f"{model.fixed[kind] * 1e3:.2f}",
-                          f"{model.fetch[kind] * 1e9:.1f}", f"{model.load[kind] * 1e9:.1f}",
+                          f"{model.fetch[kind] * 1e9:.1f}",
+                          f"{model.fetch_row.get(kind, 0.0) * 1e9:.1f}",
+                          f"{model.load[kind] * 1e9:.1f}",
                           f"{model.process[kind] * 1e9:.1f}")
         console.print(table)
         console.print(f"parallel overlap {model.parallel_overlap:.2f}; Spark start "

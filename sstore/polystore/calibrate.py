@@ -62,6 +62,19 @@ def _per_value(total: float, fixed: float, values: int) -> float:
     return max(0.0, (total - fixed) / values)
 
 
+def _per_value_and_row(wide: float, narrow: float, fixed: float, rows: int,
+                       columns: int) -> tuple[float, float]:
+    """Per value and per row, from fetching the rows whole (``wide``) and one column of them
+    (``narrow``): wide - fixed = rows * (row + columns * value), narrow - fixed = rows * (row +
+    value). With one column the two cannot be told apart: all of it counts per value."""
+    whole = _per_value(wide, fixed, rows)        # seconds per row, all columns
+    if columns < 2:
+        return whole, 0.0
+    one = _per_value(narrow, fixed, rows)        # seconds per row, one column
+    value = max(0.0, (whole - one) / (columns - 1))
+    return value, max(0.0, one - value)
+
+
 def _load_rows(engine: Engine, table: str, rows: pa.Table) -> None:
     engine.load_table(table, rows)
 
@@ -130,7 +143,9 @@ def _measure_kind(model: CostModel, kind: str, fetch: Callable[[str], pa.Table],
     fixed = _median(lambda: fetch("SELECT 1 AS one"), repeats * 4)
     model.fixed[kind] = fixed
     everything = _median(lambda: fetch(f"SELECT * FROM {table}"), repeats)
-    model.fetch[kind] = _per_value(everything, fixed, values)
+    narrow = _median(lambda: fetch(f"SELECT {columns[0]} FROM {table}"), repeats)
+    model.fetch[kind], model.fetch_row[kind] = _per_value_and_row(
+        everything, narrow, fixed, values // len(columns), len(columns))
     scan = _median(lambda: fetch(_scan_sql(columns, table)), repeats)
     model.process[kind] = _per_value(scan, fixed, 2 * values)
     model.fingerprint[kind] = _per_value(

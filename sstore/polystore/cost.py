@@ -5,6 +5,11 @@ column) moved or read, with one constant per engine kind and direction:
 
 - ``fixed[k]``: one statement in engine kind ``k`` (connect, parse, plan, first byte);
 - ``fetch[k]``: one value from ``k`` into this process as Arrow;
+- ``fetch_row[k]``: one row from ``k`` into this process, beyond its values (PostgreSQL's wire
+  protocol frames and ADBC decodes each row: 20,000 rows of one column took 9 ms here, of two
+  13 ms, of nine 25 ms, so a narrow fetch costs more per value than the wide one a per-value
+  constant alone was measured on: the island's plans, which fetch only the columns a query
+  uses, were priced at half their time);
 - ``load[k]``: one value from Arrow into ``k`` (binary COPY for PostgreSQL);
 - ``store_fixed[k]``: one write transaction in ``k`` that creates or replaces a table;
 - ``fingerprint[k]``: one value hashed by ``k`` to check that a cached copy is still valid;
@@ -12,7 +17,10 @@ column) moved or read, with one constant per engine kind and direction:
 - ``spark_jdbc``: one value read by Spark straight from PostgreSQL; ``spark_start``: a Spark
   session, paid only when none is running;
 - ``parallel_overlap``: how much of the shorter parallel fetches still shows (0: only the
-  slowest counts; 1: they might as well have run one after the other).
+  slowest counts; 1: they might as well have run one after the other). Parallel fetches from
+  one engine whose connector reads one statement at a time (``CONCURRENT_READS``: PostgreSQL's
+  reads share one ADBC connection) add up before that: a join of a split object with a
+  PostgreSQL dimension fetches twice from PostgreSQL, one read after the other.
 
 ``sstore polystore calibrate`` measures them (``sstore.polystore.calibrate``) and stores them as
 JSON; without that the defaults below hold (measured once on a 2-core development machine).
@@ -33,6 +41,12 @@ from sstore.polystore.plan import ISLAND, Fetch, Move, Plan, Run
 
 KINDS = ("streaming", "postgres", "spark", ISLAND)
 
+#: Whether an engine kind's connector runs several reads at once (``connectors``): the
+#: streaming engine gives each read a cursor of its own and Spark runs jobs side by side, but
+#: PostgreSQL's reads take its one ADBC connection in turn (opening one costs ~70 ms).
+CONCURRENT_READS: dict[str, bool] = {"streaming": True, "postgres": False, "spark": True,
+                                     ISLAND: True}
+
 
 @dataclass
 class CostModel:
@@ -40,6 +54,8 @@ class CostModel:
         "streaming": 0.0008, "postgres": 0.004, "spark": 0.35, ISLAND: 0.001})
     fetch: dict[str, float] = field(default_factory=lambda: {
         "streaming": 2e-9, "postgres": 4e-8, "spark": 3e-7, ISLAND: 1e-9})
+    fetch_row: dict[str, float] = field(default_factory=lambda: {
+        "streaming": 0.0, "postgres": 3e-7, "spark": 0.0, ISLAND: 0.0})
     load: dict[str, float] = field(default_factory=lambda: {
         "streaming": 2e-8, "postgres": 1.5e-7, "spark": 2e-7, ISLAND: 0.0})
     store_fixed: dict[str, float] = field(default_factory=lambda: {
@@ -93,7 +109,7 @@ class CostModel:
         ``plan.cost_terms`` (the price as a sum of constants times counts: what a refit from
         measured times adjusts). ``kinds`` maps engine names to kinds (``island`` to itself)."""
         parts: dict[str, Terms] = {}
-        fetches = [self._fetch(s, kinds) for s in plan.steps if isinstance(s, Fetch)]
+        fetches = self._fetch_lanes([s for s in plan.steps if isinstance(s, Fetch)], kinds)
         if fetches:
             slowest = max(fetches, key=self._sum)
             merged = Terms()
@@ -120,9 +136,27 @@ class CostModel:
     def _sum(self, terms: Terms) -> float:
         return sum(count * self.value(term) for term, count in terms.items())
 
+    def _fetch_lanes(self, steps: list[Fetch], kinds: dict[str, str]) -> list[Terms]:
+        """The plan's fetches as parallel lanes: each fetch its own lane, except that the
+        fetches from one engine whose connector reads one statement at a time share a lane
+        (their terms add up)."""
+        lanes: list[Terms] = []
+        serial: dict[str, Terms] = {}
+        for step in steps:
+            terms = self._fetch(step, kinds)
+            if CONCURRENT_READS.get(kinds[step.engine], True):
+                lanes.append(terms)
+            elif step.engine in serial:
+                serial[step.engine].add(terms)
+            else:
+                serial[step.engine] = terms
+                lanes.append(terms)
+        return lanes
+
     def _fetch(self, step: Fetch, kinds: dict[str, str]) -> Terms:
         kind = kinds[step.engine]
-        return Terms({f"fixed.{kind}": 1.0, f"fetch.{kind}": step.rows * step.columns})
+        return Terms({f"fixed.{kind}": 1.0, f"fetch.{kind}": step.rows * step.columns,
+                      f"fetch_row.{kind}": step.rows})
 
     def _move(self, step: Move, kinds: dict[str, str], repeats: int) -> Terms:
         """A cast: read at the source, write at the target. A cached move first checks its
@@ -143,7 +177,8 @@ class CostModel:
         if source == "postgres" and target == "spark":
             return Terms({f"store_fixed.{target}": 1.0, "spark_jdbc": values})
         copy = Terms({f"fixed.{source}": 1.0, f"store_fixed.{target}": 1.0,
-                      f"fetch.{source}": values, f"load.{target}": values})
+                      f"fetch.{source}": values, f"fetch_row.{source}": fresh,
+                      f"load.{target}": values})
         if not step.cache_key:
             return copy
         check = Terms({f"fixed.{source}": 1.0, f"fixed.{target}": 1.0})
@@ -162,7 +197,8 @@ class CostModel:
         kind = kinds[final.engine]
         return Terms({f"fixed.{kind}": 1.0,
                       f"process.{kind}": final.input_rows * final.input_columns,
-                      f"fetch.{kind}": final.output_rows * final.output_columns})
+                      f"fetch.{kind}": final.output_rows * final.output_columns,
+                      f"fetch_row.{kind}": final.output_rows})
 
 
 class Terms(dict[str, float]):

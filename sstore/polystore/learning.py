@@ -10,6 +10,10 @@ no run has exercised keeps its calibrated value, and one noisy run moves nothing
 kept within ``[1/limit, limit]`` of the calibrated value. As the polystore only observes
 the plans it chose, it learns where it spends its time; the prior keeps the rest as measured.
 
+Shared constants cannot express an error one plan of one query makes and the others do not,
+so each observation also carries its plan's key, and ``corrections`` gives every (query, plan)
+the residual of its recent runs against the refitted constants (``sstore.polystore.corrections``).
+
 What it learnt outlives the process: ``save`` writes the kept equations (counts and measured
 seconds: they do not depend on the constants, so they stay valid after a new calibration) to
 ``costs.learned.json`` beside the calibrated ``costs.json`` (``learned_path``), atomically
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sstore.polystore.corrections import Corrections, Observation, corrections
 from sstore.polystore.cost import CostModel
 
 
@@ -40,16 +45,20 @@ class Learner:
     every: int = 3                      # refit after this many new observations
     prior: float = 0.3                  # weight pulling each factor toward 1
     limit: float = 4.0                  # factors stay within [1/limit, limit]
-    observations: deque[tuple[dict[str, float], float]] = field(default_factory=deque)
+    observations: deque[Observation] = field(default_factory=deque)
     factors: dict[str, float] = field(default_factory=dict)
     _since: int = 0
+    _corrections: Corrections | None = None   # computed on demand, dropped on any change
 
-    def observe(self, terms: dict[str, float], seconds: float, model: CostModel) -> bool:
-        """Record one run (its plan's ``cost_terms`` and its measured seconds); refit
-        ``model`` in place when it is time. Returns whether it refitted."""
+    def observe(self, terms: dict[str, float], seconds: float, model: CostModel,
+                key: str | None = None) -> bool:
+        """Record one run (its plan's ``cost_terms``, its measured seconds and the plan's
+        ``learn_key``); refit ``model`` in place when it is time. Returns whether it
+        refitted."""
         if not terms or seconds <= 0:
             return False
-        self.observations.append((dict(terms), seconds))
+        self.observations.append((dict(terms), seconds, key))
+        self._corrections = None
         while len(self.observations) > self.window:
             self.observations.popleft()
         self._since += 1
@@ -59,14 +68,22 @@ class Learner:
         self.refit(model)
         return True
 
+    def corrections(self, model: CostModel) -> Corrections:
+        """Each observed (query, plan)'s correction against ``model``'s constants now (kept
+        until the next observation or refit: planning asks for it every time)."""
+        if self._corrections is None:
+            self._corrections = corrections(self.observations, model)
+        return self._corrections
+
     def refit(self, model: CostModel) -> None:
         """Solve for the factors and write ``base * factor`` into ``model``'s constants."""
-        names = sorted({t for terms, _s in self.observations for t in terms})
+        self._corrections = None
+        names = sorted({t for terms, _s, _k in self.observations for t in terms})
         if not names:
             return
         # relative errors: a 5 ms query counts as much as a 500 ms one
         rows, target = [], []
-        for terms, seconds in self.observations:
+        for terms, seconds, _key in self.observations:
             rows.append([terms.get(n, 0.0) * self.base.value(n) / seconds for n in names])
             target.append(1.0)
         a = np.asarray(rows)
@@ -88,8 +105,8 @@ class Learner:
 
     def save(self, path: str) -> None:
         """Write the kept equations to ``path`` atomically (temporary file, then rename)."""
-        data = {"format": 1, "observations": [[terms, seconds]
-                                              for terms, seconds in self.observations]}
+        data = {"format": 2, "observations": [[terms, seconds, key]
+                                              for terms, seconds, key in self.observations]}
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".costs-learned-", suffix=".tmp", dir=folder)
@@ -109,23 +126,37 @@ class Learner:
     def restore(self, path: str, model: CostModel) -> int:
         """Read the equations ``save`` wrote and refit ``model`` from them; the number read.
         A missing file is none; one that is not what ``save`` writes is an error that names
-        it (a silent fresh start would hide that the learning is lost)."""
+        it (a silent fresh start would hide that the learning is lost). A file of format 1
+        (before plan keys) is read with no keys: its runs refit the constants only."""
         if not os.path.exists(path):
             return 0
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            found = [(dict(terms), float(seconds)) for terms, seconds in data["observations"]]
+            found = [_observation(entry) for entry in data["observations"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: not a file of learned cost equations ({exc}); "
                              f"delete it to start learning afresh") from None
-        for terms, seconds in found[-self.window:]:
-            self.observations.append((terms, seconds))
+        for observation in found[-self.window:]:
+            self.observations.append(observation)
         while len(self.observations) > self.window:
             self.observations.popleft()
+        self._corrections = None
         if self.observations:
             self.refit(model)
         return len(found)
+
+
+def _observation(entry: list) -> Observation:
+    """One kept run as ``save`` writes it: [terms, seconds] (format 1) or [terms, seconds,
+    plan key or null] (format 2)."""
+    if len(entry) not in (2, 3):
+        raise ValueError(f"an observation has 2 or 3 fields, not {len(entry)}")
+    key = entry[2] if len(entry) == 3 else None
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"a plan key is a string, not {key!r}")
+    terms = {str(t): float(c) for t, c in dict(entry[0]).items()}
+    return terms, float(entry[1]), key
 
 
 def learned_path(costs_path: str) -> str:

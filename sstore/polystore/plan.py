@@ -87,6 +87,10 @@ class Plan:
     cost_detail: dict[str, float] = field(default_factory=dict)
     cost_terms: dict[str, float] = field(default_factory=dict)  # constant -> count (cost.py)
     measured: float | None = None  # seconds its last run took (set by Polystore.query)
+    #: names this plan of this query in the learnt observations (``corrections.plan_key``)
+    learn_key: str = ""
+    #: ``cost`` is the model's price times this, learnt from measured runs (``corrections``)
+    correction: float = 1.0
     pruned: tuple[tuple[str, str], ...] = ()  # (engine, physical) left out as empty
     guards: tuple[Delivered, ...] = ()  # watermarks the SQL needs when it runs (delivered)
     feasible: bool = True
@@ -103,6 +107,9 @@ class Plan:
         head = f"plan {self.name}  (rule {self.rule})"
         if costs and not math.isnan(self.cost):
             head += f"  estimated {self.cost * 1000:.1f} ms"
+            if self.correction != 1.0 and math.isfinite(self.cost):
+                head += (f" (model {self.cost / self.correction * 1000:.1f} ms x "
+                         f"{self.correction:.2f} learnt from runs)")
         if costs and self.measured is not None:
             head += f", measured {self.measured * 1000:.1f} ms (last run)"
         if not self.feasible:

@@ -31,7 +31,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from sstore.engine import Engine
-from sstore.polystore import cache, delivered, executor
+from sstore.polystore import cache, corrections, delivered, executor
 from sstore.polystore.catalog import (
     Catalog,
     CatalogObject,
@@ -45,6 +45,7 @@ from sstore.polystore.connectors import (
     SparkConnector,
     StreamingConnector,
 )
+from sstore.polystore.corrections import plan_key
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner, learned_path, learner_for
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
@@ -242,25 +243,39 @@ class Polystore:
                             (self.catalog, self.catalog.version))
         chosen = self.plan_cache.get(key, self._still_empty)
         if chosen is None:
-            chosen = self._choose(self.plans(parsed, repeats=repeats), None)
-            self.plan_cache.put(key, chosen)
+            plans = self.plans(parsed, repeats=repeats)
+            chosen = self._choose(plans, None)
+            self.plan_cache.put(key, chosen, runner_up(plans, chosen))
         return chosen
 
     def _still_empty(self, engine: str, physical: str) -> bool:
         return self.connector(engine).is_empty(physical)
 
     def observe(self, plan: Plan, seconds: float, sql: str | None = None) -> None:
-        """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``) and
-        let the learner refit the constants from it."""
+        """A run of ``plan`` took ``seconds``: remember it for ``explain`` (by ``sql``), let
+        the learner refit the constants and this plan's correction from it, then tell the
+        plan cache, which re-plans the next run if the choice now looks wrong (``plancache``:
+        it prices the plan and its runner-up with what was just learnt)."""
         plan.measured = seconds
-        self.plan_cache.observe(plan, seconds)
         if sql is not None:
             self._measured[(sql, plan.name)] = seconds
-        if self.learner is not None:
-            refitted = self.learner.observe(plan.cost_terms, seconds, self.costs)
-            self._unsaved += 1
-            if refitted:
-                self.save_learned()
+        if self.learner is None:
+            self.plan_cache.observe(plan, seconds)
+            return
+        refitted = self.learner.observe(plan.cost_terms, seconds, self.costs,
+                                        key=plan.learn_key or None)
+        self._unsaved += 1
+        if refitted:
+            self.save_learned()
+        self.plan_cache.observe(plan, seconds, self.estimate_now)  # with this run learnt
+
+    def estimate_now(self, plan: Plan) -> float:
+        """``plan``'s estimated seconds with the constants and corrections as they are now
+        (its counts as when it was priced)."""
+        seconds = corrections.modelled(plan.cost_terms, self.costs)
+        if self.learner is not None and plan.learn_key:
+            seconds *= self.learner.corrections(self.costs).factor(plan.learn_key)
+        return seconds
 
     def save_learned(self) -> None:
         """Keep what the learner has measured for the next process (``learning``): after each
@@ -338,8 +353,12 @@ class Polystore:
         kinds[ISLAND] = ISLAND
         from migrators.spark_session import is_running
         running = is_running()
+        query = f"{parsed.island}:{parsed.sql}"
         for plan in candidates:
             self.costs.price(plan, kinds, spark_running=running, repeats=repeats)
+            plan.learn_key = plan_key(query, plan.name)
+        if self.learner is not None:  # what each plan of this query measured against its price
+            corrections.apply(candidates, self.learner.corrections(self.costs))
         return sorted(candidates, key=lambda p: (p.cost, p.name))
 
     def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
@@ -518,6 +537,15 @@ class Polystore:
             return pa.table({"batch_id": [batch_id]})
         raise QueryError(f"no running streaming engine here has a procedure {procedure!r} "
                          f"(pass the live engine to Polystore(engines=...))")
+
+
+def runner_up(plans: list[Plan], chosen: Plan) -> Plan | None:
+    """The cheapest feasible plan other than ``chosen`` (``plans`` cheapest first), or None:
+    what the plan cache compares the chosen plan with as its runs are learnt."""
+    for plan in plans:
+        if plan is not chosen and plan.feasible and not math.isinf(plan.cost):
+            return plan
+    return None
 
 
 def _propose(inp: PlanningInput) -> list[Plan]:
