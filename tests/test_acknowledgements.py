@@ -23,16 +23,10 @@ from sstore import Engine
 WORKER = textwrap.dedent("""
     import sys
     from sstore import Engine
+    from tests.test_acknowledgements import declare
     path, batches = sys.argv[1], int(sys.argv[2])
     engine = Engine(path, gc_every=4)
-    engine.stream("inp", {"x": "BIGINT"})
-    engine.stream("out", {"x": "BIGINT"})
-    engine.consumer("out", "sink")
-
-    @engine.procedure(input="inp", output="out")
-    def double(tx, batch):
-        return tx.sql("SELECT x * 2 AS x FROM batch")
-
+    declare(engine)
     for b in range(1, batches + 1):
         engine.ingest_and_run("inp", [(b,)], batch_id=b)
         engine.acknowledge("sink", b - 1)  # what a sink's target has committed
