@@ -122,7 +122,6 @@ def rewind(con: duckdb.DuckDBPyConnection, ledger: Ledger, consumer: str, batch_
     """Step 4: ``consumer``'s acknowledgement goes back to ``batch_id`` (0: nothing)."""
     if batch_id >= ledger.progress.get(consumer, 0):
         return
-    pending.pop(consumer, None)  # an acknowledgement not written yet is taken back too
     con.begin()
     try:
         con.execute("DELETE FROM sstore_sys.commits WHERE node = ? AND batch_id > ?",
@@ -133,6 +132,7 @@ def rewind(con: duckdb.DuckDBPyConnection, ledger: Ledger, consumer: str, batch_
     except BaseException:
         con.rollback()
         raise
+    pending.pop(consumer, None)  # an acknowledgement not written yet is taken back too
     ledger.rewind(consumer, batch_id)
 
 
