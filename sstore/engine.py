@@ -397,10 +397,10 @@ class Engine:
         Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
         no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
         with ``OutOfOrderBatchError``, and so is an id a dead-letter replay took for its rows
-        (``BatchIdTakenError``: the batch sent is not a re-send of it). Bad rows raise ``SchemaError`` and change nothing. A
-        reader downstream past its backpressure bound makes it wait, then raise
-        ``IngestTimeoutError``, or refuse at once (``ConsumerStalledError``), the batch not
-        ingested (``sstore.backpressure``).
+        (``BatchIdTakenError``: the batch sent is not a re-send of it). Bad rows raise
+        ``SchemaError`` and change nothing. A reader downstream past its backpressure bound
+        makes it wait, then raise ``IngestTimeoutError``, or refuse at once
+        (``ConsumerStalledError``), the batch not ingested (``sstore.backpressure``).
 
         ``along(tx)``: more statements that must commit with this batch or not at all; they
         run in the ingest's transaction after its rows (``sstore.dead_letters.replay`` deletes
