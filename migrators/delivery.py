@@ -21,7 +21,9 @@ Commit protocol of one delivery (batches ``first``..``last``), in ONE PostgreSQL
    table the watermark was written for. A different table (dropped and recreated by hand)
    invalidates the watermark: it starts over at 0. A new watermark row must not meet a live
    watermark of another source for the same stream and target (two state files feeding one
-   table by mistake): that is ``TargetClaimedError``, unless ``shared_target``.
+   table by mistake): that is ``TargetClaimedError``, unless ``shared_target``. The same
+   table found empty while the watermark counts delivered rows (a ``TRUNCATE`` by hand) starts
+   over like a dropped one, unless ``drained_target`` (another process empties it on purpose).
 3. Compare with what the caller planned (``after``, the batch its plan continues after): at
    ``after``, go on; at or past ``last``, the batches are there: write nothing; in between,
    ``write`` skips the batches at or below the watermark; below ``after``, the target lacks
@@ -274,8 +276,8 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     """BEGIN, then steps 1, 2, 3 and 5 in one statement when nothing is unusual: the
     watermark row exists, stands at ``after``, belongs to the table now under the target's
     name, and that table still has rows if the watermark counts any (an emptied target is seen
-    by ``lock``). The UPDATE locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent writer
-    queues, then finds the watermark moved and matches nothing). False (nothing changed):
+    by ``lock``). The UPDATE locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent
+    writer queues, then finds the watermark moved and matches nothing). False (nothing changed):
     take the full path, which sees and handles whatever is unusual. The new watermark is
     only visible with the rows, at COMMIT; a failed COPY rolls both back.
 
@@ -324,8 +326,7 @@ def refuse_replaced_target(cur: psycopg.Cursor, stream: str, target: str,
     was written for: ``TargetReplacedError`` if it holds rows. Taken for a table holding none
     of the stream's batches, a table rebuilt by copy (or restored) got every batch the
     engine still had again, and a split object counted them twice. Empty, it is refilled."""
-    row = cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified(target)})").fetchone()
-    if row is None or not row[0]:
+    if not _has_rows(cur, target):
         return
     raise TargetReplacedError(
         f"{target} is not the table the sink of stream {stream!r} delivered batches up to "
@@ -381,10 +382,13 @@ def _emptied(cur: psycopg.Cursor, key: SinkKey, batch_id: int, rows_total: int) 
     """Whether the target lost every row this writer delivered (a ``TRUNCATE`` or a
     ``DELETE`` of all rows by hand: the table, and so its OID, stays): the watermark counts
     rows delivered, the table has none."""
-    if batch_id <= 0 or rows_total <= 0:
-        return False
-    row = cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified(key.target)})").fetchone()
-    return row is not None and not row[0]
+    return batch_id > 0 and rows_total > 0 and not _has_rows(cur, key.target)
+
+
+def _has_rows(cur: psycopg.Cursor, target: str) -> bool:
+    """Whether ``target`` holds any row (reads one at most)."""
+    row = cur.execute(f"SELECT EXISTS (SELECT 1 FROM {qualified(target)})").fetchone()
+    return row is not None and bool(row[0])
 
 
 def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fresh: bool
