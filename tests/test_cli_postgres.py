@@ -136,9 +136,13 @@ def test_a_given_url_is_never_replaced(home: Path, tmp_path: Path, how: str) -> 
         else environment(home)
     option = [] if how == "environment" else ["--postgres", nowhere]
     state = state_with_rows(tmp_path / "s.duckdb", batches=1)
-    done = sstore(env, "migrate", state, "--stream", "out", "--table", "public.t", *option)
+    # two tries (one retry) at the given URL are enough to see it is used and not replaced;
+    # the default 8 would wait 16 s for nothing
+    done = sstore(env, "migrate", state, "--stream", "out", "--table", "public.t",
+                  "--attempts", "2", *option)
     assert done.returncode == 1
     assert f"127.0.0.1:{parse(nowhere).port}" in done.stderr and "Traceback" not in done.stderr
+    assert "gave up after 2 attempts" in done.stderr
     assert announcements(done.stderr) == []
     assert not (home / "postgres").exists()  # no private server was even created
     if how == "environment":  # and scripts get it back as it is, not probed

@@ -288,8 +288,10 @@ def test_retain_all_keeps_batches_for_a_consumer_declared_later(tmp_path: Path,
 def test_a_failed_start_leaves_no_hold(tmp_path: Path, pg_url: str) -> None:
     state = str(tmp_path / "state.duckdb")
     out_engine(state, 3, 10).close()
+    # the unreachable server is tried twice (one retry), not the default 8 times (16 s)
     bad = [("--table", "a.b.c"), ("--mode", "merge", "--key", "nope", "--table", "s.t"),
-           ("--table", "s.t", "--postgres", "postgresql://postgres@127.0.0.1:1/x")]
+           ("--table", "s.t", "--postgres", "postgresql://postgres@127.0.0.1:1/x",
+            "--attempts", "2")]
     for args in bad:
         full = ["migrate", state, "--stream", "out", "--postgres", pg_url, *args]
         result = sstore_cli(*full)

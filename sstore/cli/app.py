@@ -48,6 +48,7 @@ from sstore.engine import Engine
 from sstore.errors import SStoreError
 from sstore.observe.options import serve_options, start_serving
 from sstore.readonly import ReadOnlyQueryError
+from sstore.retry import RetryPolicy
 from sstore.statefile import explain, file_status, query_file
 from sstore.stopping import command_stops
 
@@ -284,6 +285,12 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: b
 @click.option("--key", default="", help="Key columns for merge, comma-separated.")
 @click.option("--chunk-rows", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Rows per PostgreSQL transaction (whole batches; never split).")
+@click.option("--attempts", type=click.IntRange(min=1), default=RetryPolicy().attempts,
+              show_default=True,
+              help="Tries in all for a transient PostgreSQL failure (a server away or "
+                   "restarting) before giving up; the waits between them double from "
+                   f"{RetryPolicy().first_delay:g} s to at most {RetryPolicy().max_delay:g} s. "
+                   "1: give up at the first failure.")
 @click.option("--accept-gap", is_flag=True,
               help="Start even if the engine already removed batches the target lacks; the "
                    "gap is recorded and shown by `sstore status`.")
@@ -295,7 +302,8 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: b
                    "of intervals sealed by a stream or replaced by `sstore backfill`.")
 @json_option
 def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key: str,
-            chunk_rows: int, accept_gap: bool, reset: bool, as_json: bool) -> None:
+            chunk_rows: int, attempts: int, accept_gap: bool, reset: bool,
+            as_json: bool) -> None:
     """Move a stream's committed batches into PostgreSQL, exactly once, then exit.
 
     Each chunk is loaded with binary COPY together with a watermark row (keyed by this state
@@ -305,6 +313,9 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
     already removed batches the target lacks (see --accept-gap) or when the table already
     holds this stream from another state file (see --reset). The state file must not be open
     in another process.
+
+    --attempts bounds how long an unreachable server is waited for: the default rides out a
+    server restart; a script that must fail fast passes fewer.
     """
     from migrators import StreamToPostgres  # PostgreSQL clients load only when needed
     from migrators.postgres import with_retries
@@ -317,6 +328,7 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
     try:
         with Engine.open_existing(state) as engine:
             migrator = StreamToPostgres(engine, stream, url, table, mode, keys, chunk_rows,
+                                        retry=RetryPolicy(attempts=attempts),
                                         accept_gap=accept_gap)
             if reset:
                 forgotten = with_retries(url, lambda con: _reset(con, stream, table),
