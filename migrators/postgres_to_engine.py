@@ -94,12 +94,14 @@ def _numeric(column: pa.ChunkedArray, typmod: int) -> pa.ChunkedArray:
 
 def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None = None,
                      query: str | None = None, mode: str = "replace", key: Sequence[str] = (),
-                     since: str | None = None) -> int:
+                     since: str | None = None, retry: RetryPolicy | None = None) -> int:
     """Copy ``table`` (or the rows of ``query``) into the engine table ``into``.
 
     ``mode``: "replace" (a full copy), "append" or "merge" (by ``key``). With ``since`` (a key
     or timestamp column that only grows), only rows whose ``since`` is greater than the largest
     one already in ``into`` are read: an incremental refresh. Returns the number of rows read.
+    ``retry``: how long a server that is away is tried (``read_postgres``'s ``policy``; default
+    ``RetryPolicy()``, about 16 s), for callers that must fail sooner or wait longer.
     """
     if (table is None) == (query is None):
         raise DeclarationError("give exactly one of table= or query=")
@@ -112,7 +114,7 @@ def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None =
         newest = _newest(engine, into, since)
         if newest is not None:
             sql, params = f"SELECT * FROM {source} WHERE {ident(since)} > $1", [newest]
-    rows = read_postgres(url, sql, params)
+    rows = read_postgres(url, sql, params, policy=retry)
     return engine.load_table(into, rows, mode=mode, key=key)
 
 

@@ -10,6 +10,7 @@ import pytest
 from migrators import MigrationError, PostgresUnavailable, cast
 from migrators.access import Replica, cross_system_query, migrate_to_engine
 from sstore import Engine
+from sstore.retry import RetryPolicy
 
 
 @pytest.fixture
@@ -87,8 +88,10 @@ def test_migration_removes_at_the_source_only_what_the_engine_committed(
 def test_bad_queries_and_unreachable_servers(engine: Engine, customers: str) -> None:
     with pytest.raises(MigrationError, match="nope"):
         cast(customers, engine, table="nope", into="x")
-    with pytest.raises(PostgresUnavailable):
-        cast("postgresql://postgres@127.0.0.1:1/x", engine, table="t", into="x")
+    # two tries (one retry), not the default budget's 8 (16 s of waiting for nothing)
+    with pytest.raises(PostgresUnavailable, match="gave up after 2 attempts"):
+        cast("postgresql://postgres@127.0.0.1:1/x", engine, table="t", into="x",
+             retry=RetryPolicy(attempts=2))
 
 
 def test_numeric_arrives_as_decimal(pg_url: str) -> None:
