@@ -123,7 +123,8 @@ def postgres_to_dataframe(url: str, table: str | None = None, query: str | None 
                           partition_column: str | None = None,
                           lower_bound: Bound | None = None, upper_bound: Bound | None = None,
                           num_partitions: int | None = None, spark: SparkSession | None = None,
-                          *, fetch_size: int = JDBC_FETCH_SIZE) -> DataFrame:
+                          *, fetch_size: int = JDBC_FETCH_SIZE,
+                          retry: RetryPolicy | None = None) -> DataFrame:
     """A DataFrame over a PostgreSQL table or query (exactly one of ``table``, ``query``).
 
     With ``partition_column`` (numeric, date or timestamp) Spark reads ``num_partitions``
@@ -136,6 +137,8 @@ def postgres_to_dataframe(url: str, table: str | None = None, query: str | None 
 
     The DataFrame is lazy: connection and schema errors surface here (as ``PostgresUnavailable``
     or ``MigrationError``), errors while rows are read surface in the action that reads them.
+    ``retry``: how long a server that is away is tried here (default: ``JDBC_READ_ATTEMPTS``
+    tries, 0.5 s doubling to 4 s between them), for callers that must fail sooner.
     """
     if (table is None) == (query is None):
         raise ValueError("give exactly one of table= or query=")
@@ -156,27 +159,29 @@ def postgres_to_dataframe(url: str, table: str | None = None, query: str | None 
         if lower_bound is None:
             lower_bound, upper_bound = _read(
                 f"read the range of {partition_column!r}", pg,
-                lambda: _min_max(spark, pg, source, partition_column, fetch_size))
+                lambda: _min_max(spark, pg, source, partition_column, fetch_size), retry)
         if lower_bound is not None and upper_bound is not None and parts > 1:
             reader = (reader.option("partitionColumn", partition_column)
                       .option("lowerBound", _bound_text(lower_bound, math.floor))
                       .option("upperBound", _bound_text(upper_bound, math.ceil))
                       .option("numPartitions", parts))
-    return _read(what, pg, reader.load)
+    return _read(what, pg, reader.load, retry)
 
 
 T = TypeVar("T")
 
 
-def _read(action: str, pg: PgUrl, fn: Callable[[], T]) -> T:
-    """A JDBC read (idempotent), its transient failures retried through the one retry helper.
+def _read(action: str, pg: PgUrl, fn: Callable[[], T], policy: RetryPolicy | None = None) -> T:
+    """A JDBC read (idempotent), its transient failures retried through the one retry helper
+    (by ``policy``, default ``JDBC_READ_ATTEMPTS`` tries from 0.5 s to 4 s apart).
     Writes are not retried here: a JDBC write commits per partition, so trying it again could
     write rows twice."""
     def attempt() -> T:
         with _jdbc_errors(action, pg):
             return fn()
     try:
-        return retry.call(attempt, RetryPolicy(JDBC_READ_ATTEMPTS, 0.5, 4.0), f"Spark: {action}")
+        return retry.call(attempt, policy or RetryPolicy(JDBC_READ_ATTEMPTS, 0.5, 4.0),
+                          f"Spark: {action}")
     except retry.GaveUp as exc:
         raise PostgresUnavailable(str(exc)) from exc.__cause__
 

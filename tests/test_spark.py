@@ -30,6 +30,7 @@ from migrators.spark_session import (SparkSetupError, get_spark, is_running,  # 
                                      jdbc_jar)
 from sstore import Engine  # noqa: E402
 from sstore.errors import DeclarationError, TerminalError, TransientError  # noqa: E402
+from sstore.retry import RetryPolicy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 UTC = dt.timezone.utc
@@ -214,9 +215,12 @@ def test_engine_replace_keeps_the_declaration_append_adds(spark: SparkSession,
 
 # ------------------------------------------------------------------------------ errors
 def test_jdbc_failures_are_transient_or_terminal(spark: SparkSession, pg_url: str) -> None:
+    # two tries (one retry), not the default 4 (3.5 s of waiting for nothing)
     with pytest.raises(PostgresUnavailable, match="Connection refused") as unreachable:
-        postgres_to_dataframe("postgresql://postgres@127.0.0.1:1/x", "t", spark=spark)
+        postgres_to_dataframe("postgresql://postgres@127.0.0.1:1/x", "t", spark=spark,
+                              retry=RetryPolicy(attempts=2))
     assert isinstance(unreachable.value, TransientError)
+    assert "gave up after 2 attempts" in str(unreachable.value)
     with pytest.raises(MigrationError, match='relation "missing" does not exist') as missing:
         postgres_to_dataframe(pg_url, "missing", spark=spark)
     assert isinstance(missing.value, TerminalError)
