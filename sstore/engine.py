@@ -96,7 +96,8 @@ class Engine:
     """A transactional streaming engine over one DuckDB database."""
 
     def __init__(self, path: str = ":memory:", *, input_log: str | None = None,
-                 fsync: bool = True, gc_every: int = GC_EVERY, group_commit: bool = True,
+                 fsync: bool = True, gc_every: int = GC_EVERY,
+                 gc_min_seconds: float | None = None, group_commit: bool = True,
                  chain_sql: bool = True,
                  checkpoint_wal_bytes: int = WAL_LIMIT_BYTES, max_lag: Bound | None = None,
                  ingest_timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -106,6 +107,11 @@ class Engine:
         self.path = path
         self.durability = "full" if path != ":memory:" else "weak" if input_log else "none"
         self.gc_every = gc_every
+        #: GC runs every ``gc_every`` TEs, not sooner than this after the previous one
+        #: (``gc.due``); None: ``gc.MIN_SECONDS`` with the default ``gc_every``, 0 with a
+        #: ``gc_every`` of your own (that asks for exactly that rhythm)
+        self.gc_min_seconds = ((gc.MIN_SECONDS if gc_every == GC_EVERY else 0.0)
+                               if gc_min_seconds is None else gc_min_seconds)
         #: run the TEs of one batch as one DuckDB transaction (``sstore.group``); False: one
         #: transaction per TE (same results, slower; for comparing and for debugging)
         self.group_commit = group_commit
@@ -560,7 +566,7 @@ class Engine:
             group.run_batch(rt, *nxt, limit=most)
         else:
             run_te(rt, *nxt)
-        if rt.since_gc >= self.gc_every and not rt.replaying:
+        if not rt.replaying and gc.due(rt, self.gc_every, self.gc_min_seconds):
             following = rt.scheduler.next()
             if following is None or following[1] != nxt[1]:  # between batches, not inside one
                 gc.collect(rt)
@@ -593,7 +599,7 @@ class Engine:
             rt.subscribers.publish(rt.take_outbox())  # what committed before the stop
             raise
         with rt.lock:
-            if rt.since_gc >= self.gc_every:
+            if gc.due(rt, self.gc_every, self.gc_min_seconds):
                 gc.collect(rt)
         return done
 

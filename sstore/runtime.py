@@ -67,6 +67,7 @@ class Runtime:
     te_seq: int = 0  # transaction executions committed by this process (weak-mode replay order)
     replaying: bool = False
     since_gc: int = 0
+    gc_at: float = 0.0  # time.monotonic() of the last GC (``gc.due``)
     cache: collections.OrderedDict[tuple[str, int], pa.Table] = field(
         default_factory=collections.OrderedDict)
     latest: dict[str, tuple[int, pa.Table]] = field(default_factory=dict)
