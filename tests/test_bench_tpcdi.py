@@ -93,7 +93,7 @@ def test_spark_streaming_parser_rejects_what_the_engine_rejects(spark: Any) -> N
                       "source": ["Trade.txt"] * len(LINES), "tpcdi_batch": [2] * len(LINES)})
     con = duckdb.connect()
     con.register("batch", batch)
-    engine = con.sql(PARSE_SQL).to_arrow_table()
+    engine = con.sql(f"SELECT * FROM ({PARSE_SQL}) ORDER BY line_no").to_arrow_table()
     values = [f"{n}|2|{line}" for n, line in enumerate(LINES, 1)]
     parsed = parse_lines(spark.createDataFrame([(v,) for v in values], "value string")) \
         .orderBy("eid").toArrow()

@@ -165,7 +165,7 @@ def test_sp1_names_the_first_bad_field_of_each_line() -> None:
     ]
     con = duckdb.connect()
     con.register("batch", lines_table([line for line, _ in cases]))
-    parsed = con.sql(PARSE_SQL).to_arrow_table()
+    parsed = con.sql(f"SELECT * FROM ({PARSE_SQL}) ORDER BY line_no").to_arrow_table()
     assert parsed["reason"].to_pylist() == [reason for _, reason in cases]
     fine = parsed.slice(1, 1).to_pylist()[0]
     assert (fine["cdc_flag"], fine["t_id"], fine["t_exec_name"], fine["t_trade_price"]) == \

@@ -101,7 +101,7 @@ SELECT {names},
        CASE WHEN nf <> {n} THEN 'expected {n} fields, found ' || nf
             {checks}
        END AS reason
-FROM typed ORDER BY line_no
+FROM typed
 """
 
 
