@@ -15,6 +15,7 @@ from sstore.errors import (
                            InputLogError,
                            OutOfOrderBatchError,
                            ProcedureError,
+                           ResendMismatchError,
                            SchemaError,
                            SStoreError,
                            TerminalError,
@@ -32,7 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackpressureError", "BatchIdTakenError", "Bound", "CommitEvent", "ConsumerStalledError",
     "DeclarationError", "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
-    "OutOfOrderBatchError", "ProcedureError", "SStoreError", "SchemaError", "Subscription",
-    "TerminalError", "Transaction", "TransactionStateError", "TransientError", "TxState",
-    "UnknownStreamError", "__version__",
+    "OutOfOrderBatchError", "ProcedureError", "ResendMismatchError", "SStoreError", "SchemaError",
+    "Subscription", "TerminalError", "Transaction", "TransactionStateError", "TransientError",
+    "TxState", "UnknownStreamError", "__version__",
 ]

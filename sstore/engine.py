@@ -35,12 +35,14 @@ from sstore.errors import (
     ChainedBatchError,
     DeclarationError,
     OutOfOrderBatchError,
+    ResendMismatchError,
     SStoreError,
     TransactionStateError,
     UnknownStreamError,
 )
 from sstore.executor import run_te
 from sstore.faults import crash_point
+from sstore.fingerprint import fingerprint
 from sstore.graph import (
     ErrorPolicy,
     EventWindowDecl,
@@ -400,8 +402,10 @@ class Engine:
                along: Callable[[Transaction], None] | None = None) -> Ingested:
         """Append one atomic batch to a border stream; return its batch-id.
 
-        Without ``batch_id`` the next id is used. Re-sending an id that was already ingested is a
-        no-op (the result's ``duplicate`` is True); a new id lower than the last one is rejected
+        Without ``batch_id`` the next id is used. Re-sending an id that was already ingested with
+        the same rows is a no-op (the result's ``duplicate`` is True); with other rows (another
+        count, or another fingerprint, ``sstore.fingerprint``) it is refused with
+        ``ResendMismatchError``, nothing ingested; a new id lower than the last one is rejected
         with ``OutOfOrderBatchError``, and so is an id a dead-letter replay took for its rows
         (``BatchIdTakenError``: the batch sent is not a re-send of it). Bad rows raise
         ``SchemaError`` and change nothing. A reader downstream past its backpressure bound
@@ -459,6 +463,7 @@ class Engine:
         if batch_id is not None:
             _check_batch_id(batch_id)
         table = rt.store.conform(stream, rows, f"stream {stream!r}")
+        sent = fingerprint(table)  # outside the lock; recorded with the batch, or compared
         with rt.lock:
             self.backpressure.admit(rt, stream, batch_id)  # may wait, releasing the lock
             last = rt.ledger.last_ingested.get(stream, 0)
@@ -475,6 +480,7 @@ class Engine:
                         f"replay (the dead letters of batch {replayed}, sstore dead-letters "
                         f"replay), so this batch is not a re-send and was NOT ingested; send "
                         f"it under a batch-id above {last} (or without one)")
+                _check_resend(rt, stream, batch_id, table, sent, last)
                 log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
                 return Ingested(batch_id, True, 0)
             elif batch_id < last:
@@ -482,26 +488,28 @@ class Engine:
                     f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
                     f"({last}) and was never ingested; batches must arrive in increasing order")
             if run and not rt.interrupts.stopping():
-                group.ingest_and_run(rt, stream, batch_id, table, functools.partial(
-                    self._apply_ingest, rt, stream, batch_id, table, False))
+                group.ingest_and_run(rt, stream, batch_id, table, sent, functools.partial(
+                    self._apply_ingest, rt, stream, batch_id, table, False, sent))
             else:
                 if along is not None:  # maybe a dead-letter replay: it records its batch-id
                     self._replayed.pop(stream, None)
                 self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
-                                   along=along)
+                                   sent=sent, along=along)
             if rt.checkpoints is not None:
                 rt.checkpoints.after_commit()
         rt.subscribers.publish(rt.take_outbox())
         return Ingested(batch_id, False, table.num_rows)
 
     def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table,
-                      log_it: bool, along: Callable[[Transaction], None] | None = None) -> None:
-        """Commit protocol of an ingest:
+                      log_it: bool, sent: int,
+                      along: Callable[[Transaction], None] | None = None) -> None:
+        """Commit protocol of an ingest (``sent``: the batch's fingerprint):
 
         1. BEGIN.
         2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here;
            then ``along``'s statements, if any.
-        3. Insert the commit records.
+        3. Insert the commit records, the batch's with its row count and fingerprint (what a
+           re-send of its id is checked against, ``_check_resend``).
         4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
            when the engine has accepted every row, so the log never holds a batch that
            cannot be replayed.
@@ -516,14 +524,14 @@ class Engine:
         began = time.perf_counter()
         rt.con.begin()
         try:
-            rt.store.append(stream, batch_id, table, pending)
+            rt.store.append(stream, batch_id, table, pending, fingerprint=sent)
             if along is not None:
                 tx = Transaction(rt.con, batch_id)
                 along(tx)
                 if tx.failure is not None:  # caught inside along: DuckDB aborted the transaction
                     raise TransactionStateError(f"a statement of ingest's along failed "
                                                 f"({tx.failure})") from tx.failure
-            systables.insert_commits(rt.con, pending.records)
+            systables.insert_commits(rt.con, pending.records, pending.fingerprints)
             if log_it and rt.input_log is not None:
                 crash_point("ingest.before_log")
                 logged = rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
@@ -544,7 +552,8 @@ class Engine:
 
     def _replay_ingest(self, record: LogRecord) -> None:
         assert self._rt is not None and record.stream and record.batch_id and record.table is not None
-        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table, log_it=False)
+        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table, log_it=False,
+                           sent=fingerprint(record.table))
 
     def _replay_oltp(self, record: LogRecord) -> None:
         assert self._rt is not None
@@ -1104,6 +1113,24 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 
 MAX_BATCH_ID = 2 ** 63 - 1  # batch-ids are stored as BIGINT
+
+
+def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,
+                  last: int) -> None:
+    """A re-send of ingested batch ``batch_id`` is a no-op only if it carries the same rows:
+    compare the row count and the fingerprint (``sent``) with the batch's commit record and
+    raise ``ResendMismatchError`` if either differs, before anything is written.
+
+    Checked against what the record still holds: a record written before fingerprints
+    existed has the row count only, and one that GC compacted into a run of ids
+    (``systables.compact_statements``, once 4,096 collected batches pile up) has neither, so
+    such a re-send stays an unchecked no-op. A point query, paid by re-sends only."""
+    recorded = systables.ingested_record(rt.con, stream, batch_id)
+    if recorded is None:
+        return
+    rows, recorded_print = recorded
+    if rows != table.num_rows or (recorded_print is not None and recorded_print != sent):
+        raise ResendMismatchError(stream, batch_id, rows, table.num_rows, last)
 
 
 def _check_batch_id(batch_id: object) -> None:

@@ -46,6 +46,39 @@ class BatchIdTakenError(OutOfOrderBatchError):
     ingested: send the batch again under an id above the stream's last one."""
 
 
+class ResendMismatchError(TerminalError):
+    """A batch was sent under a batch-id that its border stream had already ingested, but
+    with other rows than the first time (another row count, or the same count and another
+    fingerprint, ``sstore.fingerprint``). An identical re-send is a no-op, which is what makes
+    re-sends exactly once; this one was not a re-send, and taking it for one would drop its
+    rows without a word. Nothing was ingested; the batch ingested first stays as it was.
+
+    ``stream`` and ``batch_id`` name the batch; ``ingested_rows`` / ``sent_rows`` are the
+    two row counts (equal when only the values differ)."""
+
+    def __init__(self, stream: str, batch_id: int, ingested_rows: int, sent_rows: int,
+                 last: int) -> None:
+        if ingested_rows != sent_rows:
+            what = (f"it was ingested with {ingested_rows} rows and is re-sent with "
+                    f"{sent_rows}")
+        else:
+            what = (f"it was ingested with {ingested_rows} rows and is re-sent with as many "
+                    f"rows but other values or another row order")
+        super().__init__(
+            f"stream {stream!r}: batch-id {batch_id} was already ingested with other rows: "
+            f"{what}. A re-send must carry exactly the rows of the first send (then it is a "
+            f"no-op); this batch was NOT ingested and batch {batch_id} stays as first "
+            f"ingested. An ingested batch cannot be replaced: if these rows are new (a "
+            f"corrected file, another chunking, another source reusing ids), send what is "
+            f"not already in batch {batch_id} under a batch-id above {last} (or without one); "
+            f"if they are the same rows in another order, send them in the first order or "
+            f"not at all")
+        self.stream = stream
+        self.batch_id = batch_id
+        self.ingested_rows = ingested_rows
+        self.sent_rows = sent_rows
+
+
 class ProcedureError(TerminalError):
     """A stored procedure raised; the transaction execution was rolled back.
 

@@ -90,6 +90,7 @@ class Lead:
 
     stream: str
     table: pa.Table
+    fingerprint: int  # the batch's fingerprint (``sstore.fingerprint``), recorded with it
     pending: PendingCommit = field(default_factory=PendingCommit)
     seconds: float = 0.0
 
@@ -137,12 +138,13 @@ def run_batch(rt: Runtime, name: str, batch_id: int, limit: int | None = None) -
     executor.run_te(rt, chain[-1], batch_id, first_failure=error)
 
 
-def ingest_and_run(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
+def ingest_and_run(rt: Runtime, stream: str, batch_id: int, table: pa.Table, fingerprint: int,
                    ingest_alone: Callable[[], None]) -> None:
     """Ingest batch ``batch_id`` of border stream ``stream`` and run the TEs of that batch that
     become runnable, all in one DuckDB transaction: the ingest is the group's lead (step 1b of
     the module docstring) and its rows, when only the group's members read them, are never
-    stored. Caller holds ``rt.lock`` and has checked the batch-id (new, in order).
+    stored. Caller holds ``rt.lock`` and has checked the batch-id (new, in order);
+    ``fingerprint`` is the batch's fingerprint (``sstore.fingerprint``), recorded with it.
 
     If anything fails, everything rolls back and the work is done the way ``ingest`` followed
     by ``run_until_idle`` does it: a batch the stream refuses raises its error and nothing is
@@ -150,7 +152,7 @@ def ingest_and_run(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
     the failing one run again as a group and the failing one alone with its first failure
     (``run_batch``'s recovery). A stop request (``Stopped``) also commits the batch alone
     first: the client handed it over, the engine keeps it."""
-    lead = Lead(stream, table)
+    lead = Lead(stream, table, fingerprint)
     try:
         _run_group(rt, None, batch_id, MAX_MEMBERS, fixed=None, lead=lead)
         return
@@ -178,7 +180,7 @@ def _append_lead(rt: Runtime, group: _Group, lead: Lead, most: int) -> str | Non
     hold = _can_hold_back(rt, lead.stream)
     try:
         rt.store.append(lead.stream, group.batch_id, lead.table, lead.pending,
-                        store_rows=not hold)
+                        store_rows=not hold, fingerprint=lead.fingerprint)
     except BaseException as exc:
         raise _LeadFailed(exc) from exc
     if hold:
@@ -222,7 +224,7 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
         records = [r for m in group.members for r in m.pending.records]
         acks = consumers.ack_records(rt.pending_acks)  # written with them, no COMMIT of their own
         systables.insert_commits(con, (records if lead is None else lead.pending.records + records)
-                                 + acks)
+                                 + acks, None if lead is None else lead.pending.fingerprints)
         crash_point("te.before_commit")
         con.commit()  # step 5
         group.commit_seconds = time.perf_counter() - closing
@@ -246,7 +248,7 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
         if not isinstance(exc, Exception):
             raise exc  # noqa: TRY201 (exc is the member's own error, unwrapped above)
         if group.chained_away or group.chained is not None:
-            again = None if lead is None else Lead(lead.stream, lead.table)
+            again = None if lead is None else Lead(lead.stream, lead.table, lead.fingerprint)
             return _run_group(rt, name, batch_id, most, fixed, again, chain=False)
         raise _GroupFailed(members, exc) from exc
     rt.ledger.end_journal()

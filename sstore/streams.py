@@ -34,6 +34,9 @@ class PendingCommit:
     """What one transaction will have committed, applied to memory only after COMMIT."""
 
     records: list[tuple[str, int, int]] = field(default_factory=list)
+    #: fingerprints of the border batches among ``records`` (``sstore.fingerprint``), written with
+    #: them: what a re-send of the batch-id is checked against
+    fingerprints: dict[tuple[str, int], int] = field(default_factory=dict)
     window_updates: list[WindowUpdate] = field(default_factory=list)
     published: list[tuple[str, int, pa.Table]] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
@@ -120,7 +123,7 @@ class StreamStore:
         return to_arrow(rows, schema, what)
 
     def append(self, stream: str, batch_id: int, table: pa.Table, pending: PendingCommit, *,
-               store_rows: bool = True) -> None:
+               store_rows: bool = True, fingerprint: int | None = None) -> None:
         """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows and
         event windows (``sstore.event_windows``: they append batch ``batch_id`` of their own
         output streams here, in the same transaction).
@@ -128,7 +131,9 @@ class StreamStore:
         ``store_rows=False`` (group commit, ``sstore.group``): record the batch but leave its
         rows out of the stream table; only for a stream that exists and has no triggers and no
         windows. The caller inserts them later (``insert``) unless every reader of the batch
-        commits in the same transaction, in which case nobody will ever read them there."""
+        commits in the same transaction, in which case nobody will ever read them there.
+
+        ``fingerprint``: the fingerprint of a border batch, recorded with its commit record."""
         con = self.con
         create = stream not in self.schemas and table.num_columns > 0
         triggers = self.graph.triggers_on(stream)
@@ -147,6 +152,8 @@ class StreamStore:
                     for trig in triggers:
                         _run_trigger(con, trig.sql, batch_id)
         pending.records.append((stream, batch_id, table.num_rows))
+        if fingerprint is not None:
+            pending.fingerprints[(stream, batch_id)] = fingerprint
         pending.published.append((stream, batch_id, table))
         for win in self.graph.windows_on(stream):
             state = self.windows[win.name]

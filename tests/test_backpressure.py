@@ -91,7 +91,7 @@ def test_a_consumer_nobody_runs_refuses_ingest_at_its_bound(state_path: str) -> 
     assert eng.query("SELECT count(*) AS n FROM events WHERE _batch_id = 4")["n"][0].as_py() == 0
     assert eng.query("SELECT count(*) AS n FROM sstore_sys.commits WHERE batch_id = 4"
                      )["n"][0].as_py() == 0
-    assert eng.ingest("events", rows(100), batch_id=2).duplicate  # a re-send: never refused
+    assert eng.ingest("events", rows(200), batch_id=2).duplicate  # a re-send: never refused
     shown = pressure(eng, "export")
     assert shown | {"streams": None} == {
         "consumer": "export", "kind": "consumer", "streams": None, "lag_batches": 3,

@@ -40,7 +40,7 @@ def test_a_clients_batch_under_an_id_a_dead_letter_replay_took_is_refused(
     with program(state) as eng:  # and after a restart
         with pytest.raises(BatchIdTakenError):
             eng.ingest("trades", [(106, "client")], batch_id=6)
-        assert eng.ingest("trades", [(107, "client")], batch_id=7).duplicate
+        assert eng.ingest("trades", [(105, "client")], batch_id=7).duplicate
 
 
 def test_a_replay_killed_before_its_commit_takes_no_id(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ from sstore import Engine
 from tests.test_ledger_bounded import count_voters
 eng = Engine(sys.argv[1], gc_every=1)
 count_voters(eng)
-eng.ingest_and_run("votes", [(int(sys.argv[2]),)])  # GC runs after it, and compacts
+eng.ingest_and_run("votes", [(int(sys.argv[2]),)])  # batch b is [(b,)]; GC runs after it
 eng.close()
 print("DONE")
 """
@@ -123,7 +123,7 @@ def test_a_sigkill_in_the_gc_that_compacts_border_ids_loses_no_id(tmp_path: Path
     last = weeks_of_batches(path, 3)
     env = {"PYTHONPATH": str(ROOT), "SSTORE_CRASH_AT": "gc.before_commit:1",
            "PATH": "/usr/bin:/bin"}
-    killed = subprocess.run([sys.executable, "-c", CHILD, path, "1"], cwd=ROOT, env=env,
+    killed = subprocess.run([sys.executable, "-c", CHILD, path, str(last + 1)], cwd=ROOT, env=env,
                             capture_output=True, timeout=600, check=False)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     ingested = [1, 3, FIRST, FIRST + 1, last - 1, last, last + 1]
@@ -134,7 +134,7 @@ def test_a_sigkill_in_the_gc_that_compacts_border_ids_loses_no_id(tmp_path: Path
         assert commit_records(eng, "votes") == 200_004
         resends_keep_their_outcomes(eng, ingested, gaps)
     env.pop("SSTORE_CRASH_AT")
-    done = subprocess.run([sys.executable, "-c", CHILD, path, "2"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", CHILD, path, str(last + 2)], cwd=ROOT, env=env,
                           capture_output=True, timeout=600, check=False)
     assert done.returncode == 0 and b"DONE" in done.stdout, done.stderr.decode()[-2000:]
     with Engine(path) as eng:

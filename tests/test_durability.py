@@ -52,7 +52,7 @@ def test_weak_mode_replays_inputs_and_oltp_after_a_restart(tmp_path: Path) -> No
     expected_after_run = {1: 1001, 2: 20, 3: 3}
     del engine  # no close, no checkpoint: as if the process died
     engine = weak(log)
-    assert engine.ingest("s", [(9, 9)], batch_id=3).duplicate  # the log knows batch 3
+    assert engine.ingest("s", [(3, 3)], batch_id=3).duplicate  # the log knows batch 3
     engine.run_until_idle()
     assert totals(engine) == expected_after_run
     engine.close()

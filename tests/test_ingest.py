@@ -35,7 +35,7 @@ def test_ids_increase_and_resend_is_a_noop(state_path: str) -> None:
     eng.close()
     # after a restart the same ids are still known
     eng = votes_engine(state_path)
-    assert eng.ingest("votes", [(9, 9, "z")], batch_id=2).duplicate
+    assert eng.ingest("votes", [(3, 1, None)], batch_id=2).duplicate  # the same rows
     assert eng.ingest("votes", [(6, 6, "w")]) == 12
     eng.close()
 

@@ -52,7 +52,7 @@ def test_a_refused_batch_raises_and_changes_nothing(tmp_path) -> None:
         engine.ingest_and_run("inp", [(5,), (-1,)], batch_id=2)
     with pytest.raises(SchemaError):
         engine.ingest_and_run("inp", [("not a number",)], batch_id=2)
-    assert engine.ingest_and_run("inp", [(7,)], batch_id=1).duplicate  # a re-send: no-op
+    assert engine.ingest_and_run("inp", [(1,)], batch_id=1).duplicate  # a re-send: no-op
     engine.ingest_and_run("inp", [(2,)], batch_id=3)
     with pytest.raises(OutOfOrderBatchError):
         engine.ingest_and_run("inp", [(3,)], batch_id=2)
@@ -209,7 +209,7 @@ def test_a_stop_during_the_group_keeps_the_batch_and_runs_it_later(tmp_path) -> 
     with pytest.raises(Stopped):
         engine.ingest_and_run("inp", [(1,), (2,)], batch_id=1)
     assert engine.query("SELECT count(*) AS n FROM seen").column("n")[0].as_py() == 0
-    assert engine.ingest_and_run("inp", [(9,)], batch_id=1).duplicate  # it was kept
+    assert engine.ingest_and_run("inp", [(1,), (2,)], batch_id=1).duplicate  # it was kept
     engine.run_until_idle()
     assert engine.query("SELECT x FROM seen ORDER BY x").column("x").to_pylist() == [1, 2]
     engine.close()

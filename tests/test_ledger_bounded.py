@@ -58,7 +58,7 @@ def test_a_restart_after_weeks_of_batches_keeps_memory_small_and_old_ids_known(
     assert opened < 10, f"opening took {opened:.1f} s"
     # the oldest ids (the first ones, the first of the SQL runs) are re-sends: no-ops
     for old in (1, 3, FIRST, FIRST + 1, FIRST + 3 * 5_000, last - 1, last):
-        again = eng.ingest("votes", [(-old,)], batch_id=old)
+        again = eng.ingest("votes", [(old,)], batch_id=old)  # batch b's row is (b,)
         assert again.duplicate and again.rows == 0 and again == old
     # an old id that was never ingested (a gap) is refused, as before
     for gap in (4, FIRST - 1, FIRST + 2, FIRST + 3 * 5_000 + 2, last - 2):
@@ -144,8 +144,10 @@ def runs(eng: Engine) -> list[tuple[int, int]]:
 
 
 def resends_keep_their_outcomes(eng: Engine, ingested: list[int], gaps: list[int]) -> None:
+    """Each ingested id, re-sent with its rows (batch b's only row is (b,), the records made
+    in SQL have its row count and no fingerprint): a no-op; each gap: refused."""
     for old in ingested:
-        again = eng.ingest("votes", [(-old,)], batch_id=old)
+        again = eng.ingest("votes", [(old,)], batch_id=old)
         assert again.duplicate and again.rows == 0, old
     for gap in gaps:
         with pytest.raises(OutOfOrderBatchError, match=f"batch-id {gap} is lower"):
@@ -163,7 +165,7 @@ def test_gc_compacts_the_records_of_collected_border_batches_into_runs(
     eng = Engine(state_path, gc_every=1)
     count_voters(eng)
     assert commit_records(eng, "votes") == 200_003
-    assert eng.ingest_and_run("votes", [(1,)]) == last + 1  # GC runs after it
+    assert eng.ingest_and_run("votes", [(last + 1,)]) == last + 1  # GC runs after it
     assert commit_records(eng, "votes") == 1  # the newest: its id and time for status
     if step == 2:  # consecutive ids: two runs
         assert runs(eng) == [(1, 3), (FIRST, last)]
@@ -177,7 +179,7 @@ def test_gc_compacts_the_records_of_collected_border_batches_into_runs(
     eng = Engine(state_path, gc_every=1)
     count_voters(eng)
     resends_keep_their_outcomes(eng, [*ingested, last + 1, last + 2, newest], gaps)
-    assert eng.ingest_and_run("votes", [(2,)]) == newest + 1
+    assert eng.ingest_and_run("votes", [(newest + 1,)]) == newest + 1
     assert commit_records(eng, "votes") == 1
     assert runs(eng)[-1] == ((FIRST if step == 2 else last - 1), newest)
     assert len(runs(eng)) == (2 if step == 2 else RUNS + 1)
@@ -185,6 +187,6 @@ def test_gc_compacts_the_records_of_collected_border_batches_into_runs(
     eng = Engine(state_path)  # and after a restart
     count_voters(eng)
     resends_keep_their_outcomes(eng, [*ingested, last + 1, newest, newest + 1], gaps)
-    assert eng.ingest("votes", [(3,)]) == newest + 2
+    assert eng.ingest("votes", [(newest + 2,)]) == newest + 2
     assert eng.query("SELECT count(*) AS n FROM voters").to_pylist() == [{"n": 2}]
     eng.close()

@@ -86,6 +86,16 @@ class StreamingSetupError(TerminalError):
     """An incremental batch cannot stream: the warehouse has no Batch1 DimTrade to build on."""
 
 
+class BatchOrderError(StreamingSetupError):
+    """An incremental TPC-DI batch was asked for before the one it builds on was fully
+    applied (``run_incremental(3)`` before ``run_incremental(2)``, or after a Batch2 that
+    stopped halfway). Refused before anything is sent: its dimension changes would be
+    applied first, after which the warehouse counts Batch2's as applied too
+    (``dimensions_applied`` asks for rows of that batch *or above*) and never applies them,
+    and Batch3's updates of trades Batch2 creates would be rejected as unknown trades; the
+    engine would then refuse Batch2's lines as out of order, but only after all that."""
+
+
 @dataclass
 class StreamingReport:
     batch_size: int
@@ -265,13 +275,15 @@ class StreamingDimTrade:
         """One incremental TPC-DI batch (2, 3, ...): its dimension changes (``dimensions.
         apply_batch``, skipped when the warehouse has them), fresh lookups, then its Trade.txt
         through the dataflow into the warehouse. Batch1 must be in the warehouse (streamed
-        here, or loaded by Spark: then the engine's DimTrade is seeded from it). Running it
-        again changes nothing. ``spark``: a session for the dimension job (default:
+        here, or loaded by Spark: then the engine's DimTrade is seeded from it), and batch - 1
+        fully applied (``check_batch_order``: ``BatchOrderError`` before anything is sent).
+        Running it again changes nothing. ``spark``: a session for the dimension job (default:
         ``get_spark()``)."""
         from sstore.workloads.tpcdi import dimensions
 
         if batch < 2:
             raise ValueError(f"incremental batches are 2, 3, ...; got {batch}")
+        self.check_batch_order(batch)  # before anything is sent, Spark's dimensions included
         t0 = time.perf_counter()
         if not self.dimensions_applied(batch):
             if spark is None:
@@ -284,6 +296,54 @@ class StreamingDimTrade:
         with self.attached():
             self.stream(incremental_events(self.data_dir, batch), f"incremental (Batch{batch})")
         return self.report
+
+    def check_batch_order(self, batch: int) -> None:
+        """Refuse incremental ``batch`` (``BatchOrderError``) unless ``batch - 1`` is fully
+        applied: its dimension changes are in the warehouse and this state file has taken
+        every one of its event lines (their count: the ``tpcdi_sources`` record made before
+        its first line was sent, else the files). A state file that has taken no event at
+        all is seeded from the warehouse (``seed_dimtrade``), so there the warehouse's
+        DimTrade must hold rows of ``batch - 1`` or later instead. Batch2 builds on Batch1,
+        which ``seed_dimtrade`` checks. Running a batch again is allowed (its predecessor is
+        still applied); reads only, nothing is sent."""
+        previous = batch - 1
+        if previous < 2:
+            return
+        todo = f"run_incremental({previous}) first (sstore tpcdi run does the batches in order)"
+        if not self.dimensions_applied(previous):
+            raise BatchOrderError(
+                f"TPC-DI Batch{batch} builds on Batch{previous}, whose dimension changes are "
+                f"not in {self.schema}: nothing of Batch{batch} was sent; {todo}")
+        taken = self.lines_ingested(previous)
+        if not taken and not self._events_taken():
+            if self._warehouse_has_trades_of(previous):
+                return
+            raise BatchOrderError(
+                f"TPC-DI Batch{batch} builds on Batch{previous}, but neither this state file "
+                f"nor {self.schema}.dimtrade has its trades: nothing of Batch{batch} was "
+                f"sent; {todo}")
+        record = source_check.recorded(self.engine, previous)
+        total = (record.lines if record is not None
+                 else incremental_events(self.data_dir, previous).lines.num_rows)
+        if taken < total:
+            raise BatchOrderError(
+                f"TPC-DI Batch{batch} builds on Batch{previous}, of which this state file has "
+                f"taken {taken} of {total} event lines: nothing of Batch{batch} was sent; "
+                f"{todo} (it resumes where it stopped)")
+
+    def _events_taken(self) -> bool:
+        """Whether this state file has taken any trade event (else it is seeded from the
+        warehouse, ``seed_dimtrade``)."""
+        return bool(self.engine.query(
+            "SELECT EXISTS (SELECT 1 FROM sstore_sys.commits WHERE node = $1) OR EXISTS "
+            "(SELECT 1 FROM sstore_sys.ingested_runs WHERE stream = $1) AS taken",
+            INPUT_STREAM).column("taken")[0].as_py())
+
+    def _warehouse_has_trades_of(self, batch: int) -> bool:
+        with connect(self.url) as con:
+            row = con.execute(f"SELECT EXISTS (SELECT 1 FROM {ident(self.schema)}.dimtrade "
+                              f"WHERE batchid >= %s)", (batch,)).fetchone()
+        return bool(row and row[0])
 
     @contextmanager
     def attached(self) -> Iterator[None]:
