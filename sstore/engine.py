@@ -108,6 +108,9 @@ class Engine:
                                    "use Engine(':memory:', input_log=...)")
         self.path = path
         self.durability = "full" if path != ":memory:" else "weak" if input_log else "none"
+        if gc_every < 1 or (gc_min_seconds is not None and gc_min_seconds < 0):
+            raise DeclarationError(f"gc_every must be at least 1 and gc_min_seconds at least 0 "
+                                   f"(got {gc_every} and {gc_min_seconds})")
         self.gc_every = gc_every
         #: GC runs every ``gc_every`` TEs, not sooner than this after the previous one
         #: (``gc.due``); None: ``gc.MIN_SECONDS`` with the default ``gc_every``, 0 with a

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import collections
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,7 +68,8 @@ class Runtime:
     te_seq: int = 0  # transaction executions committed by this process (weak-mode replay order)
     replaying: bool = False
     since_gc: int = 0
-    gc_at: float = 0.0  # time.monotonic() of the last GC (``gc.due``)
+    #: time.monotonic() of the last GC, or of the start: the first GC waits too (``gc.due``)
+    gc_at: float = field(default_factory=time.monotonic)
     cache: collections.OrderedDict[tuple[str, int], pa.Table] = field(
         default_factory=collections.OrderedDict)
     latest: dict[str, tuple[int, pa.Table]] = field(default_factory=dict)

@@ -53,3 +53,15 @@ def test_without_an_interval_gc_runs_every_gc_every_tes(state_path: str) -> None
         eng.run_until_idle()
         assert _stored_batches(eng) <= 2  # never more than gc_every consumed batches wait
     eng.close()
+
+
+def test_a_rhythm_that_cannot_be_kept_is_refused(state_path: str) -> None:
+    """``gc_every=0`` would collect after every TE and between a batch's TEs' checks alike, a
+    negative interval means nothing: both are refused before the state file is opened."""
+    import pytest
+
+    from sstore.errors import DeclarationError
+
+    for kwargs in ({"gc_every": 0}, {"gc_min_seconds": -1.0}):
+        with pytest.raises(DeclarationError, match="gc_every must be at least 1"):
+            Engine(state_path, **kwargs)
