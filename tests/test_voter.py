@@ -138,6 +138,15 @@ def test_generator_is_deterministic_and_well_formed() -> None:
     assert generate_votes(0).num_rows == 0
 
 
+def test_a_longer_run_extends_a_shorter_one() -> None:
+    """The first k votes do not depend on how many follow: a demo run again with more votes on
+    the same state file re-sends its first batches with the same rows (a re-send with other
+    rows is refused, ``ResendMismatchError``)."""
+    short = generate_votes(600, seed=2)
+    assert generate_votes(1000, seed=2).slice(0, 600).equals(short)
+    assert generate_votes(50_000, seed=2).slice(0, 600).equals(short)
+
+
 def test_batches_cut_in_order() -> None:
     table = generate_votes(105, seed=1)
     parts = list(batches(table, 50))

@@ -53,7 +53,8 @@ def state_of(phone: int) -> str:
 
 def generate_votes(n: int, seed: int = 0, contestants: int = 12,
                    invalid_share: float = 0.05) -> pa.Table:
-    """``n`` votes as an Arrow table (columns ``VOTE_COLUMNS``), the same for the same arguments.
+    """``n`` votes as an Arrow table (columns ``VOTE_COLUMNS``), the same for the same arguments;
+    the first k of them are the same for every ``n >= k`` (same seed and options).
 
     Contestants are numbered 1..``contestants`` and get unequal popularity, so that the
     leaderboard has a clear order and a clear loser for the removal procedure to find. The
@@ -71,8 +72,9 @@ def generate_votes(n: int, seed: int = 0, contestants: int = 12,
     rng.shuffle(ranks)
     weights = [1.0 / rank ** 0.8 for rank in ranks]
     area_codes = sorted(AREA_CODES)
+    per_vote = invalid_share / 2 / SUPERFAN_VOTES  # superfans per vote so far
     fans = [(rng.randrange(len(area_codes)), rng.randrange(10_000_000))
-            for _ in range(max(1, math.ceil(n * invalid_share / 2 / SUPERFAN_VOTES)))]
+            for _ in range(max(1, math.ceil(n * per_vote)))]
 
     def uniform(stream: int) -> pa.Array:
         return pc.random(n, initializer=(seed * 7919 + stream) % 2 ** 63)
@@ -93,7 +95,13 @@ def generate_votes(n: int, seed: int = 0, contestants: int = 12,
                                                 pa.int64()))
     contestant = pc.if_else(unknown, pc.add(below(uniform(2), 3), contestants + 1), contestant)
     # Phone: an area code and seven random digits, or one of the superfans' phones.
-    fan = below(uniform(3), len(fans))
+    # A superfan vote picks among the fans known at its position (their number grows with the
+    # position), so the first k votes are the same whatever n: a longer run extends a shorter
+    # one, and a demo run again with more votes re-sends its first batches unchanged.
+    known = pc.min_element_wise(pc.max_element_wise(
+        pc.ceil(pc.multiply(pa.array(range(1, n + 1), pa.float64()), per_vote)), 1.0),
+        float(len(fans)))
+    fan = pc.cast(pc.floor(pc.multiply(uniform(3), known)), pa.int64())
     area = pc.if_else(superfan, pc.take(pa.array([a for a, _ in fans], pa.int64()), fan),
                       below(uniform(4), len(area_codes)))
     local = pc.if_else(superfan, pc.take(pa.array([d for _, d in fans], pa.int64()), fan),
