@@ -550,7 +550,8 @@ class PostgresConnector:
         return Probed(columns, rows, None, notes_by_table)
 
     def sink_watermarks(self, stream: str, physical: str, source: str | None,
-                        known: bool = False) -> list[tuple[Any, ...]]:
+                        known: bool = False, with_rows: bool = False
+                        ) -> list[tuple[Any, ...]]:
         """The watermark rows of the sinks that deliver engine stream ``stream`` (of engine
         ``source``; None: of any engine) into table ``physical``, as (source, batch_id,
         rows_total, updated_at, whether the row was written for the table now under that
@@ -558,7 +559,12 @@ class PostgresConnector:
         not exist (asked first unless ``known``, a plan's run reading watermarks its planning
         found, or this planning's ``probe`` saw it exist).
 
-        Raises ``UndefinedTable`` when ``known`` and the table is gone."""
+        ``with_rows``: each row also says whether the table has a row (7th value; None when
+        no table has that name): one ``EXISTS`` in the same question, so that a plan's run
+        notices a target emptied by hand (``TRUNCATE``) while the watermark counts delivered
+        rows without a round trip of its own (``sstore.polystore.delivered``).
+
+        Raises ``UndefinedTable`` when ``known`` and the watermarks table is gone."""
         import psycopg
 
         from migrators.postgres import split_name
@@ -567,14 +573,25 @@ class PostgresConnector:
             return []
         schema, name = split_name(physical)
         full = f"{schema}.{name}"
+        question = ("SELECT source, batch_id, rows_total, updated_at, "
+                    "coalesce(target_oid = to_regclass(%s)::oid, false), "
+                    "to_jsonb(w) ->> 'merge_key'{rows} "  # to_jsonb: an older table has no column
+                    "FROM sstore.watermarks w "
+                    "WHERE stream = %s AND target IN (%s, %s) AND "
+                    "(%s::text IS NULL OR source = %s) ORDER BY source")
+        params = (qualified(full), stream, full, name if schema == "public" else full, source,
+                  source)
         try:
-            return self._execute(
-                "SELECT source, batch_id, rows_total, updated_at, "
-                "coalesce(target_oid = to_regclass(%s)::oid, false), "
-                "to_jsonb(w) ->> 'merge_key' FROM sstore.watermarks w "  # older: no column
-                "WHERE stream = %s AND target IN (%s, %s) AND (%s::text IS NULL OR source = %s) "
-                "ORDER BY source", (qualified(full), stream, full,
-                                    name if schema == "public" else full, source, source))
+            if with_rows:
+                try:  # evaluated once (an InitPlan): at most one row read
+                    target = qualified(full).replace("%", "%%")  # not a placeholder
+                    return self._execute(question.format(
+                        rows=f", EXISTS (SELECT 1 FROM {target})"), params)
+                except psycopg.errors.UndefinedTable:
+                    pass  # the target (or the watermarks) is gone: ask without the EXISTS
+                return [(*row, None) for row in self._execute(question.format(rows=""),
+                                                              params)]
+            return self._execute(question.format(rows=""), params)
         except psycopg.errors.UndefinedTable:
             if known:
                 raise

@@ -32,6 +32,17 @@ since dropped and recreated under the same name (another OID) counts no batch wh
 is empty: it holds none of the sink's batches until the sink delivers into it again. Holding
 rows (rebuilt by copy, restored), it may hold any of them: ``TargetReplacedError``, as the sink
 refuses it (``migrators.delivery.refuse_replaced_target``).
+
+A target emptied by hand (``TRUNCATE``, ``DELETE`` without WHERE: the same table, no row left)
+while its watermark counts delivered rows holds none of the batches the watermark says it has:
+read past that watermark, the split object would lack them all, with no error, until the
+sink's next delivery noticed (``migrators.delivery._emptied``). Every watermark read asks the
+table for one row in the same question (``with_rows``), and planning reads the answer the
+probe already has, so an emptied target is ``TargetEmptiedError`` at no round trip of its own.
+A plan that reads such a target but not its stream (the stream was empty when planned, so it
+was left out) reads the watermark once before it runs (``checks``): one small question.
+Rows deleted from a table that keeps others are not seen (the watermark counts rows written,
+not the rows still there; knowing would take a count of the table on every query).
 """
 
 from __future__ import annotations
@@ -52,7 +63,8 @@ GROWING_COLUMN = "_batch_id"
 ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced
 
 T = TypeVar("T")
-Mark = tuple[Any, ...]  # (batch_id, rows_total, updated_at, the watermark's table is this one)
+#: (batch_id, rows_total, updated_at, the watermark's table is this one, the target has a row)
+Mark = tuple[Any, ...]
 
 
 class UnlinkedFragmentsError(DeclarationError):
@@ -68,6 +80,14 @@ class MergedFragmentsError(DeclarationError):
 
 class DeliveryLostError(TerminalError):
     """The sink's watermark the plan was made with is gone (a reset sink): plan again."""
+
+
+class TargetEmptiedError(DeliveryLostError):
+    """The sink's target has no row while its watermark says batches with rows were delivered
+    into it (emptied by hand: ``TRUNCATE``, ``DELETE`` without WHERE): the rows of those
+    batches are lost to the split object, which would answer without them. Refused until the
+    sink delivers again (it notices the emptied table and starts over from what the engine
+    still holds) or the watermark is reset."""
 
 
 class DeliveryRaced(TransientError):
@@ -110,6 +130,11 @@ def links(inp: PlanningInput, connector_for: Callable[[str], Connector]
                         f"an appending sink")
                 if rows:
                     linked.append(table)
+                    probed = inp.stats.get(table)
+                    if probed is not None and probed.rows == 0:  # the probe asked the table
+                        for row in rows:
+                            refuse_emptied(stream.physical, table.engine, table.physical,
+                                           int(row[1]), int(row[2]), bool(row[4]), False)
             if len(linked) > 1:
                 raise UnlinkedFragmentsError(
                     f"{obj.name}: stream {stream.engine}:{stream.physical} is delivered into "
@@ -158,27 +183,54 @@ def run_guarded(plan: Plan, connectors: Mapping[str, Connector], run: Callable[[
                         f"none is given; run the query again")
 
 
+def check_targets(plan: Plan, connectors: Mapping[str, Connector]) -> None:
+    """The targets ``plan`` reads without their stream (``Plan.checks``: the stream was empty
+    when planned) still hold what their watermarks count: one watermark read each, the
+    ``EXISTS`` in the same question (``TargetEmptiedError`` otherwise). Nothing is bound and
+    nothing is compared after the run: the plan's SQL does not depend on the watermark, so a
+    watermark gone since planning (a reset sink) or a table gone is not this check's error."""
+    import psycopg
+    for check in plan.checks:
+        pg = connectors[check.engine]
+        assert isinstance(pg, PostgresConnector)
+        try:
+            found = pg.sink_watermarks(check.stream, check.target, check.source, known=True,
+                                       with_rows=True)
+        except psycopg.errors.UndefinedTable:
+            continue
+        for row in found:
+            if row[6] is not None:
+                refuse_emptied(check.stream, check.engine, check.target, int(row[1]),
+                               int(row[2]), bool(row[4]), bool(row[6]))
+
+
 def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mark]:
-    """Each guard's watermark row (without its source): ``DeliveryLostError`` when it is
-    gone since planning."""
+    """Each guard's watermark row (without its source, with whether the target has a row):
+    ``DeliveryLostError`` when it is gone since planning, ``TargetEmptiedError`` when the
+    target it counts rows in is empty."""
     import psycopg
     marks = {}
     for guard in plan.guards:
         pg = connectors[guard.engine]
         assert isinstance(pg, PostgresConnector)
         try:
-            found = pg.sink_watermarks(guard.stream, guard.target, guard.source, known=True)
+            found = pg.sink_watermarks(guard.stream, guard.target, guard.source, known=True,
+                                       with_rows=True)
         except psycopg.errors.UndefinedTable:
             found = []
-        rows = [r[1:5] for r in found]
+        rows = [(*r[1:5], r[6]) for r in found]
         if len(rows) != 1:
             raise DeliveryLostError(
                 f"the watermark of the sink of {guard.stream} into {guard.engine}.{guard.target} "
                 f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: this plan "
                 f"cannot tell which batches are in both; query again (planning looks for the "
                 f"link anew)")
-        batch_id, _, _, same_table = rows[0]
-        if not same_table and int(batch_id) > 0 and not pg.is_empty(guard.target):
+        batch_id, rows_total, _, same_table, has_rows = rows[0]
+        if has_rows is None:  # no table under the target's name: asked as before (it raises)
+            has_rows = not pg.is_empty(guard.target)
+        refuse_emptied(guard.stream, guard.engine, guard.target, int(batch_id),
+                       int(rows_total), bool(same_table), bool(has_rows))
+        if not same_table and int(batch_id) > 0 and has_rows:
             # another table under the target's name (rebuilt by copy, restored): it may
             # hold any of the sink's batches, so counting none of them could count twice
             raise TargetReplacedError(
@@ -189,6 +241,26 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
                 f"migrators.delivery.refuse_replaced_target for what to do)")
         marks[guard.placeholder] = tuple(rows[0])
     return marks
+
+
+def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_total: int,
+                   same_table: bool, has_rows: bool) -> None:
+    """``TargetEmptiedError`` when the table the watermark was written for (``same_table``)
+    has no row (``has_rows``) while the watermark counts delivered rows: the sink's test
+    (``migrators.delivery._emptied``), with answers the caller already has. A table the
+    watermark was not written for counts no batch (``bind``): its emptiness loses nothing."""
+    if not same_table or has_rows or batch_id <= 0 or rows_total <= 0:
+        return
+    raise TargetEmptiedError(
+        f"{engine}.{target} has no rows, but the watermark of the sink of {stream} into it "
+        f"says batches up to batch {batch_id} were delivered there ({rows_total} rows in "
+        f"all): it was emptied by hand (TRUNCATE, DELETE), so a split object reading those "
+        f"batches from it would answer without them. Let the sink deliver again (its next "
+        f"delivery notices the emptied table and delivers again the batches the engine still "
+        f"holds; batches the engine already collected are a gap it refuses unless accepted), "
+        f"or forget its watermark with `sstore migrate --reset`; if another process empties "
+        f"this table on purpose (drained_target), query the stream and the table on their "
+        f"own: a split object cannot count rows that left it")
 
 
 def bind(plan: Plan, marks: Mapping[str, Mark]) -> Plan:

@@ -27,7 +27,10 @@ def execute(plan: Plan, connectors: Mapping[str, Connector],
             refreshes: list[tuple[str, cache.Refresh]] | None = None) -> pa.Table:
     """Run ``plan``; ``refreshes`` (if given) receives (table, what its move did) per move.
     A plan with guards (a stream a sink delivers into another fragment) runs with the sinks'
-    watermarks bound, again if a delivery committed while it ran (``delivered``)."""
+    watermarks bound, again if a delivery committed while it ran (``delivered``); one that
+    reads a sink's target without its stream first checks the target was not emptied."""
+    if plan.checks:
+        delivered.check_targets(plan, connectors)
     if plan.guards:
         return delivered.run_guarded(plan, connectors,
                                      lambda bound: _execute(bound, connectors, refreshes))

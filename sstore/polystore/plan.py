@@ -93,6 +93,9 @@ class Plan:
     correction: float = 1.0
     pruned: tuple[tuple[str, str], ...] = ()  # (engine, physical) left out as empty
     guards: tuple[Delivered, ...] = ()  # watermarks the SQL needs when it runs (delivered)
+    #: sinks whose target the plan reads without their stream (left out as empty): checked
+    #: before a run to still hold the rows their watermarks count (``delivered.check_targets``)
+    checks: tuple[Delivered, ...] = ()
     feasible: bool = True
     why_not: str = ""
 
@@ -133,6 +136,9 @@ class Plan:
         for guard in self.guards:
             lines.append(f"  {guard.stream} is delivered into {guard.engine}.{guard.target}: "
                          f"its batches up to the sink's watermark are read there only")
+        for check in self.checks:
+            lines.append(f"  {check.stream} is delivered into {check.engine}.{check.target}: "
+                         f"checked to hold the rows the sink's watermark counts")
         if costs and self.cost_detail:
             parts = ", ".join(f"{k} {v * 1000:.1f}" for k, v in self.cost_detail.items())
             lines.append(f"  cost ms: {parts}")

@@ -346,6 +346,9 @@ class Polystore:
         for plan in candidates:
             plan.pruned = pruned
             plan.guards = tuple(g for g in links.values() if delivered.uses(plan, g))
+            plan.checks = tuple(  # the target read without its stream: is it still whole?
+                g for g in links.values() if g not in plan.guards
+                and Fragment(g.engine, g.target) in kept)
         cached = self._cached(candidates, probes)
         if cached:  # what the rules would propose knowing it (they read only cached_rows)
             candidates = [_with_cached(plan, cached) for plan in candidates]
@@ -437,7 +440,7 @@ class Polystore:
         return feasible[0]
 
     def _connectors_for(self, plan: Plan) -> dict[str, Connector]:
-        names = plan.engines() | {g.engine for g in plan.guards}
+        names = plan.engines() | {g.engine for g in plan.guards + plan.checks}
         return {name: self.connector(name) for name in names if name != ISLAND}
 
     def _check_before_running(self, parsed: IslandQuery) -> None:
