@@ -386,3 +386,23 @@ def test_copies_into_the_engine_survive_union_all(tmp_path) -> None:
                      "SELECT o_id FROM sstore_cache.copy)")
     assert n.to_pylist() == [{"n": 130_000}]
     engine.close()
+
+
+def test_a_table_name_with_percent_and_braces_is_planned_and_read(tmp_path, pg_url: str) -> None:
+    """A PostgreSQL fragment's name is part of the planner's probe, a query with ``%s``
+    placeholders: a ``%`` in it was taken for a placeholder (and braces for ``str.format``
+    fields), so planning failed on a legal table name."""
+    rows = orders_rows(200)
+    recent, older = split_rows(rows, 0.25)
+    engine = Engine(str(tmp_path / "stream.duckdb"))
+    create_in_engine(engine, "orders_recent", recent)
+    create_in_postgres(pg_url, "public.odd%{1}s", older)
+    ps = Polystore(str(tmp_path / "catalog.json"))
+    try:
+        ps.attach_engine("stream", engine)
+        ps.add_postgres("pg", pg_url)
+        ps.split("odd", {"stream": "orders_recent", "pg": "public.odd%{1}s"})
+        assert ps.query("SELECT count(*) AS n FROM odd").to_pylist() == [{"n": 200}]
+    finally:
+        ps.close()
+        engine.close()

@@ -400,7 +400,8 @@ class PostgresConnector:
                 ensure_table(con, table, for_copy(rows).schema)
                 if delete_below is not None:
                     column, value = delete_below
-                    cur.execute(f"DELETE FROM {qualified(table)} WHERE {ident(column)} < %s",
+                    cur.execute(f"DELETE FROM {qualified(table).replace('%', '%%')} WHERE "
+                                f"{ident(column)} < %s",
                                 (value,))
                 copy_arrow(cur, table, for_copy(rows))
                 if note is not None:
@@ -490,7 +491,7 @@ class PostgresConnector:
         connection has seen ``sstore.watermarks`` exist; until then it is a second one."""
         from migrators.postgres import split_name
         schema, name = split_name(physical)
-        table = qualified(physical)
+        table = qualified(physical).replace("%", "%%")  # in a query with %s placeholders
         full = f"{schema}.{name}"
         marks_sql = ("(SELECT ARRAY[max(batch_id)::text, sum(rows_total)::text, "
                      "count(*)::text] FROM sstore.watermarks WHERE target IN (%s, %s) AND "
@@ -509,23 +510,24 @@ class PostgresConnector:
             "c.relfilenode, to_regclass('sstore.watermarks') IS NOT NULL, "
             "(SELECT array_agg(ARRAY[n2.nspname || '.' || c2.relname, "
             "coalesce(obj_description(c2.oid, 'pg_class'), '')]) FROM pg_class c2 "
-            "JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = %s), "
-            "{marks}, {count} "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s")
+            "JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = %s), ")
+        where = (" FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                 "WHERE n.nspname = %s AND c.relname = %s")
+
+        def asked(marks: str, count: str) -> str:  # not str.format: a name may hold braces
+            return question + marks + ", " + count + where
+
         with_marks = self._watermarks_seen
         try:
             found = self._execute(
-                question.format(marks=marks_sql if with_marks else "NULL",
-                                count=count_sql if with_marks else "NULL"),
+                asked(marks_sql, count_sql) if with_marks else asked("NULL", "NULL"),
                 (CACHE_SCHEMA, *(marks_params * 2 if with_marks else ()), schema, name))
         except Exception as exc:  # the watermarks table went away since: ask without it
             import psycopg
             if not with_marks or not isinstance(exc, psycopg.errors.UndefinedTable):
                 raise
             self._watermarks_seen = with_marks = False
-            found = self._execute(question.format(marks="NULL", count="NULL"),
-                                  (CACHE_SCHEMA, schema, name))
+            found = self._execute(asked("NULL", "NULL"), (CACHE_SCHEMA, schema, name))
         if not found:
             return Probed(self.columns(physical), self.row_count(physical), None, None)
         cols, filled, unique, origin, has_marks, notes, marks, counted = found[0]
