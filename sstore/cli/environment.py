@@ -1,5 +1,5 @@
 """Every environment variable sstore reads, in one table: ``sstore --help`` prints it and the
-README's "Configuration" table must list the same names (tests/test_cli_environment.py checks
+README's "Configuration" table must list the same names (tests/test_cli_commands.py checks
 both, and that no module reads a variable missing here)."""
 
 from __future__ import annotations
