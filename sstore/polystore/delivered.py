@@ -183,22 +183,29 @@ def run_guarded(plan: Plan, connectors: Mapping[str, Connector], run: Callable[[
                         f"none is given; run the query again")
 
 
+def _marks_with_rows(connectors: Mapping[str, Connector], engine: str, stream: str,
+                     target: str, source: str | None) -> list[tuple[Any, ...]] | None:
+    """The sink's watermark rows for ``target`` with whether it has a row (the ``EXISTS`` in
+    the same question); None when PostgreSQL has no watermarks table (any more)."""
+    import psycopg
+    pg = connectors[engine]
+    assert isinstance(pg, PostgresConnector)
+    try:
+        return list(pg.sink_watermarks(stream, target, source, known=True, with_rows=True))
+    except psycopg.errors.UndefinedTable:
+        return None
+
+
 def check_targets(plan: Plan, connectors: Mapping[str, Connector]) -> None:
     """The targets ``plan`` reads without their stream (``Plan.checks``: the stream was empty
     when planned) still hold what their watermarks count: one watermark read each, the
     ``EXISTS`` in the same question (``TargetEmptiedError`` otherwise). Nothing is bound and
     nothing is compared after the run: the plan's SQL does not depend on the watermark, so a
     watermark gone since planning (a reset sink) or a table gone is not this check's error."""
-    import psycopg
     for check in plan.checks:
-        pg = connectors[check.engine]
-        assert isinstance(pg, PostgresConnector)
-        try:
-            found = pg.sink_watermarks(check.stream, check.target, check.source, known=True,
-                                       with_rows=True)
-        except psycopg.errors.UndefinedTable:
-            continue
-        for row in found:
+        found = _marks_with_rows(connectors, check.engine, check.stream, check.target,
+                                 check.source)
+        for row in found or ():
             if row[6] is not None:
                 refuse_emptied(check.stream, check.engine, check.target, int(row[1]),
                                int(row[2]), bool(row[4]), bool(row[6]))
@@ -208,17 +215,13 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
     """Each guard's watermark row (without its source, with whether the target has a row):
     ``DeliveryLostError`` when it is gone since planning, ``TargetEmptiedError`` when the
     target it counts rows in is empty."""
-    import psycopg
     marks = {}
     for guard in plan.guards:
         pg = connectors[guard.engine]
         assert isinstance(pg, PostgresConnector)
-        try:
-            found = pg.sink_watermarks(guard.stream, guard.target, guard.source, known=True,
-                                       with_rows=True)
-        except psycopg.errors.UndefinedTable:
-            found = []
-        rows = [(*r[1:5], r[6]) for r in found]
+        found = _marks_with_rows(connectors, guard.engine, guard.stream, guard.target,
+                                 guard.source)
+        rows = [(*r[1:5], r[6]) for r in found or ()]
         if len(rows) != 1:
             raise DeliveryLostError(
                 f"the watermark of the sink of {guard.stream} into {guard.engine}.{guard.target} "
