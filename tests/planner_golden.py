@@ -50,7 +50,8 @@ class Golden:
             elif word == "delivered":  # delivered STREAM_FRAGMENT INTO_FRAGMENT: a sink
                 stream, into = Fragment(*args[0].split(":", 1)), Fragment(*args[1].split(":", 1))
                 delivered[stream] = Delivered(f"sstore_delivered_{len(delivered)}", into.engine,
-                                              into.physical, stream.physical, None)
+                                              into.physical, stream.physical, None,
+                                              stream.engine)
         tree = parse(self.query)
         names = [n for n in _names(tree)]
         used = [o for o in objects if o.name in names]

@@ -43,6 +43,16 @@ A plan that reads such a target but not its stream (the stream was empty when pl
 was left out) reads the watermark once before it runs (``checks``): one small question.
 Rows deleted from a table that keeps others are not seen (the watermark counts rows written,
 not the rows still there; knowing would take a count of the table on every query).
+
+Batches the table does not hold must still be in the stream. A table dropped and created
+again empty under the target's name counts none of the sink's batches, and a sink that finds
+its table dropped or emptied starts its watermark over at 0 (then refuses with ``GapError``
+if the engine collected batches it would need): either way the stream is read from its first
+batch on, and batches garbage collection already removed were missing from the answer, with
+no error. So the first watermark read of each run is preceded by one question to the engine,
+the highest batch it collected from the stream (``checked_marks``); past the batch the
+watermark counts, those batches are in neither fragment: ``BatchesLostError``. Where the
+engine still holds them, the stream's reads find them and the answer is whole.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ from sstore.polystore.catalog import EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
 from sstore.polystore.plan import Delivered, Plan
 from sstore.polystore.planning import PlanningInput
+from sstore.sql import qualified
 
 GROWING_COLUMN = "_batch_id"
 ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced
@@ -88,6 +99,15 @@ class TargetEmptiedError(DeliveryLostError):
     batches are lost to the split object, which would answer without them. Refused until the
     sink delivers again (it notices the emptied table and starts over from what the engine
     still holds) or the watermark is reset."""
+
+
+class BatchesLostError(DeliveryLostError):
+    """Batches of the stream that the engine's garbage collection already removed are not in
+    the sink's target either: the table was dropped and created again empty (or emptied, or
+    its watermark reset) after they were delivered and acknowledged, or the sink's hold was
+    dropped before it delivered them. Read past a watermark that no longer counts them, the
+    split object would answer without their rows; refused until the loss is accepted (the
+    sink's ``accept_gap`` moves its watermark past them) or their rows are restored."""
 
 
 class DeliveryRaced(TransientError):
@@ -143,7 +163,7 @@ def links(inp: PlanningInput, connector_for: Callable[[str], Connector]
                     f"are in several of them; make the object of one of them")
             if linked:
                 found[stream] = Delivered(f"sstore_delivered_{len(found)}", linked[0].engine,
-                                          linked[0].physical, name, source)
+                                          linked[0].physical, name, source, stream.engine)
             elif not obj.disjoint:
                 raise UnlinkedFragmentsError(_unlinked(obj.name, stream, tables))
     return found
@@ -169,14 +189,16 @@ def uses(plan: Plan, guard: Delivered) -> bool:
 
 def run_guarded(plan: Plan, connectors: Mapping[str, Connector], run: Callable[[Plan], T]) -> T:
     """``run`` the plan with its watermarks bound, bracketed by two reads of them (see the
-    module docstring); again while a delivery commits in between."""
-    before = read_marks(plan, connectors)
+    module docstring); again while a delivery commits in between. The first read of each
+    run also checks that no batch past the watermark is gone from the stream
+    (``checked_marks``); a run again after a race reads afresh for that check."""
+    before = checked_marks(plan, connectors)
     for _attempt in range(ATTEMPTS):
         answer = run(bind(plan, before))
         after = read_marks(plan, connectors)
         if after == before:
             return answer
-        before = after
+        before = checked_marks(plan, connectors)
     streams = ", ".join(f"{g.stream} -> {g.engine}.{g.target}" for g in plan.guards)
     raise DeliveryRaced(f"a sink delivered ({streams}) during each of {ATTEMPTS} runs of plan "
                         f"{plan.name!r}: its answer could count a batch twice or miss one, so "
@@ -198,17 +220,20 @@ def _marks_with_rows(connectors: Mapping[str, Connector], engine: str, stream: s
 
 def check_targets(plan: Plan, connectors: Mapping[str, Connector]) -> None:
     """The targets ``plan`` reads without their stream (``Plan.checks``: the stream was empty
-    when planned) still hold what their watermarks count: one watermark read each, the
-    ``EXISTS`` in the same question (``TargetEmptiedError`` otherwise). Nothing is bound and
-    nothing is compared after the run: the plan's SQL does not depend on the watermark, so a
-    watermark gone since planning (a reset sink) or a table gone is not this check's error."""
+    when planned) still hold what their watermarks count: the stream's collected mark, then
+    one watermark read each, the ``EXISTS`` in the same question (``TargetEmptiedError``,
+    ``TargetReplacedError`` or ``BatchesLostError`` otherwise). Nothing is bound and nothing
+    is compared after the run: the plan's SQL does not depend on the watermark, so a watermark
+    gone since planning (a reset sink) or a table gone is not this check's error."""
     for check in plan.checks:
+        collected = stream_collected(connectors, check)  # first: see checked_marks
         found = _marks_with_rows(connectors, check.engine, check.stream, check.target,
                                  check.source)
         for row in found or ():
-            if row[6] is not None:
-                refuse_emptied(check.stream, check.engine, check.target, int(row[1]),
-                               int(row[2]), bool(row[4]), bool(row[6]))
+            mark = (*row[1:5], row[6])
+            if mark[4] is not None:
+                refuse_changed(check, mark)
+                refuse_lost(check, mark, collected)
 
 
 def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mark]:
@@ -228,22 +253,88 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
                 f"{'is gone (a reset sink?)' if not rows else 'is not one row'}: this plan "
                 f"cannot tell which batches are in both; query again (planning looks for the "
                 f"link anew)")
-        batch_id, rows_total, _, same_table, has_rows = rows[0]
-        if has_rows is None:  # no table under the target's name: asked as before (it raises)
-            has_rows = not pg.is_empty(guard.target)
-        refuse_emptied(guard.stream, guard.engine, guard.target, int(batch_id),
-                       int(rows_total), bool(same_table), bool(has_rows))
-        if not same_table and int(batch_id) > 0 and has_rows:
-            # another table under the target's name (rebuilt by copy, restored): it may
-            # hold any of the sink's batches, so counting none of them could count twice
-            raise TargetReplacedError(
-                f"{guard.engine}.{guard.target} is not the table the sink of {guard.stream} "
-                f"delivered batches up to {batch_id} into (dropped and created again, or "
-                f"rebuilt under its name) and it holds rows: which of the stream's batches "
-                f"they are cannot be known, so the split object is not read (see "
-                f"migrators.delivery.refuse_replaced_target for what to do)")
+        mark = rows[0]
+        if mark[4] is None:  # no table under the target's name: asked as before (it raises)
+            mark = (*mark[:4], not pg.is_empty(guard.target))
+        refuse_changed(guard, mark)
         marks[guard.placeholder] = tuple(rows[0])
     return marks
+
+
+def checked_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mark]:
+    """``read_marks``, and no batch of a guard's stream past its watermark collected from the
+    engine (``BatchesLostError``). The collected marks are read first: garbage collection
+    removes only batches a sink acknowledged, after its watermark passed them, and a
+    watermark only grows until it starts over, so a mark read before the watermark is at
+    most that watermark unless batches are lost. Read after it, a delivery and a collection
+    in between would look like a loss."""
+    collected = {g.placeholder: stream_collected(connectors, g) for g in plan.guards}
+    marks = read_marks(plan, connectors)
+    for guard in plan.guards:
+        refuse_lost(guard, marks[guard.placeholder], collected[guard.placeholder])
+    return marks
+
+
+def stream_collected(connectors: Mapping[str, Connector], link: Delivered) -> int:
+    """The highest batch of the link's stream that its engine's garbage collection removed
+    (one small question to the engine: ``StreamingConnector.collected_through``)."""
+    reader = connectors[link.stream_engine]
+    assert isinstance(reader, StreamingConnector)
+    return reader.collected_through(link.stream)
+
+
+def refuse_changed(link: Delivered, mark: Mark) -> None:
+    """The target under the link's name, as ``mark`` (a watermark read with whether the
+    table has a row) finds it, is not the table holding the delivered batches: emptied by hand
+    (``TargetEmptiedError``) or another table that holds rows (``TargetReplacedError``)."""
+    batch_id, rows_total, _, same_table, has_rows = mark
+    refuse_emptied(link.stream, link.engine, link.target, int(batch_id), int(rows_total),
+                   bool(same_table), bool(has_rows))
+    if not same_table and int(batch_id) > 0 and has_rows:
+        # another table under the target's name (rebuilt by copy, restored): it may
+        # hold any of the sink's batches, so counting none of them could count twice
+        raise TargetReplacedError(
+            f"{link.engine}.{link.target} is not the table the sink of {link.stream} "
+            f"delivered batches up to {batch_id} into (dropped and created again, or "
+            f"rebuilt under its name) and it holds rows: which of the stream's batches "
+            f"they are cannot be known, so the split object is not read (see "
+            f"migrators.delivery.refuse_replaced_target for what to do)")
+
+
+def refuse_lost(link: Delivered, mark: Mark, collected: int) -> None:
+    """``BatchesLostError`` when the engine collected (``collected``) batches past the one
+    the watermark counts in the table now under the target's name: they are in neither
+    fragment. A table dropped and created again empty counts none, and so does a watermark
+    that started over at 0 (the sink found its table dropped or emptied, then refused with
+    ``GapError``): the stream would be read from its first batch on, without the collected
+    ones. The message names them and both ways out (restore and move the watermark, or
+    accept the gap); ``sstore migrate --reset`` is no way out, the engine lacks them."""
+    counted = _counted(mark)
+    if collected <= counted:
+        return
+    batch_id, same_table = int(mark[0]), bool(mark[3])
+    table = f"{link.engine}.{link.target}"
+    why = (f"it is not the table the sink delivered batches up to {batch_id} into: dropped "
+           f"and created again" if not same_table and batch_id > 0 else
+           f"the sink's watermark there is at batch {counted}" + (
+               " (a sink starts over at 0 when its table was dropped, emptied or its "
+               "watermark reset)" if counted == 0 else ""))
+    lost = f"batch {collected}" if collected == counted + 1 else \
+        f"batches {counted + 1}..{collected}"
+    raise BatchesLostError(
+        f"{lost} of stream {link.stream} are in neither part of the split object: the "
+        f"engine's garbage collection removed them (the sink had acknowledged them, or no "
+        f"consumer held them any more), and the sink's watermark says {table} does not "
+        f"hold them ({why}). Their rows would be missing from the answer, so the split "
+        f"object is not read. The engine cannot deliver them again (`sstore "
+        f"migrate --reset` re-delivers only the batches it still holds, and those are read "
+        f"from the stream already). Either restore their rows into {link.target} (from a "
+        f"backup) and move the watermark past them: UPDATE sstore.watermarks SET batch_id = "
+        f"{collected}, target_oid = to_regclass('{qualified(link.target)}')::oid WHERE "
+        f"stream = '{link.stream}' AND target = '{link.target}'; or accept the loss: run the "
+        f"sink once with accept_gap=True (`sstore migrate STATE --stream {link.stream} "
+        f"--table {link.target} --accept-gap`), which records the gap (`sstore status` shows "
+        f"it) and moves the watermark past it, and the split object answers without them")
 
 
 def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_total: int,
@@ -269,7 +360,7 @@ def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_to
 def bind(plan: Plan, marks: Mapping[str, Mark]) -> Plan:
     """``plan`` with each placeholder replaced by its watermark (an integer: a watermark
     written for another table than the one now under the target's name counts none)."""
-    values = {name: str(int(mark[0]) if mark[3] else 0) for name, mark in marks.items()}
+    values = {name: str(_counted(mark)) for name, mark in marks.items()}
 
     def fill(sql: str) -> str:
         for name, value in values.items():
@@ -278,6 +369,12 @@ def bind(plan: Plan, marks: Mapping[str, Mark]) -> Plan:
 
     steps = tuple(replace(s, sql=fill(s.sql)) for s in plan.steps)
     return replace(plan, steps=steps, final=replace(plan.final, sql=fill(plan.final.sql)))
+
+
+def _counted(mark: Mark) -> int:
+    """The batch up to which the table now under the target's name holds the stream: the
+    watermark, or 0 when it was written for another table (dropped and created again)."""
+    return int(mark[0]) if mark[3] else 0
 
 
 def _sqls(plan: Plan) -> list[str]:

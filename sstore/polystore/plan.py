@@ -66,13 +66,17 @@ class Delivered:
     """A sink delivers engine stream ``stream`` (of the engine whose identity is ``source``;
     None: not known, matched by stream alone) into PostgreSQL table ``target`` of engine
     ``engine``. The plan's SQL names ``placeholder`` where the sink's watermark goes: each
-    read of the stream (or of its cached copy) keeps ``_batch_id > watermark`` only."""
+    read of the stream (or of its cached copy) keeps ``_batch_id > watermark`` only.
+    ``stream_engine``: the catalog's name of the engine the stream is in, asked before a run
+    which batches it already collected (batches past the watermark it no longer has are in
+    neither fragment)."""
 
     placeholder: str
     engine: str
     target: str
     stream: str
     source: str | None
+    stream_engine: str
 
 
 @dataclass

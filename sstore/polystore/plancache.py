@@ -106,6 +106,13 @@ class PlanCache:
         while len(self._previous) > 256:
             del self._previous[next(iter(self._previous))]
 
+    def forget(self, plan: Plan) -> None:
+        """A run of kept ``plan`` refused because what it was planned with is gone (a sink's
+        watermark reset: ``delivered.DeliveryLostError``): the next run of its query plans
+        afresh, as the error tells the user to, instead of reusing it up to its interval."""
+        for key in [k for k, entry in self.entries.items() if entry.plan is plan]:
+            del self.entries[key]
+
     def observe(self, plan: Plan, seconds: float, estimate: Estimate | None = None) -> None:
         """A run of ``plan`` took ``seconds``: a kept plan whose run diverges from its fastest,
         or which ``estimate`` (what is known now, this run included) prices above its

@@ -227,7 +227,11 @@ class Polystore:
         chosen = (self.choose(parsed, repeats) if plan is None
                   else self._choose(self.plans(parsed, repeats=repeats), plan))
         started = time.perf_counter()
-        answer = executor.execute(chosen, self._connectors_for(chosen))
+        try:
+            answer = executor.execute(chosen, self._connectors_for(chosen))
+        except delivered.DeliveryLostError:
+            self.plan_cache.forget(chosen)  # planned again at the next query (the error says)
+            raise
         self.observe(chosen, time.perf_counter() - started, parsed.sql)
         return answer
 
@@ -440,7 +444,8 @@ class Polystore:
         return feasible[0]
 
     def _connectors_for(self, plan: Plan) -> dict[str, Connector]:
-        names = plan.engines() | {g.engine for g in plan.guards + plan.checks}
+        linked = plan.guards + plan.checks  # their watermarks and their streams' GC marks
+        names = plan.engines() | {g.engine for g in linked} | {g.stream_engine for g in linked}
         return {name: self.connector(name) for name in names if name != ISLAND}
 
     def _check_before_running(self, parsed: IslandQuery) -> None:

@@ -1,0 +1,436 @@
+"""A sink's target dropped and created again EMPTY under its name, after the engine collected
+the batches the sink had delivered into it.
+
+The split object (an engine stream and the PostgreSQL table a sink delivers it into) reads
+batches up to the sink's watermark from the table and the rest from the stream. A watermark
+written for a table since dropped counts none of its batches (a new table under the name holds
+none), and the sink, at its next start, finds the table replaced (or emptied) and starts its
+watermark over at 0 before it refuses with ``GapError``. Either way the split object read the
+stream from batch 1: the batches garbage collection had removed were in neither fragment and
+missing from the answer, exit 0 (seen: 1 row of 6, ``sum`` 6 of 21, in every plan; and the same
+after ``TRUNCATE`` once the sink had tried again). Now the polystore asks the engine which
+batches it collected before it reads the watermark: past the batch the watermark counts, they
+are lost, ``BatchesLostError`` (a ``DeliveryLostError``, terminal) names the table, the
+batches and what to do. Where the engine still holds every batch, the answer is whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from migrators.delivery import TargetReplacedError
+from migrators.engine_to_postgres import StreamToPostgres
+from migrators.errors import IncompatibleSchemaError, MigrationError
+from sstore import Engine
+from sstore.errors import GapError, TerminalError
+from sstore.polystore import Polystore
+from sstore.polystore.cost import CostModel
+from sstore.polystore.delivered import (
+    BatchesLostError,
+    DeliveryLostError,
+    TargetEmptiedError,
+)
+
+SQL = "SELECT count(*) AS n, sum(o_id) AS s FROM orders"
+TARGET = "public.orders_rc"
+COLUMNS = "_batch_id BIGINT, o_id INTEGER, o_c_id INTEGER"  # as the sink creates it
+ALL = [1, 2, 3, 4, 5, 6]
+CONSUMER = f"migrator:{TARGET}"
+
+
+def expected(ids: list[int]) -> dict:
+    return {"n": len(ids), "s": sum(ids) if ids else None}
+
+
+def answer(ps: Polystore, sql: str = SQL) -> dict:
+    """The one row of ``sql``, its sum as an int (PostgreSQL's sum is numeric)."""
+    row = ps.query(sql).to_pylist()[0]
+    return {"n": row["n"], "s": None if row["s"] is None else int(row["s"])}
+
+
+def assert_every_plan(ps: Polystore, ids: list[int]) -> None:
+    """Every plan the rules propose (rewrites off: none is left out) answers ``ids``."""
+    plans = ps.plans(SQL, rewrite=False)
+    assert len(plans) >= 3
+    for plan in plans:
+        row = ps.run_plan(plan).to_pylist()[0]
+        assert {"n": row["n"], "s": None if row["s"] is None else int(row["s"])} == \
+            expected(ids), plan.name
+
+
+def pg(url: str, sql: str) -> list[tuple]:
+    with psycopg.connect(url) as con:
+        cur = con.execute(sql)
+        return cur.fetchall() if cur.description else []
+
+
+def recreate(url: str, columns: str = COLUMNS) -> None:
+    """What a user does by hand: the table dropped, an empty one made under its name."""
+    with psycopg.connect(url) as con:
+        con.execute(f"DROP TABLE {TARGET}")
+        con.execute(f"CREATE TABLE {TARGET} ({columns})")
+
+
+def sink(engine: Engine, url: str, accept_gap: bool = False) -> StreamToPostgres:
+    """The split object's sink (a new one each time: as a restarted program has)."""
+    return StreamToPostgres(engine, "orders_in", url, TARGET, batch_column="_batch_id",
+                            accept_gap=accept_gap)
+
+
+def polystore(tmp_path: Path, engine: Engine, url: str) -> Polystore:
+    ps = Polystore(str(tmp_path / "catalog.json"), costs=CostModel())
+    ps.attach_engine("stream", engine)
+    ps.add_postgres("pg", url)
+    ps.split("orders", {"stream": "orders_in", "pg": TARGET})
+    return ps
+
+
+@pytest.fixture
+def collected(tmp_path: Path, pg_url: str) -> Iterator[tuple[Polystore, Engine]]:
+    """Batches 1-2 (ids 1..5) delivered into PostgreSQL, acknowledged and collected from the
+    engine; batch 3 (id 6) only in the stream. The split object answers all six rows."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    first = sink(engine, pg_url)
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    first.run_once()
+    engine.collect_garbage()
+    assert engine.collected_through("orders_in") == 2
+    engine.ingest("orders_in", [(6, 6)], batch_id=3)
+    ps = polystore(tmp_path, engine, pg_url)
+    assert answer(ps) == expected(ALL)
+    yield ps, engine
+    ps.close()
+    engine.close()
+
+
+def assert_lost(ps: Polystore, batches: str = "batches 1..2") -> BatchesLostError:
+    """The query and every plan refuse, naming the table, the batches and what to do."""
+    with pytest.raises(BatchesLostError) as caught:
+        answer(ps)
+    for plan in ps.plans(SQL, rewrite=False):
+        with pytest.raises(BatchesLostError):
+            ps.run_plan(plan)
+    message = str(caught.value)
+    assert f"{batches} of stream orders_in" in message
+    assert f"pg.{TARGET}" in message
+    assert "--accept-gap" in message and "sstore migrate --reset" in message
+    assert isinstance(caught.value, DeliveryLostError)
+    assert isinstance(caught.value, TerminalError)
+    return caught.value
+
+
+# -- the seam -----------------------------------------------------------------------------
+def test_a_target_recreated_empty_after_collection_is_a_loud_error_in_every_plan(
+        collected, pg_url: str) -> None:
+    """The seam: before, every plan answered {n: 1, s: 6} (batch 3 only), exit 0."""
+    ps, _engine = collected
+    recreate(pg_url)
+    error = assert_lost(ps)
+    assert "dropped and created again" in str(error)
+
+
+def test_a_reused_plan_refuses_too(collected, pg_url: str) -> None:
+    """The plan cache reuses the chosen plan without planning: its run checks all the same."""
+    ps, _engine = collected
+    replans = ps.plan_cache.replans
+    recreate(pg_url)
+    with pytest.raises(BatchesLostError):
+        answer(ps)
+    assert ps.plan_cache.replans == replans  # it was the reused plan that refused
+
+
+def test_after_the_sinks_gap_error_the_split_object_still_refuses(collected,
+                                                                  pg_url: str) -> None:
+    """The sink's next start sees the new table, starts its watermark over at 0 (committed)
+    and then refuses with ``GapError``: from then on the watermark belongs to the new table,
+    so only the engine's collected mark tells the loss (before: {n: 1, s: 6}, exit 0)."""
+    ps, engine = collected
+    recreate(pg_url)
+    with pytest.raises(GapError, match=r"batches 1\.\.2 of stream 'orders_in'"):
+        sink(engine, pg_url).run_once()
+    assert pg(pg_url, f"SELECT count(*) FROM {TARGET}") == [(0,)]  # nothing half-loaded
+    assert pg(pg_url, "SELECT batch_id, target_oid = to_regclass('public.orders_rc')::oid "
+                      "FROM sstore.watermarks") == [(0, True)]
+    error = assert_lost(ps)
+    assert "watermark there is at batch 0" in str(error)
+
+
+def test_a_running_sink_halts_on_the_gap_and_the_split_object_refuses(collected,
+                                                                      pg_url: str) -> None:
+    """A continuous sink (``attach``) finds the target behind its plan at its next chunk,
+    plans again, meets the gap and halts: ``flush`` raises it, ``status`` shows it."""
+    ps, engine = collected
+    running = sink(engine, pg_url)
+    running.attach()
+    try:
+        assert running.flush(10)
+        recreate(pg_url)
+        engine.ingest("orders_in", [(7, 7)], batch_id=4)
+        with pytest.raises(MigrationError, match="GapError"):
+            running.flush(10)
+        assert running.halted is not None
+        assert pg(pg_url, f"SELECT count(*) FROM {TARGET}") == [(0,)]
+        with pytest.raises(BatchesLostError, match=r"batches 1\.\.2"):
+            answer(ps)
+    finally:
+        running.detach()
+
+
+def test_accepting_the_gap_lets_the_split_object_answer_what_is_left(collected,
+                                                                     pg_url: str) -> None:
+    """Accepted on purpose, the gap is recorded in the engine and the watermark moves past
+    it: the split object answers the batches that still exist, every row once."""
+    ps, engine = collected
+    recreate(pg_url)
+    with pytest.raises(BatchesLostError):
+        answer(ps)
+    sink(engine, pg_url, accept_gap=True).run_once()
+    gaps = engine.consumers()[0].gaps
+    assert [(g["first_batch"], g["last_batch"]) for g in gaps] == [(1, 2)]
+    assert answer(ps) == expected([6])
+    assert_every_plan(ps, [6])
+    engine.ingest("orders_in", [(7, 7)], batch_id=4)
+    assert answer(ps) == expected([6, 7])
+
+
+def test_restoring_the_rows_and_moving_the_watermark_as_the_error_says(collected,
+                                                                       pg_url: str) -> None:
+    """The other way out the error gives: the rows restored (here: written again by hand),
+    then its one UPDATE of the watermark. The answer is whole again, and the sink goes on."""
+    ps, engine = collected
+    recreate(pg_url)
+    error = str(assert_lost(ps))
+    pg(pg_url, f"INSERT INTO {TARGET} VALUES (1, 1, 1), (1, 2, 2), (1, 3, 3), (2, 4, 4), "
+               f"(2, 5, 5)")
+    update = error[error.index("UPDATE sstore.watermarks"):error.index("; or accept")]
+    pg(pg_url, update)
+    assert answer(ps) == expected(ALL)
+    engine.ingest("orders_in", [(7, 7)], batch_id=4)
+    assert sink(engine, pg_url).run_once().rows == 2  # batches 3 and 4: nothing twice
+    assert pg(pg_url, f"SELECT count(*), count(DISTINCT o_id) FROM {TARGET}") == [(7, 7)]
+    assert answer(ps) == expected([*ALL, 7])
+
+
+def test_only_the_collected_batches_are_named(tmp_path: Path, pg_url: str) -> None:
+    """Batch 1 collected, batch 2 delivered but still in the engine: only batch 1 is lost."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    sink(engine, pg_url).run_once()
+    engine.collect_garbage()
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    sink(engine, pg_url).run_once()
+    assert engine.collected_through("orders_in") == 1
+    ps = polystore(tmp_path, engine, pg_url)
+    try:
+        assert answer(ps) == expected([1, 2, 3, 4, 5])
+        recreate(pg_url)
+        with pytest.raises(BatchesLostError, match=r"^batch 1 of stream orders_in"):
+            answer(ps)
+    finally:
+        ps.close()
+        engine.close()
+
+
+# -- where the data is still there, the answer is whole -----------------------------------
+def test_a_target_recreated_while_the_engine_holds_every_batch_answers_whole(
+        tmp_path: Path, pg_url: str) -> None:
+    """Nothing collected: the new table counts no batch, the stream has them all, so every
+    plan answers every row once; the sink then refills the table and it still does."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    sink(engine, pg_url).run_once()
+    engine.ingest("orders_in", [(6, 6)], batch_id=3)
+    ps = polystore(tmp_path, engine, pg_url)
+    try:
+        assert answer(ps) == expected(ALL)
+        recreate(pg_url)
+        assert answer(ps) == expected(ALL)
+        assert_every_plan(ps, ALL)
+        assert sink(engine, pg_url).run_once().rows == 6
+        assert answer(ps) == expected(ALL)
+        assert_every_plan(ps, ALL)
+    finally:
+        ps.close()
+        engine.close()
+
+
+# -- the variants ---------------------------------------------------------------------------
+def test_a_target_dropped_and_not_recreated(collected, pg_url: str) -> None:
+    """No table under the name: the split object cannot be read at all (PostgreSQL's error
+    names the table). The sink creates it again, then meets the gap; from then on the
+    table exists, empty, and the split object refuses with the lost batches."""
+    ps, engine = collected
+    pg(pg_url, f"DROP TABLE {TARGET}")
+    with pytest.raises(psycopg.errors.UndefinedTable, match="orders_rc"):
+        answer(ps)
+    with pytest.raises(GapError, match=r"batches 1\.\.2"):
+        sink(engine, pg_url).run_once()
+    assert pg(pg_url, f"SELECT count(*) FROM {TARGET}") == [(0,)]  # made by the sink
+    assert_lost(ps)
+
+
+def test_a_target_recreated_with_an_extra_column(collected, pg_url: str) -> None:
+    """A column more (nullable): the sink could fill it, but the batches are lost all the
+    same: refused like the same columns."""
+    ps, engine = collected
+    recreate(pg_url, COLUMNS + ", note TEXT")
+    assert_lost(ps)
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()
+    assert_lost(ps)
+
+
+def test_a_target_recreated_without_a_column_the_stream_has(collected, pg_url: str) -> None:
+    """A column fewer: the sink refuses the table by the column's name before it touches
+    the watermark (so the watermark still counts the old table), also when told to accept
+    the gap; the split object refuses with the lost batches, whichever columns the query
+    names (the check runs before any of its SQL)."""
+    ps, engine = collected
+    recreate(pg_url, "_batch_id BIGINT, o_id INTEGER")
+    for accept_gap in (False, True):
+        with pytest.raises(IncompatibleSchemaError, match="o_c_id"):
+            sink(engine, pg_url, accept_gap=accept_gap).run_once()
+    assert pg(pg_url, "SELECT batch_id FROM sstore.watermarks") == [(2,)]
+    assert_lost(ps)
+    with pytest.raises(BatchesLostError, match=r"^batches 1\.\.2"):
+        answer(ps, "SELECT count(*) AS n, sum(o_c_id) AS s FROM orders")
+
+
+def test_a_truncated_target_refuses_also_after_the_sinks_gap_error(collected,
+                                                                   pg_url: str) -> None:
+    """The neighbouring case (tests/test_split_truncate.py): emptied in place, it is a
+    ``TargetEmptiedError`` until the sink's next start resets the watermark and refuses
+    with ``GapError``; after that the emptied check has nothing to see (the watermark counts
+    no rows) and the split object answered batch 3 alone. Now the lost batches are named."""
+    ps, engine = collected
+    pg(pg_url, f"TRUNCATE {TARGET}")
+    with pytest.raises(TargetEmptiedError):
+        answer(ps)
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()
+    assert_lost(ps)
+
+
+def test_a_reset_watermark_then_the_sinks_gap_error(collected, pg_url: str) -> None:
+    """``sstore migrate --reset`` forgets the watermark (here with the rows, as a user who
+    starts over does): the plan made with it refuses, planning finds the objects unlinked
+    until a sink runs again, which writes a new watermark at 0 and refuses with the gap;
+    the split object then names the lost batches."""
+    from migrators import delivery
+    from sstore.polystore.delivered import UnlinkedFragmentsError
+    ps, engine = collected
+    with psycopg.connect(pg_url) as con:
+        assert delivery.reset(con, "orders_in", TARGET) == 1
+    engine.rewind(CONSUMER, 0)
+    pg(pg_url, f"TRUNCATE {TARGET}")
+    with pytest.raises(DeliveryLostError, match="is gone"):
+        answer(ps)  # the reused plan
+    with pytest.raises(UnlinkedFragmentsError):
+        answer(ps)  # planned afresh
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()
+    assert_lost(ps)
+
+
+def test_batches_collected_after_the_sinks_hold_was_dropped(collected, pg_url: str) -> None:
+    """Not a recreated table: the sink's hold dropped (``sstore consumers drop``) before it
+    delivered batch 3, and the engine collected it (the newest, batch 4, it keeps). Batch 3
+    is in neither fragment; the table keeps batches 1-2 and its watermark, which the check
+    compares with."""
+    ps, engine = collected
+    engine.ingest("orders_in", [(7, 7)], batch_id=4)
+    assert engine.drop_consumer("orders_in", CONSUMER)
+    engine.collect_garbage()
+    assert engine.collected_through("orders_in") == 3
+    with pytest.raises(BatchesLostError, match=r"^batch 3 of stream orders_in") as e:
+        answer(ps)
+    assert "watermark there is at batch 2" in str(e.value)
+
+
+def test_a_rebuilt_target_read_without_its_stream_is_refused_as_replaced(
+        collected, pg_url: str) -> None:
+    """Everything delivered and collected, so plans read the table alone (``checks``). A
+    table rebuilt by copy under the name is ``TargetReplacedError`` there too, as where the
+    stream is read (tests/test_rebuilt_target.py), not a loss: it holds rows, which ones is
+    unknown. Recreated empty instead, the batches are lost."""
+    ps, engine = collected
+    sink(engine, pg_url).run_once()
+    engine.collect_garbage()
+    ps.plan_cache.entries.clear()  # planned anew: the stream is empty, the table read alone
+    assert answer(ps) == expected(ALL)
+    assert [len(p.checks) for p in ps.plans(SQL)] == [1]
+    with psycopg.connect(pg_url) as con:
+        con.execute(f"CREATE TABLE {TARGET}_new AS SELECT * FROM {TARGET}")
+        con.execute(f"DROP TABLE {TARGET}")
+        con.execute(f"ALTER TABLE {TARGET}_new RENAME TO orders_rc")
+    with pytest.raises(TargetReplacedError, match="holds rows"):
+        answer(ps)
+    pg(pg_url, f"TRUNCATE {TARGET}")
+    with pytest.raises(BatchesLostError, match=r"^batches 1\.\.3"):
+        answer(ps)
+    ps.plan_cache.entries.clear()
+    with pytest.raises(BatchesLostError, match=r"^batches 1\.\.3"):
+        answer(ps)  # planned afresh
+
+
+# -- from the command line: a state file, sstore migrate, sstore query -------------------
+def sstore_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "sstore.cli", *args], check=False,
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_sstore_query_over_a_state_file_exits_with_the_error(tmp_path: Path,
+                                                             pg_url: str) -> None:
+    """The user's path: `sstore migrate` delivered batches 1-2, the program collected them
+    and stopped; the table is recreated by hand. `sstore query` over the state file used to
+    print 1 row of 6 and exit 0; now it exits 1 with the error. `sstore migrate` refuses
+    with the gap, and with `--accept-gap` the query answers what is left."""
+    state = str(tmp_path / "s.duckdb")
+    catalog = str(tmp_path / "catalog.json")
+    engine = Engine(state)
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    engine.close()
+    migrate = ["migrate", state, "--stream", "orders_in", "--table", TARGET,
+               "--postgres", pg_url]
+    done = sstore_cli(*migrate)
+    assert done.returncode == 0, done.stderr
+    with Engine.open_existing(state) as again:
+        again.collect_garbage()
+        assert again.collected_through("orders_in") == 2
+        again.ingest("orders_in", [(6, 6)], batch_id=3)
+    with Polystore(catalog) as ps:
+        ps.add_state_file("stream", state)
+        ps.add_postgres("pg", pg_url)
+        ps.split("orders", {"stream": "orders_in", "pg": TARGET})
+    query = ["query", "--catalog", catalog, SQL, "--format", "json"]
+    asked = sstore_cli(*query)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)[0]["n"] == 6
+    recreate(pg_url, "o_id INTEGER, o_c_id INTEGER")  # sstore migrate has no batch column
+    asked = sstore_cli(*query)
+    assert asked.returncode == 1, asked.stdout
+    assert "batches 1..2 of stream orders_in" in asked.stderr and asked.stdout == ""
+    refused = sstore_cli(*migrate)
+    assert refused.returncode == 1 and "batches 1..2" in refused.stderr
+    assert sstore_cli(*query).returncode == 1
+    accepted = sstore_cli(*migrate, "--accept-gap")
+    assert accepted.returncode == 0, accepted.stderr
+    asked = sstore_cli(*query)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)[0]["n"] == 1
