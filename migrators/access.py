@@ -7,7 +7,8 @@
   column). Lookups are local and cheap; the copy is as fresh as its last refresh.
 - ``migrate_to_engine``: move rows into the engine and remove them from PostgreSQL, but only
   after the engine has committed them (merge by key makes a repeated move harmless, so a crash
-  between the two steps neither loses nor duplicates a row).
+  between the two steps neither loses nor duplicates a row; the removal takes only the row
+  versions that were read, so a retried removal or a concurrent change loses nothing).
 """
 
 from __future__ import annotations
@@ -52,34 +53,70 @@ class Replica:
                                 mode=mode, key=self.key, since=self.since)
 
 
+#: The source's row version (its inserting transaction, ``xmin``), read beside each moved row
+#: so that the removal takes exactly the row versions the engine committed.
+ROW_VERSION = "sstore_row_xmin"
+
+
 def migrate_to_engine(engine: Engine, url: str, table: str, into: str, key: Sequence[str],
                       where: str | None = None, where_params: Sequence[Any] = (),
                       retry: RetryPolicy | None = None) -> int:
     """Move the rows of ``table`` (matching ``where``, written with ``%s`` parameters) into
-    ``into``: copy, commit in the engine, then delete exactly those keys in PostgreSQL."""
+    ``into``: read them, commit them in the engine (merge by ``key``), then delete exactly
+    those row versions in PostgreSQL. Returns the number of rows the engine committed.
+
+    Three steps, each a unit that is safe to repeat. ``retry`` (default ``RetryPolicy()``)
+    applies to each PostgreSQL step: the read (read-only, so a retry reads again) and the
+    removal (one transaction, so a retry after a failure redoes it whole on a new
+    connection). A removal that gives up leaves the rows in both places; moving again merges
+    them into the engine once more (no duplicate) and removes them then. The removal matches
+    each row by key *and* row version (``xmin``): a retry after a COMMIT whose answer was lost
+    cannot delete a row inserted since under a moved key, and a row changed at the source
+    after the read stays there (the next move takes its new version), so no row is lost.
+    ``table`` must be a table (views have no row versions)."""
     if not key:
         raise DeclarationError("migration needs key columns (they make a repeated move harmless)")
-    keys = ", ".join(ident(k) for k in key)
-    filter_sql = f" WHERE {where}" if where else ""
-    query = f"SELECT * FROM {qualified(table)}{filter_sql}"
-    rows = read_postgres(url, _to_dollar(query), where_params)
+    policy = retry or RetryPolicy()
+    rows = _read_rows_to_move(url, table, where, where_params, policy)
     if rows.num_rows == 0:
         return 0
-    engine.load_table(into, rows, mode="merge", key=key)  # the engine has committed them
-    moved = rows.select(list(key))
+    moved = engine.load_table(into, rows.drop_columns([ROW_VERSION]), mode="merge", key=key)
+    versions = rows.select([*key, ROW_VERSION])
+    with_retries(url, lambda con: _remove_moved(con, table, key, versions), policy,
+                 f"remove moved rows from {table}")
+    return moved
 
-    def delete(con: Any) -> int:
-        with con.cursor() as cur:
-            cur.execute(f"CREATE TEMPORARY TABLE sstore_moved AS SELECT {keys} FROM "
-                        f"{qualified(table)} WITH NO DATA")
-            copy_arrow(cur, "sstore_moved", moved)
-            cur.execute(f"DELETE FROM {qualified(table)} t USING sstore_moved m WHERE "
-                        + " AND ".join(f"t.{ident(k)} = m.{ident(k)}" for k in key))
-            deleted = cur.rowcount
-        con.commit()
-        return deleted
 
-    return with_retries(url, delete, retry or RetryPolicy(), f"remove moved rows from {table}")
+def _read_rows_to_move(url: str, table: str, where: str | None, where_params: Sequence[Any],
+                       policy: RetryPolicy) -> pa.Table:
+    """The rows to move, each with its row version (``ROW_VERSION``), in one read-only
+    query: retried whole by ``policy``, nothing to undo."""
+    filter_sql = f" WHERE {where}" if where else ""
+    query = (f"SELECT *, xmin::text::bigint AS {ident(ROW_VERSION)} "
+             f"FROM {qualified(table)}{filter_sql}")
+    rows = read_postgres(url, _to_dollar(query), where_params, policy=policy,
+                         what=f"read rows to move from {table}")
+    if rows.column_names.count(ROW_VERSION) != 1:
+        raise DeclarationError(f"{table} has a column named {ROW_VERSION}, the name the "
+                               f"migration reads row versions under")
+    return rows
+
+
+def _remove_moved(con: Any, table: str, key: Sequence[str], versions: pa.Table) -> int:
+    """Delete the moved row versions (key and ``xmin`` as read) in one transaction, and
+    commit. Repeating it deletes nothing more: a row inserted or updated since has another
+    ``xmin``. Returns the rows deleted (0 when a lost COMMIT answer made this a repeat)."""
+    keys = ", ".join(ident(k) for k in key)
+    match = " AND ".join([*(f"t.{ident(k)} = m.{ident(k)}" for k in key),
+                          f"t.xmin::text::bigint = m.{ident(ROW_VERSION)}"])
+    with con.cursor() as cur:
+        cur.execute(f"CREATE TEMPORARY TABLE sstore_moved ON COMMIT DROP AS SELECT {keys}, "
+                    f"0::bigint AS {ident(ROW_VERSION)} FROM {qualified(table)} WITH NO DATA")
+        copy_arrow(cur, "sstore_moved", versions)
+        cur.execute(f"DELETE FROM {qualified(table)} t USING sstore_moved m WHERE {match}")
+        deleted = cur.rowcount
+    con.commit()
+    return deleted
 
 
 def _to_dollar(sql: str) -> str:

@@ -26,7 +26,7 @@ from migrators.errors import (
     PostgresUnavailable,
 )
 from migrators.typemap import check_compatible, postgres_columns
-from migrators.urls import parse
+from migrators.urls import parse, with_connect_timeout
 from sstore import retry
 from sstore.errors import DeclarationError
 from sstore.retry import GaveUp, Kind, RetryPolicy, first_line, kind_of
@@ -43,9 +43,16 @@ __all__ = ["RetryPolicy", "Session", "connect", "copy_arrow", "ensure_table", "m
 def connect(url: str) -> psycopg.Connection:
     """A connection in explicit-transaction mode. An unreachable server is a transient
     ``PostgresUnavailable``; a database or role that does not exist, or refused credentials,
-    a terminal ``MigrationError`` (waiting will not create them)."""
+    a terminal ``MigrationError`` (waiting will not create them).
+
+    Each attempt waits for an answer at most the URL's ``connect_timeout``, else
+    ``SSTORE_PG_CONNECT_TIMEOUT``, else 5 s (``urls.with_connect_timeout``; psycopg waits at
+    least 2 s): a caller whose retry budget is short must not lose 5 s to every silent try."""
     try:
-        return psycopg.connect(url, connect_timeout=5)
+        return psycopg.connect(with_connect_timeout(url))
+    except psycopg.ProgrammingError as exc:  # a connection parameter psycopg itself rejects
+        raise MigrationError(f"cannot connect to PostgreSQL at {parse(url).redacted()}: "
+                             f"{first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
         where = parse(url).redacted()
         if kind_of(exc) is Kind.TERMINAL:

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
 from migrators.errors import MigrationError, PostgresUnavailable
-from migrators.urls import parse
+from migrators.urls import parse, with_connect_timeout
 from sstore import retry
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
@@ -25,23 +25,26 @@ from sstore.sql import ident, qualified
 
 
 def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,
-                  read_only: bool = True, policy: RetryPolicy | None = None) -> pa.Table:
+                  read_only: bool = True, policy: RetryPolicy | None = None,
+                  what: str = "read from PostgreSQL") -> pa.Table:
     """Run a query in PostgreSQL and return its rows as Arrow. Parameters are ``$1, $2, ...``.
 
     ``read_only`` (the default: every caller reads) runs it in a READ ONLY transaction, so SQL
     handed in from outside (``cross_system_query``, ``query=``) cannot write the warehouse;
     the connection is closed without a commit either way. Transient failures (a server away
     or restarting) are retried by ``policy`` through the one retry helper: reads are
-    idempotent."""
+    idempotent. Each attempt connects with the same connect timeout as ``postgres.connect``
+    (without one, libpq waits for a silent address forever). ``what`` names the step in logs
+    and in the error of a policy that gave up."""
     def attempt() -> pa.Table:
-        con = adbc.connect(url)
+        con = adbc.connect(with_connect_timeout(url))
         try:
             return fetch_arrow(con, sql, params, read_only=read_only)
         finally:
             con.close()
 
     try:
-        return retry.call(attempt, policy or RetryPolicy(), "read from PostgreSQL")
+        return retry.call(attempt, policy or RetryPolicy(), what)
     except retry.GaveUp as exc:
         raise PostgresUnavailable(f"PostgreSQL at {parse(url).redacted()}: {exc}") \
             from exc.__cause__

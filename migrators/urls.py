@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
+
+from migrators.errors import MigrationError
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+#: Seconds libpq waits for a server to answer a connection attempt when neither the URL's own
+#: ``connect_timeout`` nor ``SSTORE_PG_CONNECT_TIMEOUT`` says otherwise.
+DEFAULT_CONNECT_TIMEOUT = 5
+CONNECT_TIMEOUT_ENV = "SSTORE_PG_CONNECT_TIMEOUT"
 
 
 def default_url() -> str:
@@ -52,3 +59,33 @@ def parse(url: str) -> PgUrl:
                  unquote(parts.path.lstrip("/")) or "postgres",
                  unquote(parts.username) if parts.username else None,
                  unquote(parts.password) if parts.password else None)
+
+
+def with_connect_timeout(url: str) -> str:
+    """``url`` with a ``connect_timeout`` for libpq, so that an address that never answers
+    costs a bounded time per attempt: psycopg and ADBC alike (ADBC's libpq, left alone, waits
+    for such an address forever, and a retry policy never gets its turn).
+
+    The URL's own ``connect_timeout`` (libpq's standard parameter) is kept as written, even
+    when it is invalid (libpq then says so); else ``SSTORE_PG_CONNECT_TIMEOUT``; else
+    ``DEFAULT_CONNECT_TIMEOUT``. Read at each connection, so a changed environment applies.
+    """
+    parts = urlsplit(url)
+    if "connect_timeout" in parse_qs(parts.query, keep_blank_values=True):
+        return url
+    query = "&".join(q for q in (parts.query, urlencode({"connect_timeout": connect_timeout()}))
+                     if q)
+    return urlunsplit(parts._replace(query=query))
+
+
+def connect_timeout() -> int:
+    """The connect timeout in seconds for URLs that do not carry one: the environment's, else
+    the default. Only whole seconds from 1 up: libpq's 0 means wait forever, which is what
+    this setting exists to prevent."""
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_CONNECT_TIMEOUT
+    if not raw.isdigit() or int(raw) < 1:
+        raise MigrationError(f"{CONNECT_TIMEOUT_ENV} must be a whole number of seconds, at "
+                             f"least 1, not {raw!r}")
+    return int(raw)

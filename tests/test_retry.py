@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import duckdb
 import psycopg
@@ -11,7 +13,10 @@ import pytest
 
 from migrators.errors import MigrationError, PostgresUnavailable
 from migrators.postgres import Session, connect
+from migrators.postgres_to_engine import read_postgres
+from migrators.urls import CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT, with_connect_timeout
 from sstore.errors import DeclarationError, TransientError
+from sstore.polystore.connectors import PostgresConnector
 from sstore.retry import GaveUp, Kind, RetryPolicy, call, kind_of
 
 FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
@@ -83,3 +88,90 @@ def test_an_unreachable_server_is_transient() -> None:
     with pytest.raises(PostgresUnavailable, match="gave up after 2 attempts"):
         Session("postgresql://postgres@127.0.0.1:1/postgres",
                 RetryPolicy(attempts=2, first_delay=0.01)).run(lambda con: 1, "probe")
+
+
+# -- connect timeouts: a silent address (a real socket that listens and never answers, as a
+# firewalled or hung server does) costs the URL's connect_timeout, else the environment's, else
+# 5 s per attempt. psycopg waits at least 2 s whatever the setting (libpq's old floor).
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port whose kernel completes the TCP handshake but nobody ever answers libpq. Closing
+    it at the end resets the connections still waiting, so no client is left hanging."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]
+
+
+def timed_failure(fn: Callable[[], object], budget: float) -> tuple[BaseException, float]:
+    """Run ``fn`` in a thread, expecting it to fail within ``budget`` seconds; return the
+    error and the time it took (a client that hangs fails the test instead of hanging it)."""
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(budget)
+    took = time.monotonic() - began
+    assert not thread.is_alive(), f"still waiting after {budget} s"
+    assert "error" in outcome, "connected to a silent address?"
+    return outcome["error"], took
+
+
+def test_the_urls_connect_timeout_wins(silent_port: int,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "30")  # the URL's own parameter is stronger
+    url = f"postgresql://postgres@127.0.0.1:{silent_port}/postgres?connect_timeout=2"
+    error, took = timed_failure(lambda: connect(url), budget=10)
+    assert isinstance(error, PostgresUnavailable) and "timeout expired" in str(error)
+    assert 1.5 <= took < 4, took  # 2 s, not the fixed 5 s of before nor the environment's 30
+
+
+def test_the_environment_sets_the_connect_timeout_of_both_clients(
+        silent_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{silent_port}/postgres"
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "2")
+    error, took = timed_failure(lambda: connect(url), budget=10)  # psycopg
+    assert isinstance(error, PostgresUnavailable) and 1.5 <= took < 4, (error, took)
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "1")
+    # ADBC (the reads): before, no timeout at all, so a silent address hung the read forever
+    error, took = timed_failure(lambda: read_postgres(
+        url, "SELECT 1", policy=RetryPolicy(attempts=2, first_delay=0.01)), budget=10)
+    assert isinstance(error, PostgresUnavailable), error
+    assert "gave up after 2 attempts" in str(error) and "timeout expired" in str(error)
+    assert 1.8 <= took < 4, took  # two attempts of 1 s
+
+
+def test_the_polystores_reads_are_bounded_too(silent_port: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "1")
+    connector = PostgresConnector("pg", f"postgresql://postgres@127.0.0.1:{silent_port}/postgres")
+    error, took = timed_failure(lambda: connector.fetch("SELECT 1"), budget=10)
+    assert isinstance(error, PostgresUnavailable) and "gave up after 3 attempts" in str(error)
+    assert took < 6, took  # its fixed 3 attempts of 1 s and 0.6 s of waits; before: forever
+
+
+def test_connect_timeout_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONNECT_TIMEOUT_ENV, raising=False)
+    base = "postgresql://u@h:5432/db"
+    assert with_connect_timeout(base) == f"{base}?connect_timeout={DEFAULT_CONNECT_TIMEOUT}"
+    assert with_connect_timeout(f"{base}?sslmode=disable") == \
+        f"{base}?sslmode=disable&connect_timeout={DEFAULT_CONNECT_TIMEOUT}"
+    assert with_connect_timeout(f"{base}?connect_timeout=0") == f"{base}?connect_timeout=0"
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, " 12 ")
+    assert with_connect_timeout(base) == f"{base}?connect_timeout=12"
+    for bad in ("0", "-1", "1.5", "soon"):
+        monkeypatch.setenv(CONNECT_TIMEOUT_ENV, bad)
+        with pytest.raises(MigrationError, match=CONNECT_TIMEOUT_ENV):
+            connect(base)  # refused before any connection attempt: a setting, not an outage
+
+
+def test_a_bad_connect_timeout_in_the_url_is_terminal(pg_url: str) -> None:
+    with pytest.raises(MigrationError, match="connect_timeout"):
+        connect(f"{pg_url}?connect_timeout=soon")

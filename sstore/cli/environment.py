@@ -26,6 +26,10 @@ VARIABLES = (
              "where to look for a server when SSTORE_POSTGRES_URL is unset (tests point it at "
              "a closed port to get the private server)",
              "`postgresql://postgres@127.0.0.1:5432/postgres`"),
+    Variable("SSTORE_PG_CONNECT_TIMEOUT",
+             "seconds a PostgreSQL connection (psycopg or ADBC; not Spark's JDBC) waits for "
+             "the server to answer, per attempt, when the URL has no `connect_timeout` of its "
+             "own; whole seconds from 1 (psycopg waits at least 2)", "`5`"),
     Variable("SSTORE_HOME", "the project's own directory: the private PostgreSQL's data is "
              "in `$SSTORE_HOME/postgres`", "`.sstore` in the current directory"),
     Variable("SSTORE_CATALOG", "the polystore catalog of `sstore query` and "

@@ -354,12 +354,13 @@ class PostgresConnector:
         from migrators.errors import MigrationError, PostgresUnavailable
         from migrators.postgres_to_engine import fetch_arrow
         from migrators.urls import parse as parse_url
+        from migrators.urls import with_connect_timeout
         check_query(sql, "postgres")
 
         def attempt() -> pa.Table:
             try:
-                if self._adbc is None:
-                    self._adbc = adbc.connect(self.url)
+                if self._adbc is None:  # bounded like every sstore connection (libpq: forever)
+                    self._adbc = adbc.connect(with_connect_timeout(self.url))
                 table = fetch_arrow(self._adbc, sql, read_only=True)
                 self._adbc.rollback()
                 return table
