@@ -46,15 +46,17 @@ import pyarrow.compute as pc
 
 from migrators import delivery
 from migrators.delivery import SinkKey, TargetBehind
-from migrators.errors import MigrationError
+from migrators.errors import IncompatibleSchemaError, MigrationError
 from migrators.recent_batches import RecentBatches
 from migrators.postgres import (
     RetryPolicy,
     Session,
+    TargetColumns,
     copy_arrow,
     ensure_table,
     merge_rows,
     split_name,
+    target_columns,
 )
 from migrators.typemap import for_copy, for_target
 from sstore import interrupts
@@ -69,6 +71,9 @@ from sstore.subscriptions import Subscription
 log = logging.getLogger("sstore.migrators")
 
 READ_AHEAD_ROWS = 100_000
+#: the batch column a sink gives its target by convention (the engine's own name for it):
+#: what a split object, a cached copy's top-up and a backfill read batch ids from
+BATCH_COLUMN = "_batch_id"
 
 
 @dataclass
@@ -122,7 +127,12 @@ class StreamToPostgres:
     """Moves a stream's committed batches into a PostgreSQL table (see the module docstring).
 
     ``mode`` is "append" (new rows) or "merge" (``key`` columns identify rows to update).
-    ``batch_column`` names a target column for the batch-id (none by default).
+    ``batch_column`` names a target column for the batch-id (none by default). A target that
+    has a ``_batch_id`` column while the sink has no batch column is refused
+    (``IncompatibleSchemaError``): its rows would carry NULL batch ids, which anything that
+    filters or replaces by batch id misses. ``detect_batch_column``: take that column as the
+    batch column instead (``sstore migrate``, which cannot know how a program's sink made
+    the table).
     ``accept_gap``: start even if garbage collection removed batches the target lacks (the gap
     is recorded in the engine). ``shared_target``: other state files feed the same stream
     into the same table on purpose (otherwise that is refused). ``drained_target``: another
@@ -148,6 +158,7 @@ class StreamToPostgres:
     key: Sequence[str] = ()
     chunk_rows: int = 10_000
     batch_column: str | None = None
+    detect_batch_column: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     before_commit: Callable[[psycopg.Connection], None] | None = None
     on_delivered: Callable[[Delivered], None] | None = None
@@ -277,9 +288,33 @@ class StreamToPostgres:
         its column types (rows are converted to them before COPY)."""
         schema = self.engine.schema(self.stream)
         assert schema is not None
+        existing = target_columns(cur.connection, self.table)
+        self._settle_batch_column(existing)
         if self.batch_column:
             schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
-        self._target_types = ensure_table(cur.connection, self.table, schema, self.key)
+        self._target_types = ensure_table(cur.connection, self.table, schema, self.key,
+                                          existing)
+
+    def _settle_batch_column(self, existing: TargetColumns) -> None:
+        """A target with a ``_batch_id`` column (a sink with ``batch_column`` made it) and a
+        sink without a batch column: COPY would leave the column NULL in every row it writes,
+        silently, since a nullable column the rows lack is accepted. Take it as the batch
+        column when told to detect it, else refuse by its name, before any row is written
+        or the watermark touched."""
+        if self.batch_column is not None or BATCH_COLUMN not in existing:
+            return
+        if self.detect_batch_column:
+            log.info("%s: the target has a %s column; each row's batch id goes there",
+                     self.sink_key, BATCH_COLUMN)
+            self.batch_column = BATCH_COLUMN
+            return
+        raise IncompatibleSchemaError(
+            f"target {self.table} has a {BATCH_COLUMN} column (a sink with batch_column="
+            f"{BATCH_COLUMN!r} made it), and this sink has no batch column: every row it "
+            f"writes would have {BATCH_COLUMN} NULL, which a split object, a cached copy's "
+            f"top-up or a backfill replacing by batch id would miss. Nothing was written. "
+            f"Pass batch_column={BATCH_COLUMN!r} (`sstore migrate` takes the table's own, or "
+            f"--batch-column COL)")
 
     def _skip_gap(self, con: psycopg.Connection, watermark: int, after: int) -> None:
         with con.cursor() as cur:
@@ -647,9 +682,11 @@ def _exists(con: psycopg.Connection, table: str) -> bool:
 
 def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",
                    key: Sequence[str] = (), chunk_rows: int = 10_000, *,
-                   accept_gap: bool = False) -> MigrationReport:
-    """Move everything committed on ``stream`` and not yet in ``table``; then return."""
+                   accept_gap: bool = False, batch_column: str | None = None
+                   ) -> MigrationReport:
+    """Move everything committed on ``stream`` and not yet in ``table``; then return.
+    ``batch_column``: the target column for each row's batch id (``StreamToPostgres``)."""
     if stream not in engine.graph.streams and not engine.graph.is_stream(stream):
         raise MigrationError(f"no stream {stream!r} in this engine")
     return StreamToPostgres(engine, stream, url, table, mode, tuple(key), chunk_rows,
-                            accept_gap=accept_gap).run_once()
+                            batch_column=batch_column, accept_gap=accept_gap).run_once()
