@@ -434,3 +434,76 @@ def test_sstore_query_over_a_state_file_exits_with_the_error(tmp_path: Path,
     asked = sstore_cli(*query)
     assert asked.returncode == 0, asked.stderr
     assert json.loads(asked.stdout)[0]["n"] == 1
+
+
+# -- the UPDATE the error prints, run as printed ------------------------------------------
+@pytest.mark.parametrize(("sink_target", "catalog_target"), [
+    ("public.orders_rc", "public.orders_rc"), ("orders_rc", "orders_rc"),
+    ("orders_rc", "public.orders_rc"), ("public.orders_rc", "orders_rc")])
+def test_the_printed_update_moves_the_sinks_watermark_row(tmp_path: Path, pg_url: str,
+                                                         sink_target: str,
+                                                         catalog_target: str) -> None:
+    """A sink given a bare name records it bare in ``sstore.watermarks``, and the catalog may
+    spell the table either way (the polystore matches both). Before, the printed UPDATE
+    matched the catalog's spelling only: with the other one it moved no row (UPDATE 0) and
+    the split object then refused the restored table as replaced. Run as printed, it moves
+    exactly the sink's row (not a watermark of the same stream into another schema's table
+    of the same name), and the sink goes on from it."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    StreamToPostgres(engine, "orders_in", pg_url, sink_target,
+                     batch_column="_batch_id").run_once()
+    engine.collect_garbage()
+    engine.ingest("orders_in", [(6, 6)], batch_id=3)
+    pg(pg_url, "INSERT INTO sstore.watermarks (source, stream, target, batch_id) VALUES "
+               "('another', 'orders_in', 'shadow.orders_rc', 1)")  # must not move
+    ps = Polystore(str(tmp_path / "catalog.json"), costs=CostModel())
+    try:
+        ps.attach_engine("stream", engine)
+        ps.add_postgres("pg", pg_url)
+        ps.split("orders", {"stream": "orders_in", "pg": catalog_target})
+        assert answer(ps) == expected(ALL)
+        recreate(pg_url)
+        with pytest.raises(BatchesLostError) as caught:
+            answer(ps)
+        error = str(caught.value)
+        pg(pg_url, f"INSERT INTO {TARGET} VALUES (1, 1, 1), (1, 2, 2), (1, 3, 3), "
+                   f"(2, 4, 4), (2, 5, 5)")
+        update = error[error.index("UPDATE sstore.watermarks"):error.index("; or accept")]
+        with psycopg.connect(pg_url) as con:
+            assert con.execute(update).rowcount == 1, update
+        assert pg(pg_url, "SELECT target, batch_id, rows_total, target_oid = "
+                          "to_regclass('public.orders_rc')::oid FROM sstore.watermarks "
+                          "WHERE source <> 'another'") == [(sink_target, 2, 5, True)]
+        assert pg(pg_url, "SELECT batch_id, target_oid FROM sstore.watermarks WHERE "
+                          "source = 'another'") == [(1, None)]
+        assert answer(ps) == expected(ALL)
+        assert StreamToPostgres(engine, "orders_in", pg_url, sink_target,
+                                batch_column="_batch_id").run_once().rows == 1  # batch 3
+        assert pg(pg_url, f"SELECT count(*), count(DISTINCT o_id) FROM {TARGET}") == [(6, 6)]
+        assert answer(ps) == expected(ALL)
+    finally:
+        ps.close()
+        engine.close()
+
+
+def test_the_printed_update_after_the_sinks_gap_error_counts_the_restored_rows(
+        collected, pg_url: str) -> None:
+    """After the sink's failed start the watermark counts no rows (it started over). The
+    printed UPDATE sets the rows the restored table holds, so emptying it again later is
+    noticed (``TargetEmptiedError``) instead of the split object answering batch 3 alone."""
+    ps, engine = collected
+    recreate(pg_url)
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()
+    error = str(assert_lost(ps))
+    pg(pg_url, f"INSERT INTO {TARGET} VALUES (1, 1, 1), (1, 2, 2), (1, 3, 3), (2, 4, 4), "
+               f"(2, 5, 5)")
+    pg(pg_url, error[error.index("UPDATE sstore.watermarks"):error.index("; or accept")])
+    assert pg(pg_url, "SELECT batch_id, rows_total FROM sstore.watermarks") == [(2, 5)]
+    assert answer(ps) == expected(ALL)
+    pg(pg_url, f"TRUNCATE {TARGET}")
+    with pytest.raises(TargetEmptiedError):
+        answer(ps)

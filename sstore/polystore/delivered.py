@@ -68,7 +68,7 @@ from sstore.polystore.catalog import EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
 from sstore.polystore.plan import Delivered, Plan
 from sstore.polystore.planning import PlanningInput
-from sstore.sql import qualified
+from sstore.sql import literal, qualified
 
 GROWING_COLUMN = "_batch_id"
 ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced
@@ -329,12 +329,34 @@ def refuse_lost(link: Delivered, mark: Mark, collected: int) -> None:
         f"object is not read. The engine cannot deliver them again (`sstore "
         f"migrate --reset` re-delivers only the batches it still holds, and those are read "
         f"from the stream already). Either restore their rows into {link.target} (from a "
-        f"backup) and move the watermark past them: UPDATE sstore.watermarks SET batch_id = "
-        f"{collected}, target_oid = to_regclass('{qualified(link.target)}')::oid WHERE "
-        f"stream = '{link.stream}' AND target = '{link.target}'; or accept the loss: run the "
+        f"backup) and move the watermark past them: {move_watermark(link, collected)}; "
+        f"or accept the loss: run the "
         f"sink once with accept_gap=True (`sstore migrate STATE --stream {link.stream} "
         f"--table {link.target} --accept-gap`), which records the gap (`sstore status` shows "
         f"it) and moves the watermark past it, and the split object answers without them")
+
+
+def move_watermark(link: Delivered, batch_id: int) -> str:
+    """The one ``UPDATE`` a user runs by hand to say that the table now under the link's
+    target name holds its stream's batches up to ``batch_id`` (restored from a backup).
+
+    It matches the sink's row as the polystore reads it: by the engine's identity, the
+    stream, and the target under both spellings (a sink given a bare name, ``orders``,
+    records it bare; the catalog may say ``public.orders``, and the other way round), so it
+    moves that row and no other. ``rows_total`` becomes the table's count: a watermark that
+    started over counts no rows, and a table emptied later would not be noticed
+    (``refuse_emptied``) while it counts none."""
+    from migrators.postgres import split_name
+    schema, name = split_name(link.target)
+    full = qualified(f"{schema}.{name}")
+    names = [f"{schema}.{name}", *([name] if schema == "public" else [])]
+    where = [f"stream = {literal(link.stream)}",
+             f"target IN ({', '.join(literal(n) for n in names)})"]
+    if link.source is not None:
+        where.insert(0, f"source = {literal(link.source)}")
+    return (f"UPDATE sstore.watermarks SET batch_id = {int(batch_id)}, target_oid = "
+            f"to_regclass({literal(full)})::oid, rows_total = (SELECT count(*) FROM {full}) "
+            f"WHERE {' AND '.join(where)}")
 
 
 def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_total: int,
