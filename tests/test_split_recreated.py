@@ -36,6 +36,7 @@ from sstore.polystore.cost import CostModel
 from sstore.polystore.delivered import (
     BatchesLostError,
     DeliveryLostError,
+    TargetDroppedError,
     TargetEmptiedError,
 )
 
@@ -268,18 +269,82 @@ def test_a_target_recreated_while_the_engine_holds_every_batch_answers_whole(
 
 
 # -- the variants ---------------------------------------------------------------------------
+def assert_dropped(ps: Polystore, lost: str | None = "Batches 1..2") -> TargetDroppedError:
+    """The reused plan, a planning afresh and every plan refuse with ``TargetDroppedError``
+    (before: psycopg's ``UndefinedTable``), naming the table, the sink, the lost batches and
+    what to do."""
+    with pytest.raises(TargetDroppedError) as caught:
+        answer(ps)
+    ps.plan_cache.entries.clear()
+    with pytest.raises(TargetDroppedError):
+        answer(ps)  # planned afresh: the probe of the table is where it fails
+    message = str(caught.value)
+    assert message.startswith(f"pg.{TARGET} does not exist: the table the sink of stream "
+                              f"orders_in delivers into was dropped; the sink's watermark "
+                              f"says batches up to 2 had been delivered into it"), message
+    if lost is None:
+        assert "still holds every batch" in message
+    else:
+        assert f"{lost} of the stream went with it" in message
+        assert "--accept-gap" in message and "UPDATE sstore.watermarks" in message
+    assert isinstance(caught.value, DeliveryLostError)
+    assert isinstance(caught.value, TerminalError)
+    assert not isinstance(caught.value, psycopg.Error)
+    return caught.value
+
+
 def test_a_target_dropped_and_not_recreated(collected, pg_url: str) -> None:
-    """No table under the name: the split object cannot be read at all (PostgreSQL's error
-    names the table). The sink creates it again, then meets the gap; from then on the
-    table exists, empty, and the split object refuses with the lost batches."""
+    """No table under the name: the split object cannot be read at all, and says so as an
+    sstore error naming the lost batches (before: PostgreSQL's ``UndefinedTable``, from the
+    run's emptiness check or from planning's probe). The sink creates it again, then meets
+    the gap; from then on the table exists, empty, and the split object refuses with the
+    lost batches."""
     ps, engine = collected
     pg(pg_url, f"DROP TABLE {TARGET}")
-    with pytest.raises(psycopg.errors.UndefinedTable, match="orders_rc"):
-        answer(ps)
+    assert_dropped(ps)
+    with pytest.raises(TargetDroppedError):
+        ps.plans(SQL, rewrite=False)  # no plan to run: planning itself refuses
     with pytest.raises(GapError, match=r"batches 1\.\.2"):
         sink(engine, pg_url).run_once()
     assert pg(pg_url, f"SELECT count(*) FROM {TARGET}") == [(0,)]  # made by the sink
     assert_lost(ps)
+
+
+def test_a_target_dropped_while_the_engine_holds_every_batch(tmp_path: Path,
+                                                            pg_url: str) -> None:
+    """Nothing collected: nothing is lost, but the table the plan reads is gone. The error
+    says so and what to do (run the sink); after the sink ran the answer is whole."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    sink(engine, pg_url).run_once()
+    engine.ingest("orders_in", [(6, 6)], batch_id=3)
+    ps = polystore(tmp_path, engine, pg_url)
+    try:
+        assert answer(ps) == expected(ALL)
+        pg(pg_url, f"DROP TABLE {TARGET}")
+        assert_dropped(ps, lost=None)
+        assert sink(engine, pg_url).run_once().rows == 6
+        assert answer(ps) == expected(ALL)
+    finally:
+        ps.close()
+        engine.close()
+
+
+def test_a_dropped_target_read_without_its_stream(collected, pg_url: str) -> None:
+    """Everything delivered and collected: the plan reads the table alone and checks it
+    first (``checks``). Dropped, that check refuses (before: the plan's SQL raised
+    ``UndefinedTable``)."""
+    ps, engine = collected
+    sink(engine, pg_url).run_once()
+    engine.collect_garbage()
+    ps.plan_cache.entries.clear()
+    assert answer(ps) == expected(ALL)
+    assert [(len(p.guards), len(p.checks)) for p in ps.plans(SQL)] == [(0, 1)]
+    pg(pg_url, f"DROP TABLE {TARGET}")
+    with pytest.raises(TargetDroppedError, match=r"Batches 1\.\.3 of the stream went"):
+        answer(ps)
 
 
 def test_a_target_recreated_with_an_extra_column(collected, pg_url: str) -> None:
@@ -422,7 +487,13 @@ def test_sstore_query_over_a_state_file_exits_with_the_error(tmp_path: Path,
     asked = sstore_cli(*query)
     assert asked.returncode == 0, asked.stderr
     assert json.loads(asked.stdout)[0]["n"] == 6
-    recreate(pg_url, "o_id INTEGER, o_c_id INTEGER")  # sstore migrate has no batch column
+    pg(pg_url, f"DROP TABLE {TARGET}")
+    asked = sstore_cli(*query)  # dropped, not created again: an sstore error, not psycopg's
+    assert asked.returncode == 1, asked.stdout
+    assert f"pg.{TARGET} does not exist" in asked.stderr
+    assert "Batches 1..2 of the stream went with it" in asked.stderr
+    assert "Traceback" not in asked.stderr and asked.stdout == ""
+    pg(pg_url, f"CREATE TABLE {TARGET} (o_id INTEGER, o_c_id INTEGER)")  # as migrate made it
     asked = sstore_cli(*query)
     assert asked.returncode == 1, asked.stdout
     assert "batches 1..2 of stream orders_in" in asked.stderr and asked.stdout == ""
