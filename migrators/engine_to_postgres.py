@@ -62,7 +62,7 @@ from migrators.typemap import for_copy, for_target
 from sstore import interrupts
 from sstore.backpressure import Bound
 from sstore.engine import Engine
-from sstore.errors import DeclarationError, SStoreError
+from sstore.errors import DeclarationError, GapError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import Kind, call, first_line, kind_of
 from sstore.sql import ident, qualified
@@ -247,12 +247,12 @@ class StreamToPostgres:
         if missing:
             raise DeclarationError(f"key column(s) {missing} are not columns of stream "
                                    f"{self.stream!r} ({schema.names if schema else []})")
-        watermark = self.session.run(lambda con: self._claim(con, schema),
-                                     f"prepare {self.table}").batch_id
+        claimed = self.session.run(lambda con: self._claim(con, schema),
+                                   f"prepare {self.table}")
+        watermark = claimed.batch_id
         new_hold = engine.hold(self.stream, self.consumer)
         try:
-            after = engine.continue_from(self.stream, self.consumer, watermark,
-                                         accept_gap=self.accept_gap)
+            after = self._continue_from(claimed)
             if after > watermark:  # an accepted gap: the target's watermark moves past it
                 self.session.run(lambda con: self._skip_gap(con, watermark, after),
                                  f"record the accepted gap in {self.table}")
@@ -269,6 +269,27 @@ class StreamToPostgres:
             raise
         self._after, self._unacked = after, 0
         return after
+
+    def _continue_from(self, claimed: delivery.Watermark) -> int:
+        """``Engine.continue_from`` after the target's watermark; its ``GapError`` says which
+        batches the target had held when it lost them.
+
+        The watermark's reset to 0 is committed before this check (a later start must not
+        count batches in a table that lost them), so after a first failed start PostgreSQL
+        no longer knows them: the engine does (its acknowledgement, which a failed start never
+        moves back), and this start's claim knows them when it was the one that reset."""
+        try:
+            return self.engine.continue_from(self.stream, self.consumer, claimed.batch_id,
+                                             accept_gap=self.accept_gap)
+        except GapError as gap:
+            delivered = max(claimed.previous, self.engine.acknowledged(self.consumer))
+            if delivered <= claimed.batch_id:
+                raise
+            raise GapError(gap.stream, gap.consumer, gap.first, gap.last, why=(
+                f"they had been delivered into {self.table} up to batch {delivered} and "
+                f"acknowledged, and {self.table} has since lost them: dropped, recreated or "
+                f"emptied, or its watermark reset, it holds batches up to {claimed.batch_id} "
+                f"only")) from None
 
     def _claim(self, con: psycopg.Connection, schema: pa.Schema | None) -> delivery.Watermark:
         """The target created or checked, and the checked watermark (one transaction)."""

@@ -17,6 +17,7 @@ batches and what to do. Where the engine still holds every batch, the answer is 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -578,3 +579,61 @@ def test_the_printed_update_after_the_sinks_gap_error_counts_the_restored_rows(
     pg(pg_url, f"TRUNCATE {TARGET}")
     with pytest.raises(TargetEmptiedError):
         answer(ps)
+
+
+# -- what a failed start says ----------------------------------------------------------------
+@pytest.mark.parametrize("how", ["recreated", "truncated"])
+def test_every_failed_start_names_the_batch_delivered_before_the_reset(
+        collected, pg_url: str, caplog: pytest.LogCaptureFixture, how: str) -> None:
+    """The sink's first start after the target lost its rows commits its watermark's reset
+    to 0, then refuses with ``GapError``; PostgreSQL no longer knows that batches up to 2
+    had been delivered. Before, a later start's ``GapError`` gave only the generic reasons,
+    and a start after the table was recreated once more logged "dropped or recreated since
+    batch 0 was delivered". Now every start's error names batch 2 (the engine's
+    acknowledgement keeps it: a failed start never moves it back), and no line says batch 0
+    was delivered. The reset itself is unchanged: the watermark is 0, for the new table."""
+    _ps, engine = collected
+    if how == "recreated":
+        recreate(pg_url)
+    else:
+        pg(pg_url, f"TRUNCATE {TARGET}")
+    caplog.set_level(logging.INFO, logger="sstore.migrators")
+    messages = []
+    for again in ("the same", "recreated again", "the same"):
+        with pytest.raises(GapError, match=r"batches 1\.\.2 of stream 'orders_in'") as gap:
+            sink(engine, pg_url).run_once()
+        messages.append(str(gap.value))
+        assert pg(pg_url, "SELECT batch_id, rows_total, target_oid = "
+                          "to_regclass('public.orders_rc')::oid FROM sstore.watermarks") == \
+            [(0, 0, True)]
+        if again == "recreated again":
+            recreate(pg_url)
+    assert engine.acknowledged(CONSUMER) == 2
+    for message in messages:
+        assert f"delivered into {TARGET} up to batch 2" in message, message
+        assert "holds batches up to 0 only" in message, message
+    logged = [r.getMessage() for r in caplog.records]
+    assert not [line for line in logged if "since batch 0" in line], logged
+    assert any("since batch 2 was delivered" in line for line in logged), logged
+
+
+def test_a_running_sink_behind_a_reset_target_names_no_batch_0(
+        collected, pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A sink that planned from batch 2, while another start reset the watermark to 0 and
+    the table was then recreated once more: its delivery finds the target behind its plan
+    (``TargetBehind``, logged, then it plans again and refuses with the gap). Before, that
+    line said "dropped or recreated since batch 0 was delivered"."""
+    _ps, engine = collected
+    running = sink(engine, pg_url)
+    assert running.start() == 2
+    recreate(pg_url)
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()  # the reset to 0, committed
+    recreate(pg_url)
+    caplog.set_level(logging.INFO, logger="sstore.migrators")
+    with pytest.raises(GapError, match=f"delivered into {TARGET} up to batch 2"):
+        running.run_pending()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("started over already" in line and "planning again" in line
+               for line in logged), logged
+    assert not [line for line in logged if "since batch 0" in line], logged
