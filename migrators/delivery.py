@@ -121,6 +121,8 @@ class TargetBehind(TerminalError):
     def __init__(self, key: SinkKey, watermark: Watermark, expected: int) -> None:
         how = "emptied" if watermark.emptied else "dropped or recreated"
         why = (f"{key.target} was {how} since batch {watermark.previous} was delivered"
+               if watermark.reset and watermark.previous > 0 else
+               f"{key.target} was {how} again, its watermark had started over already"
                if watermark.reset else f"its watermark is at {watermark.batch_id}")
         super().__init__(f"{key}: the target lacks batches after {watermark.batch_id} that the "
                          f"writer expected it to have up to {expected} ({why})")
@@ -208,8 +210,7 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
         if stored_oid is not None and batch_id > 0:
             refuse_replaced_target(cur, key.stream, key.target, batch_id)
         if stored_oid is not None:
-            log.warning("%s: the target was dropped or recreated since batch %d was delivered; "
-                        "its watermark starts over", key, batch_id)
+            _log_reset(key, "dropped or recreated", batch_id)
             watermark = Watermark(0, reset=True, previous=batch_id)
         _claim(cur, key, current_oid, shared_target, fresh=new or watermark.reset)
     elif not drained_target and _emptied(cur, key, batch_id, rows_total):
@@ -220,6 +221,19 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
                     f"WHERE source = %s AND stream = %s AND target = %s",
                     (key.source, key.stream, key.target))
     return watermark
+
+
+def _log_reset(key: SinkKey, how: str, batch_id: int) -> None:
+    """The warning of a watermark that starts over. One at 0 already (it started over
+    before, and nothing was delivered since) names no batch: "since batch 0 was delivered"
+    read as if batch 0 had been; which batches the table had held before, PostgreSQL no
+    longer knows (a sink's ``GapError`` names them from the engine's acknowledgement)."""
+    if batch_id > 0:
+        log.warning("%s: the target was %s since batch %d was delivered; its watermark "
+                    "starts over", key, how, batch_id)
+    else:
+        log.warning("%s: the target was %s again; its watermark had started over already "
+                    "and counts no batch", key, how)
 
 
 def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write: Write, *,

@@ -46,21 +46,23 @@ import pyarrow.compute as pc
 
 from migrators import delivery
 from migrators.delivery import SinkKey, TargetBehind
-from migrators.errors import MigrationError
+from migrators.errors import IncompatibleSchemaError, MigrationError
 from migrators.recent_batches import RecentBatches
 from migrators.postgres import (
     RetryPolicy,
     Session,
+    TargetColumns,
     copy_arrow,
     ensure_table,
     merge_rows,
     split_name,
+    target_columns,
 )
 from migrators.typemap import for_copy, for_target
 from sstore import interrupts
 from sstore.backpressure import Bound
 from sstore.engine import Engine
-from sstore.errors import DeclarationError, SStoreError
+from sstore.errors import DeclarationError, GapError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import Kind, call, first_line, kind_of
 from sstore.sql import ident, qualified
@@ -69,6 +71,9 @@ from sstore.subscriptions import Subscription
 log = logging.getLogger("sstore.migrators")
 
 READ_AHEAD_ROWS = 100_000
+#: the batch column a sink gives its target by convention (the engine's own name for it):
+#: what a split object, a cached copy's top-up and a backfill read batch ids from
+BATCH_COLUMN = "_batch_id"
 
 
 @dataclass
@@ -122,7 +127,12 @@ class StreamToPostgres:
     """Moves a stream's committed batches into a PostgreSQL table (see the module docstring).
 
     ``mode`` is "append" (new rows) or "merge" (``key`` columns identify rows to update).
-    ``batch_column`` names a target column for the batch-id (none by default).
+    ``batch_column`` names a target column for the batch-id (none by default). A target that
+    has a ``_batch_id`` column while the sink has no batch column is refused
+    (``IncompatibleSchemaError``): its rows would carry NULL batch ids, which anything that
+    filters or replaces by batch id misses. ``detect_batch_column``: take that column as the
+    batch column instead (``sstore migrate``, which cannot know how a program's sink made
+    the table).
     ``accept_gap``: start even if garbage collection removed batches the target lacks (the gap
     is recorded in the engine). ``shared_target``: other state files feed the same stream
     into the same table on purpose (otherwise that is refused). ``drained_target``: another
@@ -148,6 +158,7 @@ class StreamToPostgres:
     key: Sequence[str] = ()
     chunk_rows: int = 10_000
     batch_column: str | None = None
+    detect_batch_column: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     before_commit: Callable[[psycopg.Connection], None] | None = None
     on_delivered: Callable[[Delivered], None] | None = None
@@ -236,12 +247,12 @@ class StreamToPostgres:
         if missing:
             raise DeclarationError(f"key column(s) {missing} are not columns of stream "
                                    f"{self.stream!r} ({schema.names if schema else []})")
-        watermark = self.session.run(lambda con: self._claim(con, schema),
-                                     f"prepare {self.table}").batch_id
+        claimed = self.session.run(lambda con: self._claim(con, schema),
+                                   f"prepare {self.table}")
+        watermark = claimed.batch_id
         new_hold = engine.hold(self.stream, self.consumer)
         try:
-            after = engine.continue_from(self.stream, self.consumer, watermark,
-                                         accept_gap=self.accept_gap)
+            after = self._continue_from(claimed)
             if after > watermark:  # an accepted gap: the target's watermark moves past it
                 self.session.run(lambda con: self._skip_gap(con, watermark, after),
                                  f"record the accepted gap in {self.table}")
@@ -258,6 +269,27 @@ class StreamToPostgres:
             raise
         self._after, self._unacked = after, 0
         return after
+
+    def _continue_from(self, claimed: delivery.Watermark) -> int:
+        """``Engine.continue_from`` after the target's watermark; its ``GapError`` says which
+        batches the target had held when it lost them.
+
+        The watermark's reset to 0 is committed before this check (a later start must not
+        count batches in a table that lost them), so after a first failed start PostgreSQL
+        no longer knows them: the engine does (its acknowledgement, which a failed start never
+        moves back), and this start's claim knows them when it was the one that reset."""
+        try:
+            return self.engine.continue_from(self.stream, self.consumer, claimed.batch_id,
+                                             accept_gap=self.accept_gap)
+        except GapError as gap:
+            delivered = max(claimed.previous, self.engine.acknowledged(self.consumer))
+            if delivered <= claimed.batch_id:
+                raise
+            raise GapError(gap.stream, gap.consumer, gap.first, gap.last, why=(
+                f"they had been delivered into {self.table} up to batch {delivered} and "
+                f"acknowledged, and {self.table} has since lost them: dropped, recreated or "
+                f"emptied, or its watermark reset, it holds batches up to {claimed.batch_id} "
+                f"only")) from None
 
     def _claim(self, con: psycopg.Connection, schema: pa.Schema | None) -> delivery.Watermark:
         """The target created or checked, and the checked watermark (one transaction)."""
@@ -277,9 +309,33 @@ class StreamToPostgres:
         its column types (rows are converted to them before COPY)."""
         schema = self.engine.schema(self.stream)
         assert schema is not None
+        existing = target_columns(cur.connection, self.table)
+        self._settle_batch_column(existing)
         if self.batch_column:
             schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
-        self._target_types = ensure_table(cur.connection, self.table, schema, self.key)
+        self._target_types = ensure_table(cur.connection, self.table, schema, self.key,
+                                          existing)
+
+    def _settle_batch_column(self, existing: TargetColumns) -> None:
+        """A target with a ``_batch_id`` column (a sink with ``batch_column`` made it) and a
+        sink without a batch column: COPY would leave the column NULL in every row it writes,
+        silently, since a nullable column the rows lack is accepted. Take it as the batch
+        column when told to detect it, else refuse by its name, before any row is written
+        or the watermark touched."""
+        if self.batch_column is not None or BATCH_COLUMN not in existing:
+            return
+        if self.detect_batch_column:
+            log.info("%s: the target has a %s column; each row's batch id goes there",
+                     self.sink_key, BATCH_COLUMN)
+            self.batch_column = BATCH_COLUMN
+            return
+        raise IncompatibleSchemaError(
+            f"target {self.table} has a {BATCH_COLUMN} column (a sink with batch_column="
+            f"{BATCH_COLUMN!r} made it), and this sink has no batch column: every row it "
+            f"writes would have {BATCH_COLUMN} NULL, which a split object, a cached copy's "
+            f"top-up or a backfill replacing by batch id would miss. Nothing was written. "
+            f"Pass batch_column={BATCH_COLUMN!r} (`sstore migrate` takes the table's own, or "
+            f"--batch-column COL)")
 
     def _skip_gap(self, con: psycopg.Connection, watermark: int, after: int) -> None:
         with con.cursor() as cur:
@@ -647,9 +703,11 @@ def _exists(con: psycopg.Connection, table: str) -> bool:
 
 def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",
                    key: Sequence[str] = (), chunk_rows: int = 10_000, *,
-                   accept_gap: bool = False) -> MigrationReport:
-    """Move everything committed on ``stream`` and not yet in ``table``; then return."""
+                   accept_gap: bool = False, batch_column: str | None = None
+                   ) -> MigrationReport:
+    """Move everything committed on ``stream`` and not yet in ``table``; then return.
+    ``batch_column``: the target column for each row's batch id (``StreamToPostgres``)."""
     if stream not in engine.graph.streams and not engine.graph.is_stream(stream):
         raise MigrationError(f"no stream {stream!r} in this engine")
     return StreamToPostgres(engine, stream, url, table, mode, tuple(key), chunk_rows,
-                            accept_gap=accept_gap).run_once()
+                            batch_column=batch_column, accept_gap=accept_gap).run_once()

@@ -37,7 +37,7 @@ log = logging.getLogger("sstore.migrators")
 T = TypeVar("T")
 
 __all__ = ["RetryPolicy", "Session", "connect", "copy_arrow", "ensure_table", "merge_rows",
-           "split_name", "with_retries"]
+           "split_name", "target_columns", "with_retries"]
 
 
 def connect(url: str) -> psycopg.Connection:
@@ -155,21 +155,20 @@ TargetColumns = dict[str, tuple[str, int | None, int | None]]
 
 
 def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
-                 key: Sequence[str] = ()) -> TargetColumns:
+                 key: Sequence[str] = (), existing: TargetColumns | None = None
+                 ) -> TargetColumns:
     """Create ``table`` from an Arrow schema (with ``key`` as primary key) if it is missing;
     if it exists, check that every column can take the rows (``IncompatibleSchemaError``).
     Returns the target's columns: name -> (data type, numeric precision, numeric scale), so
-    rows can be converted to a column that was widened (``typemap.for_target``)."""
+    rows can be converted to a column that was widened (``typemap.for_target``).
+    ``existing``: those columns, when the caller asked them already in this transaction."""
     wanted = postgres_columns(schema)
     missing = [k for k in key if k not in schema.names]
     if missing:
         raise DeclarationError(f"key column(s) {missing} are not among {schema.names}")
-    pg_schema, name = split_name(table)
-    existing: TargetColumns = {
-        column: (data_type, precision, scale) for column, data_type, precision, scale in
-        con.execute("SELECT column_name, data_type, numeric_precision, numeric_scale "
-                    "FROM information_schema.columns WHERE table_schema = %s AND "
-                    "table_name = %s", (pg_schema, name)).fetchall()}
+    pg_schema, _name = split_name(table)
+    if existing is None:
+        existing = target_columns(con, table)
     if existing:
         check_compatible(table, wanted, {c: t[0] for c, t in existing.items()})
         return existing
@@ -179,6 +178,17 @@ def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(pg_schema)}")
     con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")
     return {}
+
+
+def target_columns(con: psycopg.Connection, table: str) -> TargetColumns:
+    """The columns of ``table`` as ``ensure_table`` returns them (none: no such table), in
+    the caller's transaction: a writer asks them before it decides what its rows carry
+    (a batch column the table has, ``engine_to_postgres``)."""
+    pg_schema, name = split_name(table)
+    return {column: (data_type, precision, scale) for column, data_type, precision, scale in
+            con.execute("SELECT column_name, data_type, numeric_precision, numeric_scale "
+                        "FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = %s", (pg_schema, name)).fetchall()}
 
 
 def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[str]) -> None:

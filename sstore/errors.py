@@ -109,14 +109,21 @@ class GapError(TerminalError):
     gap on purpose (``accept_gap=True``, ``sstore migrate --accept-gap``): it is then recorded.
     """
 
-    def __init__(self, stream: str, consumer: str, first: int, last: int) -> None:
+    def __init__(self, stream: str, consumer: str, first: int, last: int, *,
+                 why: str | None = None) -> None:
+        """``why``: what the consumer knows of how it came to lack them (a sink whose target
+        lost batches it had delivered); without it, the two ways a gap arises."""
+        advice = ("The engine cannot deliver them again: restore their rows into the target, "
+                  "or accept the gap on purpose" if why else
+                  "Declare the consumer with the dataflow (Engine.consumer) so the engine "
+                  "keeps its batches, or accept the gap on purpose")
+        why = why or ("they were collected before this consumer existed, or after it "
+                      "acknowledged them to a target that has since lost them")
         super().__init__(
             f"{consumer} would start after a gap: batches {first}..{last} of stream {stream!r} "
-            f"were already removed by garbage collection (they were collected before this "
-            f"consumer existed, or after it acknowledged them to a target that has since lost "
-            f"them). Declare the consumer with the dataflow (Engine.consumer) so the engine "
-            f"keeps its batches, or accept the gap on purpose (accept_gap=True, sstore migrate "
-            f"--accept-gap); an accepted gap is recorded and shown by sstore status")
+            f"were already removed by garbage collection ({why}). {advice} (accept_gap=True, "
+            f"sstore migrate --accept-gap); an accepted gap is recorded and shown by sstore "
+            f"status")
         self.stream = stream
         self.consumer = consumer
         self.first = first

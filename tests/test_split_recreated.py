@@ -17,6 +17,7 @@ batches and what to do. Where the engine still holds every batch, the answer is 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from sstore.polystore.cost import CostModel
 from sstore.polystore.delivered import (
     BatchesLostError,
     DeliveryLostError,
+    TargetDroppedError,
     TargetEmptiedError,
 )
 
@@ -268,18 +270,82 @@ def test_a_target_recreated_while_the_engine_holds_every_batch_answers_whole(
 
 
 # -- the variants ---------------------------------------------------------------------------
+def assert_dropped(ps: Polystore, lost: str | None = "Batches 1..2") -> TargetDroppedError:
+    """The reused plan, a planning afresh and every plan refuse with ``TargetDroppedError``
+    (before: psycopg's ``UndefinedTable``), naming the table, the sink, the lost batches and
+    what to do."""
+    with pytest.raises(TargetDroppedError) as caught:
+        answer(ps)
+    ps.plan_cache.entries.clear()
+    with pytest.raises(TargetDroppedError):
+        answer(ps)  # planned afresh: the probe of the table is where it fails
+    message = str(caught.value)
+    assert message.startswith(f"pg.{TARGET} does not exist: the table the sink of stream "
+                              f"orders_in delivers into was dropped; the sink's watermark "
+                              f"says batches up to 2 had been delivered into it"), message
+    if lost is None:
+        assert "still holds every batch" in message
+    else:
+        assert f"{lost} of the stream went with it" in message
+        assert "--accept-gap" in message and "UPDATE sstore.watermarks" in message
+    assert isinstance(caught.value, DeliveryLostError)
+    assert isinstance(caught.value, TerminalError)
+    assert not isinstance(caught.value, psycopg.Error)
+    return caught.value
+
+
 def test_a_target_dropped_and_not_recreated(collected, pg_url: str) -> None:
-    """No table under the name: the split object cannot be read at all (PostgreSQL's error
-    names the table). The sink creates it again, then meets the gap; from then on the
-    table exists, empty, and the split object refuses with the lost batches."""
+    """No table under the name: the split object cannot be read at all, and says so as an
+    sstore error naming the lost batches (before: PostgreSQL's ``UndefinedTable``, from the
+    run's emptiness check or from planning's probe). The sink creates it again, then meets
+    the gap; from then on the table exists, empty, and the split object refuses with the
+    lost batches."""
     ps, engine = collected
     pg(pg_url, f"DROP TABLE {TARGET}")
-    with pytest.raises(psycopg.errors.UndefinedTable, match="orders_rc"):
-        answer(ps)
+    assert_dropped(ps)
+    with pytest.raises(TargetDroppedError):
+        ps.plans(SQL, rewrite=False)  # no plan to run: planning itself refuses
     with pytest.raises(GapError, match=r"batches 1\.\.2"):
         sink(engine, pg_url).run_once()
     assert pg(pg_url, f"SELECT count(*) FROM {TARGET}") == [(0,)]  # made by the sink
     assert_lost(ps)
+
+
+def test_a_target_dropped_while_the_engine_holds_every_batch(tmp_path: Path,
+                                                            pg_url: str) -> None:
+    """Nothing collected: nothing is lost, but the table the plan reads is gone. The error
+    says so and what to do (run the sink); after the sink ran the answer is whole."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    sink(engine, pg_url).run_once()
+    engine.ingest("orders_in", [(6, 6)], batch_id=3)
+    ps = polystore(tmp_path, engine, pg_url)
+    try:
+        assert answer(ps) == expected(ALL)
+        pg(pg_url, f"DROP TABLE {TARGET}")
+        assert_dropped(ps, lost=None)
+        assert sink(engine, pg_url).run_once().rows == 6
+        assert answer(ps) == expected(ALL)
+    finally:
+        ps.close()
+        engine.close()
+
+
+def test_a_dropped_target_read_without_its_stream(collected, pg_url: str) -> None:
+    """Everything delivered and collected: the plan reads the table alone and checks it
+    first (``checks``). Dropped, that check refuses (before: the plan's SQL raised
+    ``UndefinedTable``)."""
+    ps, engine = collected
+    sink(engine, pg_url).run_once()
+    engine.collect_garbage()
+    ps.plan_cache.entries.clear()
+    assert answer(ps) == expected(ALL)
+    assert [(len(p.guards), len(p.checks)) for p in ps.plans(SQL)] == [(0, 1)]
+    pg(pg_url, f"DROP TABLE {TARGET}")
+    with pytest.raises(TargetDroppedError, match=r"Batches 1\.\.3 of the stream went"):
+        answer(ps)
 
 
 def test_a_target_recreated_with_an_extra_column(collected, pg_url: str) -> None:
@@ -422,7 +488,13 @@ def test_sstore_query_over_a_state_file_exits_with_the_error(tmp_path: Path,
     asked = sstore_cli(*query)
     assert asked.returncode == 0, asked.stderr
     assert json.loads(asked.stdout)[0]["n"] == 6
-    recreate(pg_url, "o_id INTEGER, o_c_id INTEGER")  # sstore migrate has no batch column
+    pg(pg_url, f"DROP TABLE {TARGET}")
+    asked = sstore_cli(*query)  # dropped, not created again: an sstore error, not psycopg's
+    assert asked.returncode == 1, asked.stdout
+    assert f"pg.{TARGET} does not exist" in asked.stderr
+    assert "Batches 1..2 of the stream went with it" in asked.stderr
+    assert "Traceback" not in asked.stderr and asked.stdout == ""
+    pg(pg_url, f"CREATE TABLE {TARGET} (o_id INTEGER, o_c_id INTEGER)")  # as migrate made it
     asked = sstore_cli(*query)
     assert asked.returncode == 1, asked.stdout
     assert "batches 1..2 of stream orders_in" in asked.stderr and asked.stdout == ""
@@ -434,3 +506,134 @@ def test_sstore_query_over_a_state_file_exits_with_the_error(tmp_path: Path,
     asked = sstore_cli(*query)
     assert asked.returncode == 0, asked.stderr
     assert json.loads(asked.stdout)[0]["n"] == 1
+
+
+# -- the UPDATE the error prints, run as printed ------------------------------------------
+@pytest.mark.parametrize(("sink_target", "catalog_target"), [
+    ("public.orders_rc", "public.orders_rc"), ("orders_rc", "orders_rc"),
+    ("orders_rc", "public.orders_rc"), ("public.orders_rc", "orders_rc")])
+def test_the_printed_update_moves_the_sinks_watermark_row(tmp_path: Path, pg_url: str,
+                                                         sink_target: str,
+                                                         catalog_target: str) -> None:
+    """A sink given a bare name records it bare in ``sstore.watermarks``, and the catalog may
+    spell the table either way (the polystore matches both). Before, the printed UPDATE
+    matched the catalog's spelling only: with the other one it moved no row (UPDATE 0) and
+    the split object then refused the restored table as replaced. Run as printed, it moves
+    exactly the sink's row (not a watermark of the same stream into another schema's table
+    of the same name), and the sink goes on from it."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
+    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
+    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
+    StreamToPostgres(engine, "orders_in", pg_url, sink_target,
+                     batch_column="_batch_id").run_once()
+    engine.collect_garbage()
+    engine.ingest("orders_in", [(6, 6)], batch_id=3)
+    pg(pg_url, "INSERT INTO sstore.watermarks (source, stream, target, batch_id) VALUES "
+               "('another', 'orders_in', 'shadow.orders_rc', 1)")  # must not move
+    ps = Polystore(str(tmp_path / "catalog.json"), costs=CostModel())
+    try:
+        ps.attach_engine("stream", engine)
+        ps.add_postgres("pg", pg_url)
+        ps.split("orders", {"stream": "orders_in", "pg": catalog_target})
+        assert answer(ps) == expected(ALL)
+        recreate(pg_url)
+        with pytest.raises(BatchesLostError) as caught:
+            answer(ps)
+        error = str(caught.value)
+        pg(pg_url, f"INSERT INTO {TARGET} VALUES (1, 1, 1), (1, 2, 2), (1, 3, 3), "
+                   f"(2, 4, 4), (2, 5, 5)")
+        update = error[error.index("UPDATE sstore.watermarks"):error.index("; or accept")]
+        with psycopg.connect(pg_url) as con:
+            assert con.execute(update).rowcount == 1, update
+        assert pg(pg_url, "SELECT target, batch_id, rows_total, target_oid = "
+                          "to_regclass('public.orders_rc')::oid FROM sstore.watermarks "
+                          "WHERE source <> 'another'") == [(sink_target, 2, 5, True)]
+        assert pg(pg_url, "SELECT batch_id, target_oid FROM sstore.watermarks WHERE "
+                          "source = 'another'") == [(1, None)]
+        assert answer(ps) == expected(ALL)
+        assert StreamToPostgres(engine, "orders_in", pg_url, sink_target,
+                                batch_column="_batch_id").run_once().rows == 1  # batch 3
+        assert pg(pg_url, f"SELECT count(*), count(DISTINCT o_id) FROM {TARGET}") == [(6, 6)]
+        assert answer(ps) == expected(ALL)
+    finally:
+        ps.close()
+        engine.close()
+
+
+def test_the_printed_update_after_the_sinks_gap_error_counts_the_restored_rows(
+        collected, pg_url: str) -> None:
+    """After the sink's failed start the watermark counts no rows (it started over). The
+    printed UPDATE sets the rows the restored table holds, so emptying it again later is
+    noticed (``TargetEmptiedError``) instead of the split object answering batch 3 alone."""
+    ps, engine = collected
+    recreate(pg_url)
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()
+    error = str(assert_lost(ps))
+    pg(pg_url, f"INSERT INTO {TARGET} VALUES (1, 1, 1), (1, 2, 2), (1, 3, 3), (2, 4, 4), "
+               f"(2, 5, 5)")
+    pg(pg_url, error[error.index("UPDATE sstore.watermarks"):error.index("; or accept")])
+    assert pg(pg_url, "SELECT batch_id, rows_total FROM sstore.watermarks") == [(2, 5)]
+    assert answer(ps) == expected(ALL)
+    pg(pg_url, f"TRUNCATE {TARGET}")
+    with pytest.raises(TargetEmptiedError):
+        answer(ps)
+
+
+# -- what a failed start says ----------------------------------------------------------------
+@pytest.mark.parametrize("how", ["recreated", "truncated"])
+def test_every_failed_start_names_the_batch_delivered_before_the_reset(
+        collected, pg_url: str, caplog: pytest.LogCaptureFixture, how: str) -> None:
+    """The sink's first start after the target lost its rows commits its watermark's reset
+    to 0, then refuses with ``GapError``; PostgreSQL no longer knows that batches up to 2
+    had been delivered. Before, a later start's ``GapError`` gave only the generic reasons,
+    and a start after the table was recreated once more logged "dropped or recreated since
+    batch 0 was delivered". Now every start's error names batch 2 (the engine's
+    acknowledgement keeps it: a failed start never moves it back), and no line says batch 0
+    was delivered. The reset itself is unchanged: the watermark is 0, for the new table."""
+    _ps, engine = collected
+    if how == "recreated":
+        recreate(pg_url)
+    else:
+        pg(pg_url, f"TRUNCATE {TARGET}")
+    caplog.set_level(logging.INFO, logger="sstore.migrators")
+    messages = []
+    for again in ("the same", "recreated again", "the same"):
+        with pytest.raises(GapError, match=r"batches 1\.\.2 of stream 'orders_in'") as gap:
+            sink(engine, pg_url).run_once()
+        messages.append(str(gap.value))
+        assert pg(pg_url, "SELECT batch_id, rows_total, target_oid = "
+                          "to_regclass('public.orders_rc')::oid FROM sstore.watermarks") == \
+            [(0, 0, True)]
+        if again == "recreated again":
+            recreate(pg_url)
+    assert engine.acknowledged(CONSUMER) == 2
+    for message in messages:
+        assert f"delivered into {TARGET} up to batch 2" in message, message
+        assert "holds batches up to 0 only" in message, message
+    logged = [r.getMessage() for r in caplog.records]
+    assert not [line for line in logged if "since batch 0" in line], logged
+    assert any("since batch 2 was delivered" in line for line in logged), logged
+
+
+def test_a_running_sink_behind_a_reset_target_names_no_batch_0(
+        collected, pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A sink that planned from batch 2, while another start reset the watermark to 0 and
+    the table was then recreated once more: its delivery finds the target behind its plan
+    (``TargetBehind``, logged, then it plans again and refuses with the gap). Before, that
+    line said "dropped or recreated since batch 0 was delivered"."""
+    _ps, engine = collected
+    running = sink(engine, pg_url)
+    assert running.start() == 2
+    recreate(pg_url)
+    with pytest.raises(GapError):
+        sink(engine, pg_url).run_once()  # the reset to 0, committed
+    recreate(pg_url)
+    caplog.set_level(logging.INFO, logger="sstore.migrators")
+    with pytest.raises(GapError, match=f"delivered into {TARGET} up to batch 2"):
+        running.run_pending()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("started over already" in line and "planning again" in line
+               for line in logged), logged
+    assert not [line for line in logged if "since batch 0" in line], logged

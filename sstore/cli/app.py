@@ -291,6 +291,10 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: b
                    "restarting) before giving up; the waits between them double from "
                    f"{RetryPolicy().first_delay:g} s to at most {RetryPolicy().max_delay:g} s. "
                    "1: give up at the first failure.")
+@click.option("--batch-column", default=None, metavar="COL",
+              help="Target column for each row's batch id (created with the table if it "
+                   "is missing). Default: the table's _batch_id column if it has one (as a "
+                   "program's sink with batch_column=\"_batch_id\" makes it), else none.")
 @click.option("--accept-gap", is_flag=True,
               help="Start even if the engine already removed batches the target lacks; the "
                    "gap is recorded and shown by `sstore status`.")
@@ -302,8 +306,8 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: b
                    "of intervals sealed by a stream or replaced by `sstore backfill`.")
 @json_option
 def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key: str,
-            chunk_rows: int, attempts: int, accept_gap: bool, reset: bool,
-            as_json: bool) -> None:
+            chunk_rows: int, attempts: int, batch_column: str | None, accept_gap: bool,
+            reset: bool, as_json: bool) -> None:
     """Move a stream's committed batches into PostgreSQL, exactly once, then exit.
 
     Each chunk is loaded with binary COPY together with a watermark row (keyed by this state
@@ -316,6 +320,9 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
 
     --attempts bounds how long an unreachable server is waited for: the default rides out a
     server restart; a script that must fail fast passes fewer.
+
+    A table a program's sink made with a batch column (_batch_id) gets each row's batch id
+    there too, never NULL: split objects, cached copies and backfills read it.
     """
     from migrators import StreamToPostgres  # PostgreSQL clients load only when needed
     from migrators.postgres import with_retries
@@ -328,6 +335,8 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
     try:
         with Engine.open_existing(state) as engine:
             migrator = StreamToPostgres(engine, stream, url, table, mode, keys, chunk_rows,
+                                        batch_column=batch_column,
+                                        detect_batch_column=batch_column is None,
                                         retry=RetryPolicy(attempts=attempts),
                                         accept_gap=accept_gap)
             if reset:

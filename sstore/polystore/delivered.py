@@ -53,6 +53,12 @@ no error. So the first watermark read of each run is preceded by one question to
 the highest batch it collected from the stream (``checked_marks``); past the batch the
 watermark counts, those batches are in neither fragment: ``BatchesLostError``. Where the
 engine still holds them, the stream's reads find them and the answer is whole.
+
+A target dropped and not created again has no table to read at all. Its watermark row
+outlives it, so the run's read (the ``EXISTS`` answers NULL: no table has the name) and
+planning's probe (``refuse_dropped_fragment``, when PostgreSQL says the table is undefined)
+raise ``TargetDroppedError`` with the batches the sink had delivered into it and those the
+engine already collected, instead of PostgreSQL's ``UndefinedTable``.
 """
 
 from __future__ import annotations
@@ -64,11 +70,11 @@ from typing import Any, TypeVar
 
 from migrators.delivery import TargetReplacedError
 from sstore.errors import DeclarationError, TerminalError, TransientError
-from sstore.polystore.catalog import EngineKind, Fragment
+from sstore.polystore.catalog import CatalogObject, EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
 from sstore.polystore.plan import Delivered, Plan
 from sstore.polystore.planning import PlanningInput
-from sstore.sql import qualified
+from sstore.sql import literal, qualified
 
 GROWING_COLUMN = "_batch_id"
 ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced
@@ -108,6 +114,15 @@ class BatchesLostError(DeliveryLostError):
     dropped before it delivered them. Read past a watermark that no longer counts them, the
     split object would answer without their rows; refused until the loss is accepted (the
     sink's ``accept_gap`` moves its watermark past them) or their rows are restored."""
+
+
+class TargetDroppedError(DeliveryLostError):
+    """No table under the sink's target name (dropped by hand, or its schema): the split
+    object cannot be read, and PostgreSQL's own ``UndefinedTable`` named neither the sink
+    nor what was lost with the table. Refused, naming the batches the sink had delivered
+    into it and, of those, the ones the engine already collected (no sink can deliver them
+    again), until the sink creates the table again (it then delivers what the engine still
+    has, or refuses with ``GapError``) or a restored table is adopted."""
 
 
 class DeliveryRaced(TransientError):
@@ -222,28 +237,28 @@ def check_targets(plan: Plan, connectors: Mapping[str, Connector]) -> None:
     """The targets ``plan`` reads without their stream (``Plan.checks``: the stream was empty
     when planned) still hold what their watermarks count: the stream's collected mark, then
     one watermark read each, the ``EXISTS`` in the same question (``TargetEmptiedError``,
-    ``TargetReplacedError`` or ``BatchesLostError`` otherwise). Nothing is bound and nothing
-    is compared after the run: the plan's SQL does not depend on the watermark, so a watermark
-    gone since planning (a reset sink) or a table gone is not this check's error."""
+    ``TargetReplacedError``, ``BatchesLostError``, or ``TargetDroppedError`` when no table
+    has the target's name). Nothing is bound and nothing is compared after the run: the
+    plan's SQL does not depend on the watermark, so a watermark gone since planning (a reset
+    sink) is not this check's error."""
     for check in plan.checks:
         collected = stream_collected(connectors, check)  # first: see checked_marks
         found = _marks_with_rows(connectors, check.engine, check.stream, check.target,
                                  check.source)
         for row in found or ():
             mark = (*row[1:5], row[6])
-            if mark[4] is not None:
-                refuse_changed(check, mark)
-                refuse_lost(check, mark, collected)
+            if mark[4] is None:
+                refuse_dropped(check, int(mark[0]), collected)
+            refuse_changed(check, mark)
+            refuse_lost(check, mark, collected)
 
 
 def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mark]:
     """Each guard's watermark row (without its source, with whether the target has a row):
     ``DeliveryLostError`` when it is gone since planning, ``TargetEmptiedError`` when the
-    target it counts rows in is empty."""
+    target it counts rows in is empty, ``TargetDroppedError`` when no table has its name."""
     marks = {}
     for guard in plan.guards:
-        pg = connectors[guard.engine]
-        assert isinstance(pg, PostgresConnector)
         found = _marks_with_rows(connectors, guard.engine, guard.stream, guard.target,
                                  guard.source)
         rows = [(*r[1:5], r[6]) for r in found or ()]
@@ -254,8 +269,8 @@ def read_marks(plan: Plan, connectors: Mapping[str, Connector]) -> dict[str, Mar
                 f"cannot tell which batches are in both; query again (planning looks for the "
                 f"link anew)")
         mark = rows[0]
-        if mark[4] is None:  # no table under the target's name: asked as before (it raises)
-            mark = (*mark[:4], not pg.is_empty(guard.target))
+        if mark[4] is None:  # no table under the target's name
+            refuse_dropped(guard, int(mark[0]), stream_collected(connectors, guard))
         refuse_changed(guard, mark)
         marks[guard.placeholder] = tuple(rows[0])
     return marks
@@ -329,12 +344,89 @@ def refuse_lost(link: Delivered, mark: Mark, collected: int) -> None:
         f"object is not read. The engine cannot deliver them again (`sstore "
         f"migrate --reset` re-delivers only the batches it still holds, and those are read "
         f"from the stream already). Either restore their rows into {link.target} (from a "
-        f"backup) and move the watermark past them: UPDATE sstore.watermarks SET batch_id = "
-        f"{collected}, target_oid = to_regclass('{qualified(link.target)}')::oid WHERE "
-        f"stream = '{link.stream}' AND target = '{link.target}'; or accept the loss: run the "
+        f"backup) and move the watermark past them: {move_watermark(link, collected)}; "
+        f"or accept the loss: run the "
         f"sink once with accept_gap=True (`sstore migrate STATE --stream {link.stream} "
         f"--table {link.target} --accept-gap`), which records the gap (`sstore status` shows "
         f"it) and moves the watermark past it, and the split object answers without them")
+
+
+def refuse_dropped(link: Delivered, delivered: int, collected: int) -> None:
+    """``TargetDroppedError``: no table has the link's target name. ``delivered``: the batch
+    the sink's watermark (written for the dropped table) counts; ``collected``: the highest
+    batch the engine collected. The message says which batches went with the table for good
+    (collected: in neither fragment, whatever the sink does next) and what to do."""
+    table = f"{link.engine}.{link.target}"
+    what = (f"; the sink's watermark says batches up to {delivered} had been delivered into "
+            f"it" if delivered > 0 else "")
+    command = f"sstore migrate STATE --stream {link.stream} --table {link.target}"
+    if collected <= 0:
+        then = (f"The engine still holds every batch of the stream: run the sink again (the "
+                f"program's StreamToPostgres, or `{command}`), which creates the table and "
+                f"delivers them, and query again")
+    else:
+        lost = "Batch 1" if collected == 1 else f"Batches 1..{collected}"
+        adopt = (f" (holding exactly the batches up to {delivered}, adopt it: "
+                 f"{move_watermark(link, delivered)})" if delivered > 0 else "")
+        then = (f"{lost} of the stream went with it: the engine's garbage collection already "
+                f"removed them, so no sink can deliver them again, and a split object would "
+                f"answer without their rows. Either restore the table from a backup{adopt}, "
+                f"or accept the loss: run the sink once with accept_gap=True (`{command} "
+                f"--accept-gap`), which creates the table, records the gap (`sstore status` "
+                f"shows it) and delivers what the engine still holds; the split object then "
+                f"answers without them")
+    raise TargetDroppedError(
+        f"{table} does not exist: the table the sink of stream {link.stream} delivers into "
+        f"was dropped{what}, and the split object cannot be read without it. {then}")
+
+
+def refuse_dropped_fragment(obj: CatalogObject, table: Fragment,
+                            kind: Callable[[str], EngineKind],
+                            connector_for: Callable[[str], Connector]) -> None:
+    """Planning could not probe PostgreSQL fragment ``table`` of ``obj`` (no such table):
+    ``TargetDroppedError`` when a sink's watermark says it delivers an engine stream of the
+    same object into it (the watermark outlives the table), so the error names the sink and
+    the lost batches as a plan's run does; otherwise nothing (the caller re-raises
+    PostgreSQL's error: a table no sink feeds is not this module's)."""
+    if kind(table.engine) is not EngineKind.POSTGRES:
+        return
+    pg = connector_for(table.engine)
+    assert isinstance(pg, PostgresConnector)
+    for stream in obj.fragments:
+        if kind(stream.engine) is not EngineKind.STREAMING:
+            continue
+        reader = connector_for(stream.engine)
+        if not isinstance(reader, StreamingConnector):
+            continue
+        source, name = reader.identity(), _stream_name(stream.physical)
+        rows = pg.sink_watermarks(name, table.physical, source)
+        if rows:
+            link = Delivered("", table.engine, table.physical, name, source, stream.engine)
+            refuse_dropped(link, max(int(r[1]) for r in rows),
+                           reader.collected_through(name))
+
+
+def move_watermark(link: Delivered, batch_id: int) -> str:
+    """The one ``UPDATE`` a user runs by hand to say that the table now under the link's
+    target name holds its stream's batches up to ``batch_id`` (restored from a backup).
+
+    It matches the sink's row as the polystore reads it: by the engine's identity, the
+    stream, and the target under both spellings (a sink given a bare name, ``orders``,
+    records it bare; the catalog may say ``public.orders``, and the other way round), so it
+    moves that row and no other. ``rows_total`` becomes the table's count: a watermark that
+    started over counts no rows, and a table emptied later would not be noticed
+    (``refuse_emptied``) while it counts none."""
+    from migrators.postgres import split_name
+    schema, name = split_name(link.target)
+    full = qualified(f"{schema}.{name}")
+    names = [f"{schema}.{name}", *([name] if schema == "public" else [])]
+    where = [f"stream = {literal(link.stream)}",
+             f"target IN ({', '.join(literal(n) for n in names)})"]
+    if link.source is not None:
+        where.insert(0, f"source = {literal(link.source)}")
+    return (f"UPDATE sstore.watermarks SET batch_id = {int(batch_id)}, target_oid = "
+            f"to_regclass({literal(full)})::oid, rows_total = (SELECT count(*) FROM {full}) "
+            f"WHERE {' AND '.join(where)}")
 
 
 def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_total: int,

@@ -406,16 +406,31 @@ class Polystore:
         stats = {}
         # PostgreSQL first: its notes carry the watermarks an engine stream's probe asks about
         fragments = [frag for obj in objects for frag in obj.fragments]
+        owners = {frag: obj for obj in objects for frag in obj.fragments}
         for frag in sorted(fragments, key=lambda f: self.catalog.engine(f.engine).kind
                            is not EngineKind.POSTGRES):
             if len(engines) > 1:
-                columns, rows, grows = probes.describe(frag.engine, frag.physical,
-                                                       GROWING_COLUMN)
+                columns, rows, grows = self._describe(probes, owners[frag], frag)
                 stats[frag] = FragmentStats(rows, columns, GROWING_COLUMN if grows else None)
                 continue
             columns = self.connector(frag.engine).columns(frag.physical)
             stats[frag] = FragmentStats(UNKNOWN_ROWS, columns, None)
         return {frag: stats[frag] for frag in fragments}
+
+    def _describe(self, probes: Probes, obj: CatalogObject, frag: Fragment
+                  ) -> tuple[list[str], int, bool]:
+        """``probes.describe`` of one fragment; a sink's target that no longer exists is
+        ``TargetDroppedError`` (naming the sink and the lost batches), not PostgreSQL's
+        ``UndefinedTable``."""
+        try:
+            return probes.describe(frag.engine, frag.physical, GROWING_COLUMN)
+        except Exception as exc:
+            import psycopg  # loaded where PostgreSQL is asked anyway
+            if isinstance(exc, psycopg.errors.UndefinedTable):
+                delivered.refuse_dropped_fragment(obj, frag,
+                                                  lambda e: self.catalog.engine(e).kind,
+                                                  self.connector)
+            raise
 
     def _cached(self, plans: list[Plan], probes: Probes) -> dict[str, int]:
         """Cache key -> rows its copy already holds, up to date (asked of both engines: a
