@@ -43,8 +43,9 @@ TERMINAL_CONNECT_MESSAGES: tuple[str, ...] = (
     "invalid connection option",
     "invalid integer value",
     "invalid sslmode value",
-    "could not translate host name",       # a typo in the host; DNS here is not flaky
-)
+    "could not translate host name",       # a typo in the host (libpq's lookup, ADBC)
+    "Name or service not known",           # the same from psycopg's own lookup (EAI_NONAME);
+)                                          # "Temporary failure in name resolution" stays transient
 
 
 def classify_sqlstate(state: str) -> Kind:

@@ -82,6 +82,27 @@ def test_a_database_that_does_not_exist_fails_at_once(pg_url: str) -> None:
     assert time.monotonic() - began < 2  # not 16 s of retries
 
 
+def test_a_host_name_that_does_not_resolve_fails_at_once() -> None:
+    """psycopg resolves host names itself ("failed to resolve host ...: Name or service not
+    known"), not in libpq's words ("could not translate host name"): a typo in the host must
+    still be terminal, not eight tries and 16 s of backoff. ``.invalid`` never resolves
+    (RFC 2606), and the resolver answers that at once."""
+    url = "postgresql://postgres@sstore-no-such-host.invalid:5432/postgres"
+    began = time.monotonic()
+    with pytest.raises(MigrationError, match="sstore-no-such-host.invalid"):
+        Session(url, RetryPolicy(attempts=8, first_delay=1.0)).run(lambda con: 1, "probe")
+    assert time.monotonic() - began < 2
+
+
+def test_a_temporary_resolver_failure_stays_transient() -> None:
+    from migrators.pg_errors import classify_connect_failure
+
+    assert classify_connect_failure("failed to resolve host 'db': [Errno -3] Temporary "
+                                    "failure in name resolution") is Kind.TRANSIENT
+    assert classify_connect_failure("failed to resolve host 'db': [Errno -2] Name or "
+                                    "service not known") is Kind.TERMINAL
+
+
 def test_an_unreachable_server_is_transient() -> None:
     with pytest.raises(PostgresUnavailable, match="unreachable"):
         connect("postgresql://postgres@127.0.0.1:1/postgres")
