@@ -39,7 +39,9 @@ VARIABLES = (
              "them (`costs.learned.json`)", "`costs.json` beside the catalog"),
     Variable("SSTORE_TPCDI_DIR", "the TPC-DI data directory of the Airflow DAGs",
              "`/tmp/sstore/tpcdi`"),
-    Variable("SSTORE_SPARK_MASTER", "the Spark master for bulk work", "`local[*]`"),
+    Variable("SSTORE_SPARK_MASTER", "the Spark master: bulk work, and `tpcdi run --mode "
+             "spark-streaming` (docs/scaling.md)",
+             "`local[*]`; `local[2]` for `--mode spark-streaming`"),
     Variable("SSTORE_JDBC_JAR", "the PostgreSQL JDBC driver for Spark",
              "`/usr/share/java/postgresql.jar` (Debian `libpostgresql-jdbc-java`)"),
     Variable("SSTORE_VENV", "where the scripts put the virtual environment", "`.venv`"),
