@@ -23,6 +23,8 @@ from migrators.delivery import SinkKey, TargetNamesConflictError
 from migrators.engine_to_postgres import StreamToPostgres
 from sstore import Engine
 from sstore.cli.app import main
+from sstore.polystore import Polystore
+from sstore.polystore.cost import CostModel
 
 STREAM = "orders_in"
 
@@ -173,3 +175,56 @@ def test_two_live_rows_for_one_table_are_refused_naming_both(tmp_path: Path,
 
 def _source(url: str) -> str:
     return pg(url, "SELECT DISTINCT source FROM sstore.watermarks")[0][0]
+
+
+# -- the polystore finds the link whichever spelling the sink used -------------------------
+SPLIT_SQL = "SELECT count(*) AS n, sum(o_id) AS s FROM orders"
+
+
+def split_answer(tmp_path: Path, state: str, url: str, physical: str) -> dict:
+    """A split object over the stream and ``physical``, every plan's answer (one row)."""
+    engine = Engine.open_existing(state)
+    ps = Polystore(str(tmp_path / "catalog.json"), costs=CostModel())
+    try:
+        ps.attach_engine("stream", engine)
+        ps.add_postgres("pg", url)
+        ps.split("orders", {"stream": STREAM, "pg": physical})
+        answers = []
+        for plan in ps.plans(SPLIT_SQL, rewrite=False):
+            row = ps.run_plan(plan).to_pylist()[0]
+            answers.append({"n": row["n"], "s": int(row["s"])})
+        assert answers and all(a == answers[0] for a in answers), answers
+        return answers[0]
+    finally:
+        ps.close()
+        engine.close()
+
+
+def collected_after_two(tmp_path: Path, url: str, table: str) -> str:
+    """Batches 1-2 delivered into ``table`` as spelt and collected from the engine; batch 3
+    only in the stream."""
+    state = sink_delivers_two(tmp_path, url, table)
+    engine = Engine.open_existing(state)
+    engine.collect_garbage()
+    assert engine.collected_through(STREAM) == 2
+    engine.close()
+    return state
+
+
+def test_a_split_object_finds_a_quoted_sinks_watermark_by_the_bare_name(tmp_path: Path,
+                                                                        pg_url: str) -> None:
+    state = collected_after_two(tmp_path, pg_url, '"public"."orders_rc"')
+    assert split_answer(tmp_path, state, pg_url, "orders_rc") == {"n": 4, "s": 10}
+
+
+def test_a_split_object_finds_an_old_row_recorded_bare_in_a_search_path_schema(
+        tmp_path: Path, pg_url: str) -> None:
+    """An older sstore recorded ``orders_rc`` for the table ``wh.orders_rc`` (found through
+    search_path); the catalog names it ``wh.orders_rc``: the row is the table's by its OID.
+    Before, no watermark linked them (``UnlinkedFragmentsError``)."""
+    db = pg(pg_url, "SELECT current_database()")[0][0]
+    pg(pg_url, "CREATE SCHEMA wh")
+    pg(pg_url, f'ALTER DATABASE "{db}" SET search_path = wh, public')
+    state = collected_after_two(tmp_path, pg_url, "orders_rc")
+    pg(pg_url, "UPDATE sstore.watermarks SET target = 'orders_rc'")  # as an older sstore did
+    assert split_answer(tmp_path, state, pg_url, "wh.orders_rc") == {"n": 4, "s": 10}
