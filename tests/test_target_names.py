@@ -228,3 +228,18 @@ def test_a_split_object_finds_an_old_row_recorded_bare_in_a_search_path_schema(
     state = collected_after_two(tmp_path, pg_url, "orders_rc")
     pg(pg_url, "UPDATE sstore.watermarks SET target = 'orders_rc'")  # as an older sstore did
     assert split_answer(tmp_path, state, pg_url, "wh.orders_rc") == {"n": 4, "s": 10}
+
+
+def test_reset_forgets_the_watermark_under_another_spelling(tmp_path: Path,
+                                                            pg_url: str) -> None:
+    """``sstore migrate --reset --table public.orders_rc`` forgets the row an older sstore
+    recorded as ``orders_rc`` (before, it looked for that exact string and forgot none)."""
+    state = sink_delivers_two(tmp_path, pg_url, "orders_rc")
+    pg(pg_url, "UPDATE sstore.watermarks SET target = 'orders_rc'")  # as an older sstore did
+    pg(pg_url, "TRUNCATE public.orders_rc")
+    result = CliRunner().invoke(main, ["migrate", state, "--stream", STREAM, "--table",
+                                       "public.orders_rc", "--reset", "--postgres", pg_url])
+    assert result.exit_code == 0, result.output
+    assert "forgot 1 watermark" in result.output
+    assert batches(pg_url, "public.orders_rc") == [(1, 2), (2, 1), (3, 1)]
+    assert marks(pg_url) == [("public.orders_rc", 3)]
