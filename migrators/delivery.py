@@ -8,8 +8,13 @@ watermark row per (source, stream, target) in ``sstore.watermarks``:
 - ``source`` is who produces the batches: an engine's UUID (made with its state file, so a
   rebuilt or second state file is never taken for the first) or a named loader;
 - ``stream`` is the series of batches (an engine stream, a loader's batch numbers);
-- ``target`` is the table (``schema.table``), and ``target_oid`` the table the watermark was
-  written for, so a table dropped or recreated by hand is noticed;
+- ``target`` is the table's canonical name, ``schema.table`` as PostgreSQL names it, whatever
+  spelling the writer gave (``x``, ``public.x`` and ``"public"."x"`` are one watermark:
+  ``canonical_target``), and ``target_oid`` the table the watermark was written for, so a
+  table dropped or recreated by hand is noticed. A row recorded under another spelling of
+  the same table (an older sstore kept the spelling) is adopted: rewritten to the canonical
+  name in the locking transaction; two live rows for one table are refused
+  (``TargetNamesConflictError``), never merged;
 - ``merge_key``: the key columns of a writer that merges by key (NULL: it appends), so that a
   reader of both the stream and the table knows they cannot simply be added up.
 
@@ -46,14 +51,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from migrators.errors import MigrationError
+from migrators.postgres import parse_name
 from sstore.errors import TerminalError
-from sstore.sql import qualified
+from sstore.sql import ident, qualified
 
 log = logging.getLogger("sstore.migrators")
 
@@ -102,6 +108,7 @@ class Watermark:
     reset: bool = False
     previous: int = 0
     emptied: bool = False  # the same table, emptied by hand (else: dropped or recreated)
+    target: str = ""  # the canonical name the watermark row is keyed on (``canonical_target``)
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,101 @@ class TargetReplacedError(TerminalError):
 
 class TargetMissingError(TerminalError):
     """The target table does not exist and this writer does not create it."""
+
+
+class TargetNamesConflictError(TerminalError):
+    """Two watermark rows of one (source, stream) were both written for the table now under
+    the target's name, under two spellings of it: which one counts the batches the table
+    holds cannot be known, so neither is used, merged or changed."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target resolved in PostgreSQL: its canonical ``name`` (``schema.table``) and the
+    ``oid`` of the table under it (None: no such table yet)."""
+
+    name: str
+    oid: int | None
+    current_schema: str | None
+
+
+def canonical_target(cur: psycopg.Cursor, target: str) -> Target:
+    """The one name a watermark is keyed on, whatever spelling ``target`` is (``x``,
+    ``public.x``, ``"public"."x"``): the schema and name of the table PostgreSQL finds under
+    it (a bare name through ``search_path``, as every statement of the writer would), else
+    for a table not created yet the given schema or ``current_schema()``, the first schema
+    of ``search_path``, where ``CREATE TABLE`` of a bare name puts it. Keyed on the
+    spelling, ``x`` and ``public.x`` were two watermarks of one table, and the second
+    delivered every batch again. One round trip, in the caller's transaction."""
+    schema, name = parse_name(target)
+    spelt = ".".join(ident(part) for part in ((schema, name) if schema is not None
+                                             else (name,)))
+    found = cur.execute(
+        "SELECT (SELECT ARRAY[n.nspname::text, c.relname::text] FROM pg_class c JOIN "
+        "pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)), "
+        "to_regclass(%s)::oid, current_schema()::text", (spelt, spelt)).fetchone()
+    assert found is not None
+    parts, oid, current = found
+    if parts is not None:
+        return Target(f"{parts[0]}.{parts[1]}", int(oid), current)
+    if schema is None:
+        if current is None:
+            raise TargetMissingError(
+                f"table {target} does not exist and no schema of search_path exists to create "
+                f"it in: name its schema (SCHEMA.TABLE)")
+        schema = current
+    return Target(f"{schema}.{name}", None, current)
+
+
+def _spellings(target: Target, given: str) -> list[str]:
+    """The names an older sstore may have recorded the same table under: the canonical one,
+    the spelling given now, and the bare name when the table's schema is the first of
+    ``search_path`` (a bare name then named it)."""
+    names = [target.name, given]
+    schema, _dot, bare = target.name.partition(".")
+    if schema == target.current_schema:
+        names.append(bare)
+    return list(dict.fromkeys(names))
+
+
+def _adopt(cur: psycopg.Cursor, key: SinkKey, target: Target) -> SinkKey:
+    """``key`` with its canonical target, after the watermark row of this (source, stream)
+    recorded under another spelling of the same table, if any, was renamed to it (locked,
+    in the caller's transaction): found by a name the table had (``_spellings``) or by the
+    table it was written for (``target_oid``). Two rows both written for the table now under
+    the name: ``TargetNamesConflictError`` naming both. Without a live row, the row under
+    the canonical name wins, then the one under the spelling given; a stale one under the
+    canonical name yields to a live one (its table is gone from that name)."""
+    canonical = replace(key, target=target.name)
+    rows = cur.execute(
+        f"SELECT target, target_oid, batch_id FROM {WATERMARKS} WHERE source = %s AND "
+        f"stream = %s AND (target = ANY(%s) OR (%s::oid IS NOT NULL AND target_oid = %s)) "
+        f"ORDER BY target FOR UPDATE",
+        (key.source, key.stream, _spellings(target, key.target), target.oid, target.oid)
+    ).fetchall()
+    live = [r for r in rows if target.oid is not None and r[1] == target.oid]
+    if len(live) > 1:
+        raise TargetNamesConflictError(
+            f"{key.stream} -> {target.name} (source {key.source}): watermark rows "
+            f"{', '.join(repr(r[0]) for r in live)} (batches up to "
+            f"{', '.join(str(r[2]) for r in live)}) were both written for the table now "
+            f"named {target.name}, under two spellings of its name; which one counts its "
+            f"batches cannot be known, so nothing is delivered. Delete the wrong one from "
+            f"{WATERMARKS} (or reset the sink: sstore migrate --reset)")
+    names = [r[0] for r in rows]
+    chosen = (live[0][0] if live else target.name if target.name in names
+              else key.target if key.target in names else names[0] if names else None)
+    if chosen is None or chosen == target.name:
+        return canonical
+    if target.name in names:  # a stale row under the canonical name, the live one elsewhere
+        log.warning("%s: forgetting the watermark row of a table no longer under that name",
+                    canonical)
+        cur.execute(f"DELETE FROM {WATERMARKS} WHERE source = %s AND stream = %s AND "
+                    f"target = %s", (key.source, key.stream, target.name))
+    log.info("%s: adopting the watermark row recorded as %r", canonical, chosen)
+    cur.execute(f"UPDATE {WATERMARKS} SET target = %s WHERE source = %s AND stream = %s AND "
+                f"target = %s", (target.name, key.source, key.stream, chosen))
+    return canonical
 
 
 def ensure_watermarks(con: psycopg.Connection) -> None:
@@ -189,7 +291,10 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
          shared_target: bool = False, drained_target: bool = False) -> Watermark:
     """Steps 1 and 2 in the caller's open transaction: the locked, checked watermark. A
     target emptied by hand (``TRUNCATE``) starts over like a dropped one, unless
-    ``drained_target`` (another process takes the rows out of it on purpose)."""
+    ``drained_target`` (another process takes the rows out of it on purpose). The
+    watermark row is the one of the target's canonical name (``canonical_target``; a row
+    under another spelling is adopted), and the answer carries that name (``target``)."""
+    key = _adopt(cur, key, canonical_target(cur, key.target))
     row = _select_for_update(cur, key)
     new = row is None
     if new:
@@ -205,18 +310,19 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
         prepare_target(cur)
         current_oid = cur.execute("SELECT to_regclass(%s)::oid",
                                   (qualified(key.target),)).fetchone()[0]  # type: ignore[index]
-    watermark = Watermark(batch_id)
+    watermark = Watermark(batch_id, target=key.target)
     if stored_oid != current_oid:
         if stored_oid is not None and batch_id > 0:
             refuse_replaced_target(cur, key.stream, key.target, batch_id)
         if stored_oid is not None:
             _log_reset(key, "dropped or recreated", batch_id)
-            watermark = Watermark(0, reset=True, previous=batch_id)
+            watermark = Watermark(0, reset=True, previous=batch_id, target=key.target)
         _claim(cur, key, current_oid, shared_target, fresh=new or watermark.reset)
     elif not drained_target and _emptied(cur, key, batch_id, rows_total):
         log.warning("%s: the target was emptied (TRUNCATE?) since batch %d was delivered; its "
                     "watermark starts over", key, batch_id)
-        watermark = Watermark(0, reset=True, previous=batch_id, emptied=True)
+        watermark = Watermark(0, reset=True, previous=batch_id, emptied=True,
+                              target=key.target)
         cur.execute(f"UPDATE {WATERMARKS} SET batch_id = 0, rows_total = 0, updated_at = now() "
                     f"WHERE source = %s AND stream = %s AND target = %s",
                     (key.source, key.stream, key.target))
@@ -253,7 +359,7 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
     each costs a round trip per chunk, about a tenth of a 10,000-row chunk's COPY here."""
     if last < first:
         raise ValueError(f"empty batch range {first}..{last}")
-    if after is not None and planned_rows is not None and last > after:
+    if after is not None and planned_rows is not None and last > after and _plain(key.target):
         with _own_begin(con):
             if _advance(con, key, after, last, planned_rows, drained_target):
                 with con.cursor() as cur:
@@ -269,6 +375,7 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
             con.rollback()  # nothing changed: the steps one by one, from the start
     with con.cursor() as cur:
         watermark = lock(cur, key, prepare_target, shared_target, drained_target)  # steps 1-2
+        key = replace(key, target=watermark.target)  # the canonical name
         if after is not None and watermark.batch_id < after:  # step 3
             con.commit()  # keep what step 2 learnt (a recreated target's new OID)
             raise TargetBehind(key, watermark, after)
@@ -292,7 +399,8 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     name, and that table still has rows if the watermark counts any (an emptied target is seen
     by ``lock``). The UPDATE locks the row as ``SELECT ... FOR UPDATE`` would (a concurrent
     writer queues, then finds the watermark moved and matches nothing). False (nothing changed):
-    take the full path, which sees and handles whatever is unusual. The new watermark is
+    take the full path, which sees and handles whatever is unusual (a row recorded under
+    another spelling than its table's canonical name, adopted there). The new watermark is
     only visible with the rows, at COMMIT; a failed COPY rolls both back.
 
     BEGIN and the UPDATE go in one message (psycopg's ``ClientCursor``: the parameters are
@@ -307,7 +415,9 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
             cur.execute(
                 f"BEGIN; UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
                 f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
-                f"batch_id = %s AND target_oid = to_regclass(%s)::oid{still_full} "
+                f"batch_id = %s AND target_oid = to_regclass(%s)::oid AND target = (SELECT "
+                f"n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON "
+                f"n.oid = c.relnamespace WHERE c.oid = target_oid){still_full} "
                 f"RETURNING batch_id",
                 (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
             return bool(cur.nextset()) and cur.fetchone() is not None
@@ -363,25 +473,44 @@ def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget |
         watermark = lock(cur, key, prepare_target, shared_target, drained_target)
         cur.execute(f"UPDATE {WATERMARKS} SET merge_key = %s WHERE source = %s AND stream = %s "
                     f"AND target = %s AND merge_key IS DISTINCT FROM %s",
-                    (key.merge_key, key.source, key.stream, key.target, key.merge_key))
+                    (key.merge_key, key.source, key.stream, watermark.target, key.merge_key))
     con.commit()
     return watermark
 
 
 def read(con: psycopg.Connection, key: SinkKey) -> int | None:
-    """The watermark without locking (reports): None if there is none."""
-    row = con.execute(f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND stream = %s AND "
-                      f"target = %s", (key.source, key.stream, key.target)).fetchone()
+    """The watermark without locking (reports): None if there is none. Found under the
+    target's canonical name, or as the row written for the table now under it (a row an
+    older sstore recorded under another spelling, not adopted yet)."""
+    with con.cursor() as cur:
+        target = canonical_target(cur, key.target)
+        row = cur.execute(
+            f"SELECT batch_id FROM {WATERMARKS} WHERE source = %s AND stream = %s AND "
+            f"(target = ANY(%s) OR (%s::oid IS NOT NULL AND target_oid = %s)) "
+            f"ORDER BY target = %s DESC LIMIT 1",
+            (key.source, key.stream, _spellings(target, key.target), target.oid, target.oid,
+             target.name)).fetchone()
     return int(row[0]) if row else None
 
 
 def reset(con: psycopg.Connection, stream: str, target: str) -> int:
-    """Forget every source's watermark of ``stream`` in ``target`` (committed); the rows in
-    the target are left as they are. Returns the number of watermarks removed."""
-    cur = con.execute(f"DELETE FROM {WATERMARKS} WHERE stream = %s AND target = %s",
-                      (stream, target))
+    """Forget every source's watermark of ``stream`` in ``target`` (committed), under any
+    spelling of its name (``_spellings``) or written for the table now under it; the rows
+    in the target are left as they are. Returns the number of watermarks removed."""
+    with con.cursor() as cur:
+        found = canonical_target(cur, target)
+        cur.execute(f"DELETE FROM {WATERMARKS} WHERE stream = %s AND (target = ANY(%s) OR "
+                    f"(%s::oid IS NOT NULL AND target_oid = %s))",
+                    (stream, _spellings(found, target), found.oid, found.oid))
+        removed = cur.rowcount
     con.commit()
-    return cur.rowcount
+    return removed
+
+
+def _plain(target: str) -> bool:
+    """Whether ``target`` may be a canonical name (``schema.table``, no quotes): only such a
+    key can match a row in ``_advance``; any other spelling takes the full path at once."""
+    return '"' not in target and target.count(".") == 1
 
 
 def _select_for_update(cur: psycopg.Cursor, key: SinkKey
@@ -416,8 +545,9 @@ def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fre
     if fresh and not shared_target:
         other = cur.execute(
             f"SELECT source, batch_id, updated_at FROM {WATERMARKS} WHERE stream = %s AND "
-            f"target = %s AND source <> %s AND batch_id > 0 ORDER BY updated_at DESC LIMIT 1",
-            (key.stream, key.target, key.source)).fetchone()
+            f"(target = %s OR target_oid = %s) AND source <> %s AND batch_id > 0 "
+            f"ORDER BY updated_at DESC LIMIT 1",
+            (key.stream, key.target, oid, key.source)).fetchone()
         if other is not None:
             when = f"{other[2]:%Y-%m-%d %H:%M:%S}"
             raise TargetClaimedError(

@@ -55,7 +55,7 @@ from migrators.postgres import (
     copy_arrow,
     ensure_table,
     merge_rows,
-    split_name,
+    parse_name,
     target_columns,
 )
 from migrators.typemap import for_copy, for_target
@@ -170,6 +170,9 @@ class StreamToPostgres:
     last_error: str | None = field(default=None, init=False)
     halted: str | None = field(default=None, init=False)
     _after: int | None = field(default=None, init=False)  # the target has every batch to here
+    #: the target's canonical name (``delivery.canonical_target``), learnt at each start:
+    #: the watermark's key and the name every statement of the sink uses
+    _target: str | None = field(default=None, init=False)
     _target_types: dict[str, tuple[str, int | None, int | None]] = field(
         default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
@@ -196,7 +199,7 @@ class StreamToPostgres:
             raise DeclarationError("merge mode needs key columns")
         if self.chunk_rows < 1:
             raise DeclarationError("chunk_rows must be at least 1")
-        split_name(self.table)  # a malformed target name fails here, before any hold
+        parse_name(self.table)  # a malformed target name fails here, before any hold
         self.key = tuple(self.key)
         if self.max_lag is not None:
             self.engine.backpressure.bound(self.consumer, self.max_lag)
@@ -208,7 +211,7 @@ class StreamToPostgres:
         """This sink's numbers for the engine's metrics (``sstore.observe.sinks``): read
         from its own fields, no I/O and no engine call."""
         thread = self._thread
-        return SinkSnapshot(self.consumer, self.stream, self.table, self._after,
+        return SinkSnapshot(self.consumer, self.stream, self.target, self._after,
                             self._rows_moved, self._batches_moved,
                             self.retry.retries_done + self._loop_retries, self.last_error,
                             self.halted, (thread is not None and thread.is_alive())
@@ -220,8 +223,15 @@ class StreamToPostgres:
         return f"migrator:{self.table}"
 
     @property
+    def target(self) -> str:
+        """The table as PostgreSQL names it (``schema.table``) once the sink started; the
+        spelling given before. Every statement and the watermark's key use it, so that
+        ``x``, ``public.x`` and ``"public"."x"`` feed one watermark of one table."""
+        return self._target if self._target is not None else self.table
+
+    @property
     def sink_key(self) -> SinkKey:
-        return SinkKey(self.engine.engine_id, self.stream, self.table,
+        return SinkKey(self.engine.engine_id, self.stream, self.target,
                        ",".join(self.key) if self.mode == "merge" else None)
 
     @property
@@ -292,11 +302,14 @@ class StreamToPostgres:
                 f"only")) from None
 
     def _claim(self, con: psycopg.Connection, schema: pa.Schema | None) -> delivery.Watermark:
-        """The target created or checked, and the checked watermark (one transaction)."""
+        """The target created or checked, and the checked watermark (one transaction). The
+        target's canonical name is resolved first: the table is created under it."""
         delivery.ensure_watermarks(con)
+        with con.cursor() as cur:
+            self._target = delivery.canonical_target(cur, self.table).name
         if schema is None:  # no rows yet: nothing to create or compare
-            if not _exists(con, self.table):
-                return delivery.Watermark(0)
+            if not _exists(con, self.target):
+                return delivery.Watermark(0, target=self.target)
             return delivery.claim(con, self.sink_key, None, self.shared_target,
                                   self.drained_target)
         with con.cursor() as cur:
@@ -309,11 +322,11 @@ class StreamToPostgres:
         its column types (rows are converted to them before COPY)."""
         schema = self.engine.schema(self.stream)
         assert schema is not None
-        existing = target_columns(cur.connection, self.table)
+        existing = target_columns(cur.connection, self.target)
         self._settle_batch_column(existing)
         if self.batch_column:
             schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
-        self._target_types = ensure_table(cur.connection, self.table, schema, self.key,
+        self._target_types = ensure_table(cur.connection, self.target, schema, self.key,
                                           existing)
 
     def _settle_batch_column(self, existing: TargetColumns) -> None:
@@ -343,7 +356,7 @@ class StreamToPostgres:
                           self.drained_target)
             cur.execute(f"UPDATE {delivery.WATERMARKS} SET batch_id = %s, updated_at = now() "
                         f"WHERE source = %s AND stream = %s AND target = %s AND batch_id = %s",
-                        (after, self.sink_key.source, self.sink_key.stream, self.table,
+                        (after, self.sink_key.source, self.sink_key.stream, self.target,
                          watermark))
         con.commit()
 
@@ -541,9 +554,9 @@ class StreamToPostgres:
     def _write(self, cur: psycopg.Cursor, data: pa.Table) -> int:
         """Step 4: converted rows into the target."""
         if self.mode == "append":
-            copy_arrow(cur, self.table, data)
+            copy_arrow(cur, self.target, data)
         else:
-            merge_rows(cur, self.table, data, self.key)
+            merge_rows(cur, self.target, data, self.key)
         return data.num_rows
 
     def _acknowledge(self, force: bool) -> None:

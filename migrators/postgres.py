@@ -37,7 +37,7 @@ log = logging.getLogger("sstore.migrators")
 T = TypeVar("T")
 
 __all__ = ["RetryPolicy", "Session", "connect", "copy_arrow", "ensure_table", "merge_rows",
-           "split_name", "target_columns", "with_retries"]
+           "parse_name", "split_name", "target_columns", "with_retries"]
 
 
 def connect(url: str) -> psycopg.Connection:
@@ -214,8 +214,60 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
 
 def split_name(table: str) -> tuple[str, str]:
     """``schema.table`` -> (schema, table); a bare name is in ``public``. Anything else
-    (``a.b.c``, empty parts) is a ``DeclarationError``."""
-    parts = table.split(".") if isinstance(table, str) else []
-    if not 1 <= len(parts) <= 2 or not all(part.strip() for part in parts):
-        raise DeclarationError(f"target table must be TABLE or SCHEMA.TABLE, not {table!r}")
-    return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
+    (``a.b.c``, empty parts) is a ``DeclarationError``. Quoted parts are unquoted
+    (``parse_name``)."""
+    schema, name = parse_name(table)
+    return (schema if schema is not None else "public", name)
+
+
+def parse_name(table: str) -> tuple[str | None, str]:
+    """``TABLE`` or ``SCHEMA.TABLE`` -> (schema or None, table), each part as PostgreSQL
+    names it: a quoted part (``"Orders"``, ``""`` for a quote inside) is unquoted, an unquoted
+    one is taken as written (sstore never folds case: ``Orders`` is the table ``"Orders"``).
+
+    Why one parser: the watermark of a delivery is keyed on the table's canonical name
+    (``delivery.canonical_target``), so every spelling a user may give (``x``, ``public.x``,
+    ``"public"."x"``) must name the same parts. A part holding a dot cannot be written in the
+    canonical ``schema.table`` form, so it is refused with the malformed names."""
+    bad = DeclarationError(f"target table must be TABLE or SCHEMA.TABLE, not {table!r}")
+    if not isinstance(table, str):
+        raise bad
+    parts: list[str] = []
+    i, n = 0, len(table)
+    while True:
+        if i < n and table[i] == '"':
+            part, i = _quoted_part(table, i + 1, bad)
+        else:
+            end = table.find(".", i)
+            end = n if end < 0 else end
+            part, i = table[i:end], end
+            if '"' in part or not part.strip():
+                raise bad
+        if not part or "." in part:
+            raise bad
+        parts.append(part)
+        if i == n:
+            break
+        if table[i] != ".":
+            raise bad
+        i += 1
+    if len(parts) > 2:
+        raise bad
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def _quoted_part(text: str, start: int, bad: DeclarationError) -> tuple[str, int]:
+    """The identifier quoted from ``start`` (just past its opening quote) and the index just
+    past its closing quote; ``""`` inside stands for one quote."""
+    out: list[str] = []
+    j = start
+    while True:
+        k = text.find('"', j)
+        if k < 0:
+            raise bad
+        out.append(text[j:k])
+        if text.startswith('""', k):
+            out.append('"')
+            j = k + 2
+            continue
+        return "".join(out), k + 1

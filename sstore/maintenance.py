@@ -208,10 +208,12 @@ def _watermarks(url: str, targets: Sequence[StreamTarget], engine_id: str | None
         for target in targets:
             mark = 0
             if has_marks:
-                row = con.execute(
-                    "SELECT batch_id FROM sstore.watermarks WHERE stream = %s AND target = %s "
-                    "AND (source = %s OR %s::text IS NULL) ORDER BY updated_at DESC LIMIT 1",
-                    (target.stream, target.table, engine_id, engine_id)).fetchone()
+                row = con.execute(  # by the name given, or by the table (any spelling)
+                    "SELECT batch_id FROM sstore.watermarks WHERE stream = %s AND (target = %s "
+                    "OR target_oid = to_regclass(%s)::oid) AND (source = %s OR %s::text IS "
+                    "NULL) ORDER BY updated_at DESC LIMIT 1",
+                    (target.stream, target.table, qualified(target.table), engine_id,
+                     engine_id)).fetchone()
                 mark = int(row[0]) if row else 0
             rows = None
             if con.execute("SELECT to_regclass(%s) IS NOT NULL",

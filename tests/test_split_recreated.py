@@ -515,8 +515,9 @@ def test_sstore_query_over_a_state_file_exits_with_the_error(tmp_path: Path,
 def test_the_printed_update_moves_the_sinks_watermark_row(tmp_path: Path, pg_url: str,
                                                          sink_target: str,
                                                          catalog_target: str) -> None:
-    """A sink given a bare name records it bare in ``sstore.watermarks``, and the catalog may
-    spell the table either way (the polystore matches both). Before, the printed UPDATE
+    """A sink given a bare name records the table's canonical name (``public.orders_rc``)
+    in ``sstore.watermarks`` (an older sstore recorded it bare), and the catalog may spell the
+    table either way (the polystore matches both). Before, the printed UPDATE
     matched the catalog's spelling only: with the other one it moved no row (UPDATE 0) and
     the split object then refused the restored table as replaced. Run as printed, it moves
     exactly the sink's row (not a watermark of the same stream into another schema's table
@@ -548,7 +549,7 @@ def test_the_printed_update_moves_the_sinks_watermark_row(tmp_path: Path, pg_url
             assert con.execute(update).rowcount == 1, update
         assert pg(pg_url, "SELECT target, batch_id, rows_total, target_oid = "
                           "to_regclass('public.orders_rc')::oid FROM sstore.watermarks "
-                          "WHERE source <> 'another'") == [(sink_target, 2, 5, True)]
+                          "WHERE source <> 'another'") == [(TARGET, 2, 5, True)]
         assert pg(pg_url, "SELECT batch_id, target_oid FROM sstore.watermarks WHERE "
                           "source = 'another'") == [(1, None)]
         assert answer(ps) == expected(ALL)

@@ -367,10 +367,15 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
 
 def _reset(con: object, stream: str, table: str) -> int:
     """Forget the watermarks, unless the target holds rows of versioned intervals (refused:
-    ``migrators.backfill.check_reset``); one transaction."""
+    ``migrators.backfill.check_reset``); one transaction. The intervals are looked up under
+    the table's canonical name (``schema.table``, as a backfill records it) and the spelling
+    given, the watermarks under every spelling of it (``delivery.reset``)."""
     from migrators import backfill, delivery
     delivery.ensure_watermarks(con)  # type: ignore[arg-type]
-    backfill.check_reset(con, table)  # type: ignore[arg-type]
+    with con.cursor() as cur:  # type: ignore[attr-defined]
+        canonical = delivery.canonical_target(cur, table).name
+    for name in dict.fromkeys((canonical, table)):  # intervals recorded under either name
+        backfill.check_reset(con, name)  # type: ignore[arg-type]
     return delivery.reset(con, stream, table)  # type: ignore[arg-type]
 
 

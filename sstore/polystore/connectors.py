@@ -43,6 +43,14 @@ from sstore.statefile import StateFileReader
 # A cached copy remembers what it was copied from in its table comment, written in the same
 # transaction as its rows (PostgreSQL), so a copy and its description cannot disagree.
 CACHE_NOTE = "sstore cache of "
+#: The watermark rows of the sinks feeding a table, with four parameters (its name
+#: ``schema.table``, its bare name when in ``public`` else the same, and twice its quoted
+#: name): rows under its name written for it (or before any table was), and any row written
+#: for the table now under its name whatever spelling it was recorded under (an older sstore
+#: recorded the target as the writer spelt it; ``migrators.delivery`` adopts such rows at the
+#: sink's next start, and until then the table is still the sink's).
+SINK_ROWS = ("((target IN (%s, %s) AND (target_oid IS NULL OR target_oid = to_regclass(%s))) "
+             "OR target_oid = to_regclass(%s))")
 PROBE = "sstore__probe_"  # prefix of the columns a probe adds beside a table's own
 
 
@@ -516,14 +524,13 @@ class PostgresConnector:
         table = qualified(physical).replace("%", "%%")  # in a query with %s placeholders
         full = f"{schema}.{name}"
         marks_sql = ("(SELECT ARRAY[max(batch_id)::text, sum(rows_total)::text, "
-                     "count(*)::text] FROM sstore.watermarks WHERE target IN (%s, %s) AND "
-                     "(target_oid IS NULL OR target_oid = to_regclass(%s)))")
-        marks_params = (full, name if schema == "public" else full, qualified(full))
+                     f"count(*)::text] FROM sstore.watermarks WHERE {SINK_ROWS})")
+        marks_params = (full, name if schema == "public" else full, qualified(full),
+                        qualified(full))
         # a table no single sink feeds is counted in the same question (its rows price plans);
         # a sink-fed one is not scanned: its watermark row says how many rows it holds
-        count_sql = ("CASE WHEN (SELECT count(*) FROM sstore.watermarks WHERE target IN "
-                     "(%s, %s) AND (target_oid IS NULL OR target_oid = to_regclass(%s))) = 1 "
-                     f"THEN NULL ELSE (SELECT count(*) FROM {table}) END")
+        count_sql = (f"CASE WHEN (SELECT count(*) FROM sstore.watermarks WHERE {SINK_ROWS}) "
+                     f"= 1 THEN NULL ELSE (SELECT count(*) FROM {table}) END")
         question = (
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
@@ -561,8 +568,7 @@ class PostgresConnector:
             if marks is None:  # not asked in the same question: this connection's first time
                 row = self._execute(
                     "SELECT max(batch_id), sum(rows_total), count(*) FROM sstore.watermarks "
-                    "WHERE target IN (%s, %s) AND (target_oid IS NULL OR "
-                    "target_oid = to_regclass(%s))", marks_params)[0]
+                    f"WHERE {SINK_ROWS}", marks_params)[0]
             else:
                 row = (None if marks[0] is None else int(marks[0]), marks[1], int(marks[2]))
             growth = _sink_growth(row, origin)
@@ -601,10 +607,11 @@ class PostgresConnector:
                     "coalesce(target_oid = to_regclass(%s)::oid, false), "
                     "to_jsonb(w) ->> 'merge_key'{rows} "  # to_jsonb: an older table has no column
                     "FROM sstore.watermarks w "
-                    "WHERE stream = %s AND target IN (%s, %s) AND "
+                    "WHERE stream = %s AND (target IN (%s, %s) OR "
+                    "target_oid = to_regclass(%s)::oid) AND "
                     "(%s::text IS NULL OR source = %s) ORDER BY source")
-        params = (qualified(full), stream, full, name if schema == "public" else full, source,
-                  source)
+        params = (qualified(full), stream, full, name if schema == "public" else full,
+                  qualified(full), source, source)
         try:
             if with_rows:
                 try:  # evaluated once (an InitPlan): at most one row read
@@ -671,10 +678,9 @@ class PostgresConnector:
             return None
         full = f"{schema}.{name}"
         marks = self._execute(
-            "SELECT max(batch_id), sum(rows_total), count(*) FROM sstore.watermarks "
-            "WHERE target IN (%s, %s) AND (target_oid IS NULL OR "
-            "target_oid = to_regclass(%s))",
-            (full, name if schema == "public" else full, qualified(full)))
+            f"SELECT max(batch_id), sum(rows_total), count(*) FROM sstore.watermarks "
+            f"WHERE {SINK_ROWS}",
+            (full, name if schema == "public" else full, qualified(full), qualified(full)))
         return _sink_growth(marks[0] if marks else None, found[0][0])
 
     def cache_note(self, table: str) -> str | None:

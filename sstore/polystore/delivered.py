@@ -411,8 +411,8 @@ def move_watermark(link: Delivered, batch_id: int) -> str:
     target name holds its stream's batches up to ``batch_id`` (restored from a backup).
 
     It matches the sink's row as the polystore reads it: by the engine's identity, the
-    stream, and the target under both spellings (a sink given a bare name, ``orders``,
-    records it bare; the catalog may say ``public.orders``, and the other way round), so it
+    stream, and the target under both spellings (a sink records ``public.orders``, an
+    older sstore recorded a bare name bare; the catalog may say either), so it
     moves that row and no other. ``rows_total`` becomes the table's count: a watermark that
     started over counts no rows, and a table emptied later would not be noticed
     (``refuse_emptied``) while it counts none."""
