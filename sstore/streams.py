@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore import event_windows
-from sstore.duck import LARGE_ROWS, arrow, registered
+from sstore.duck import LARGE_ROWS, arrow, execute, registered
 from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
@@ -145,8 +145,8 @@ class StreamStore:
                 if create:
                     self._create_inferred(stream, batch_id, pending)
                 else:
-                    con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
-                                [batch_id])
+                    execute(con, f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
+                            [batch_id])
                 self._stored(stream, batch_id)
                 if table.num_rows:
                     for trig in triggers:
@@ -178,8 +178,8 @@ class StreamStore:
         """Store the rows of a batch that ``append(store_rows=False)`` recorded."""
         if table.num_rows:
             with registered(self.con, NEW_ROWS, table, keep=True):
-                self.con.execute(f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
-                                 [batch_id])
+                execute(self.con, f"INSERT INTO {ident(stream)} SELECT ?, * FROM {NEW_ROWS}",
+                        [batch_id])
             self._stored(stream, batch_id)
 
     def _stored(self, stream: str, batch_id: int) -> None:

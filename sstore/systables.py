@@ -51,6 +51,7 @@ from typing import Any
 
 import duckdb
 
+from sstore.duck import execute
 from sstore.graph import Graph
 
 DDL = """
@@ -238,7 +239,7 @@ def insert_commits(con: duckdb.DuckDBPyConnection, records: Iterable[tuple[str, 
     fingerprints of the border batches among them, by (stream, batch-id)."""
     rows = list(records)
     if rows:
-        con.execute(*insert_commits_statement(rows, fingerprints))
+        execute(con, *insert_commits_statement(rows, fingerprints))
 
 
 def insert_commits_statement(rows: Sequence[tuple[str, int, int]],
@@ -332,8 +333,8 @@ def record_collected(con: duckdb.DuckDBPyConnection, streams: list[str], through
     old = [s for s in streams if s in known]
     new = [s for s in streams if s not in known]
     if old:
-        con.execute(f"UPDATE sstore_sys.collected SET through = greatest(through, ?) "
-                    f"WHERE stream IN ({', '.join('?' * len(old))})", [through, *old])
+        execute(con, f"UPDATE sstore_sys.collected SET through = greatest(through, ?) "
+                     f"WHERE stream IN ({', '.join('?' * len(old))})", [through, *old])
     if new:
         values = ", ".join(["(?, ?)"] * len(new))
         con.execute(f"INSERT INTO sstore_sys.collected VALUES {values} ON CONFLICT (stream) DO "

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import LARGE_ROWS, arrow
+from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
 
@@ -91,7 +91,7 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(statement, bound)
         with self._watch():
-            self._con.execute(statement, bound).fetchall()  # DuckDB wants every result consumed
+            execute(self._con, statement, bound).fetchall()  # DuckDB wants every result consumed
 
     def fetchall(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -101,7 +101,7 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return self._con.execute(query, bound).fetchall()
+            return execute(self._con, query, bound).fetchall()
 
     def fetchone(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
