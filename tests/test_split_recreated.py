@@ -245,17 +245,23 @@ def test_only_the_collected_batches_are_named(tmp_path: Path, pg_url: str) -> No
 
 
 # -- where the data is still there, the answer is whole -----------------------------------
-def test_a_target_recreated_while_the_engine_holds_every_batch_answers_whole(
-        tmp_path: Path, pg_url: str) -> None:
-    """Nothing collected: the new table counts no batch, the stream has them all, so every
-    plan answers every row once; the sink then refills the table and it still does."""
+def delivered_none_collected(tmp_path: Path, pg_url: str) -> tuple[Engine, Polystore]:
+    """Batches 1-2 delivered (nothing collected: the engine still holds them), batch 3 only
+    in the stream; the engine and a polystore over it."""
     engine = Engine(str(tmp_path / "s.duckdb"))
     engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
     engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
     engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
     sink(engine, pg_url).run_once()
     engine.ingest("orders_in", [(6, 6)], batch_id=3)
-    ps = polystore(tmp_path, engine, pg_url)
+    return engine, polystore(tmp_path, engine, pg_url)
+
+
+def test_a_target_recreated_while_the_engine_holds_every_batch_answers_whole(
+        tmp_path: Path, pg_url: str) -> None:
+    """Nothing collected: the new table counts no batch, the stream has them all, so every
+    plan answers every row once; the sink then refills the table and it still does."""
+    engine, ps = delivered_none_collected(tmp_path, pg_url)
     try:
         assert answer(ps) == expected(ALL)
         recreate(pg_url)
@@ -315,13 +321,7 @@ def test_a_target_dropped_while_the_engine_holds_every_batch(tmp_path: Path,
                                                             pg_url: str) -> None:
     """Nothing collected: nothing is lost, but the table the plan reads is gone. The error
     says so and what to do (run the sink); after the sink ran the answer is whole."""
-    engine = Engine(str(tmp_path / "s.duckdb"))
-    engine.stream("orders_in", {"o_id": "INTEGER", "o_c_id": "INTEGER"})
-    engine.ingest("orders_in", [(1, 1), (2, 2), (3, 3)], batch_id=1)
-    engine.ingest("orders_in", [(4, 4), (5, 5)], batch_id=2)
-    sink(engine, pg_url).run_once()
-    engine.ingest("orders_in", [(6, 6)], batch_id=3)
-    ps = polystore(tmp_path, engine, pg_url)
+    engine, ps = delivered_none_collected(tmp_path, pg_url)
     try:
         assert answer(ps) == expected(ALL)
         pg(pg_url, f"DROP TABLE {TARGET}")
