@@ -407,7 +407,11 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     adapted and quoted by psycopg, then sent with the simple query protocol, which takes
     two statements), so a chunk costs the round trips of a raw COPY: this one, COPY's two
     and COMMIT. psycopg's own BEGIN would be one more, and on a loaded machine every
-    round trip waits for the scheduler twice."""
+    round trip waits for the scheduler twice.
+
+    Only a row under its table's canonical name can match: the key is a plain ``schema.table``
+    (``_plain``), quoted part by part, so the table ``to_regclass`` finds for it is named
+    exactly so in ``pg_class``, and its OID must be the row's ``target_oid``."""
     still_full = "" if drained_target else (
         f" AND (rows_total = 0 OR EXISTS (SELECT 1 FROM {qualified(key.target)}))")
     with psycopg.ClientCursor(con) as cur:
@@ -415,9 +419,7 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
             cur.execute(
                 f"BEGIN; UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
                 f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
-                f"batch_id = %s AND target_oid = to_regclass(%s)::oid AND target = (SELECT "
-                f"n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON "
-                f"n.oid = c.relnamespace WHERE c.oid = target_oid){still_full} "
+                f"batch_id = %s AND target_oid = to_regclass(%s)::oid{still_full} "
                 f"RETURNING batch_id",
                 (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
             return bool(cur.nextset()) and cur.fetchone() is not None
