@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import registered
+from sstore.duck import execute, registered
 from sstore.errors import DeclarationError, SchemaError
 from sstore.graph import EventWindowDecl, Graph
 from sstore.sql import ident
@@ -360,7 +360,8 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
     name, state, fired = decl.name, ident(state_table(decl)), ident(fired_table(decl))
     with registered(con, INPUT, rows):
         late_now = _late(decl, t, "w.watermark")
-        wm_old, max_old, nulls, max_t, n_late, oldest = con.execute(
+        wm_old, max_old, nulls, max_t, n_late, oldest = execute(
+            con,
             f"SELECT w.watermark, w.max_time, count(*) FILTER ({t} IS NULL), max({t}), "
             f"count(*) FILTER ({t} IS NOT NULL AND {late_now}), "
             f"min({t}) FILTER (NOT {late_now}) "
@@ -376,8 +377,8 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
         params = {"wm_old": wm_old, "wm_new": wm_new}
         cols = ", ".join(ident(c) for c, _ in decl.columns)
         if n_late < rows.num_rows:
-            con.execute(f"INSERT INTO {state} SELECT {t}, {cols} FROM {INPUT} "
-                        f"WHERE NOT {_late(decl, t)}", {"wm_old": wm_old})
+            execute(con, f"INSERT INTO {state} SELECT {t}, {cols} FROM {INPUT} "
+                         f"WHERE NOT {_late(decl, t)}", {"wm_old": wm_old})
         out: pa.Table | None = None
         corrects = oldest is not None and _first_start_of(decl, oldest) + decl.size <= wm_new
         if corrects or _crossed(decl, wm_old, wm_new, decl.size):
@@ -390,17 +391,17 @@ def feed(con: duckdb.DuckDBPyConnection, decl: EventWindowDecl, batch_id: int,
         if out.num_rows:
             keys = "".join(f"{ident(k)}, " for k in decl.key)
             with registered(con, FIRED, out):
-                con.execute(f"INSERT INTO {fired} SELECT {keys}_sstore_ws, revision "
-                            f"FROM {FIRED}")
+                execute(con, f"INSERT INTO {fired} SELECT {keys}_sstore_ws, revision "
+                             f"FROM {FIRED}")
         out = out.drop_columns(["_sstore_ws"])
     gone = decl.size + decl.allowed_lateness
     if _crossed(decl, wm_old, wm_new, gone):
         con.execute(f"DELETE FROM {fired} WHERE _sstore_ws + {gone} <= ?", [wm_new])
         con.execute(f"DELETE FROM {state} WHERE {_floor('_sstore_t', decl.slide)} + {gone} "
                     f"<= ?", [wm_new])
-    con.execute("UPDATE sstore_sys.event_windows SET watermark = ?, max_time = ?, "
-                "rows_in = rows_in + ?, rows_late = rows_late + ? WHERE name = ?",
-                [wm_new, max_new, rows.num_rows, n_late, name])
+    execute(con, "UPDATE sstore_sys.event_windows SET watermark = ?, max_time = ?, "
+                 "rows_in = rows_in + ?, rows_late = rows_late + ? WHERE name = ?",
+            [wm_new, max_new, rows.num_rows, n_late, name])
     return Fed(out, late)
 
 

@@ -265,6 +265,6 @@ def append_or_create(con: duckdb.DuckDBPyConnection, table: str, select: str,
 
 def _run_trigger(con: duckdb.DuckDBPyConnection, sql: str, batch_id: int) -> None:
     if "$batch_id" in sql:
-        con.execute(sql, {"batch_id": batch_id})
+        execute(con, sql, {"batch_id": batch_id})
     else:
-        con.execute(sql)
+        execute(con, sql)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import LARGE_ROWS, arrow, registered
+from sstore.duck import LARGE_ROWS, arrow, execute, registered
 from sstore.graph import WindowDecl
 from sstore.sql import ident, literal
 
@@ -95,9 +95,9 @@ def feed_window(con: duckdb.DuckDBPyConnection, state: WindowState, rows: pa.Tab
             seq = pa.array([first] * rows.num_rows, type=pa.int64())
         staged = rows.add_column(0, "_seq", seq)
         with registered(con, "sstore_window_rows", staged):
-            con.execute(f"INSERT INTO {ident(state.rows_table)} SELECT * FROM sstore_window_rows")
-    con.execute("UPDATE sstore_sys.windows SET next_seq = ?, promoted = ? WHERE name = ?",
-                [update.next_seq, update.promoted, state.decl.name])
+            execute(con, f"INSERT INTO {ident(state.rows_table)} SELECT * FROM sstore_window_rows")
+    execute(con, "UPDATE sstore_sys.windows SET next_seq = ?, promoted = ? WHERE name = ?",
+            [update.next_seq, update.promoted, state.decl.name])
     return update
 
 
