@@ -66,14 +66,12 @@ from sstore.errors import DeclarationError, GapError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import Kind, call, first_line, kind_of
 from sstore.sql import ident, qualified
+from sstore.streams import BATCH_COLUMN
 from sstore.subscriptions import Subscription
 
 log = logging.getLogger("sstore.migrators")
 
 READ_AHEAD_ROWS = 100_000
-#: the batch column a sink gives its target by convention (the engine's own name for it):
-#: what a split object, a cached copy's top-up and a backfill read batch ids from
-BATCH_COLUMN = "_batch_id"
 
 
 @dataclass

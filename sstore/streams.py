@@ -27,6 +27,10 @@ from sstore.windows import (
 )
 
 NEW_ROWS = "new_rows"
+#: The column every stream table leads with: the batch-id of each row. Sinks give their
+#: targets one of the same name (``migrators.engine_to_postgres``), and the polystore
+#: reads it there to tell which batches a table holds.
+BATCH_COLUMN = "_batch_id"
 
 
 @dataclass

@@ -75,8 +75,9 @@ from sstore.polystore.connectors import Connector, PostgresConnector, StreamingC
 from sstore.polystore.plan import Delivered, Plan
 from sstore.polystore.planning import PlanningInput
 from sstore.sql import literal, qualified
+from sstore.streams import BATCH_COLUMN
 
-GROWING_COLUMN = "_batch_id"
+GROWING_COLUMN = BATCH_COLUMN
 ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced
 
 T = TypeVar("T")

@@ -71,8 +71,9 @@ from sstore.polystore.sqltext import (
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
 from sstore.statefile import StateFileReader
+from sstore.streams import BATCH_COLUMN
 
-GROWING_COLUMN = "_batch_id"  # engine streams only grow; their copies can be topped up
+GROWING_COLUMN = BATCH_COLUMN  # engine streams only grow; their copies can be topped up
 UNKNOWN_ROWS = -1  # one engine: nothing to choose, so nothing is counted
 
 

@@ -20,8 +20,9 @@ from sstore.polystore.sqltext import (
     to_sql,
     union_all,
 )
+from sstore.streams import BATCH_COLUMN
 
-GROWING_COLUMN = "_batch_id"  # an engine stream's batch-id, which a sink's watermark counts
+GROWING_COLUMN = BATCH_COLUMN  # an engine stream's batch-id, which a sink's watermark counts
 
 # (engine, SQL in its dialect, name it gets, rows, columns) -> the step that brings it over
 MakeStep = Callable[[str, str, str, int, int], Step]
