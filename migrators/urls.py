@@ -7,8 +7,9 @@ default is ``SSTORE_POSTGRES_URL``, else the local server of the machine.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from migrators.errors import MigrationError
 
@@ -69,13 +70,22 @@ def with_connect_timeout(url: str) -> str:
     The URL's own ``connect_timeout`` (libpq's standard parameter) is kept as written, even
     when it is invalid (libpq then says so); else ``SSTORE_PG_CONNECT_TIMEOUT``; else
     ``DEFAULT_CONNECT_TIMEOUT``. Read at each connection, so a changed environment applies.
+
+    The parameter is appended to the text as it is, never by taking the URL apart and putting
+    it back together: ``urlunsplit`` writes ``postgresql:///db?host=/run/postgresql`` (a Unix
+    socket, no network location) as ``postgresql:/db?...``, which libpq refuses. A libpq
+    keyword string (``host=... dbname=...``) gets ``connect_timeout=N`` as one more keyword.
     """
-    parts = urlsplit(url)
-    if "connect_timeout" in parse_qs(parts.query, keep_blank_values=True):
+    if "://" not in url:  # keyword/value form
+        if re.search(r"(^|\s)connect_timeout\s*=", url):
+            return url
+        return f"{url} connect_timeout={connect_timeout()}"
+    base, hash_mark, fragment = url.partition("#")
+    query = urlsplit(base).query
+    if "connect_timeout" in parse_qs(query, keep_blank_values=True):
         return url
-    query = "&".join(q for q in (parts.query, urlencode({"connect_timeout": connect_timeout()}))
-                     if q)
-    return urlunsplit(parts._replace(query=query))
+    joint = "" if base.endswith(("?", "&")) else "&" if query else "?"
+    return f"{base}{joint}connect_timeout={connect_timeout()}{hash_mark}{fragment}"
 
 
 def connect_timeout() -> int:

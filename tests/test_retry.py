@@ -14,7 +14,12 @@ import pytest
 from migrators.errors import MigrationError, PostgresUnavailable
 from migrators.postgres import Session, connect
 from migrators.postgres_to_engine import read_postgres
-from migrators.urls import CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT, with_connect_timeout
+from migrators.urls import (
+    CONNECT_TIMEOUT_ENV,
+    DEFAULT_CONNECT_TIMEOUT,
+    parse,
+    with_connect_timeout,
+)
 from sstore.errors import DeclarationError, TransientError
 from sstore.polystore.connectors import PostgresConnector
 from sstore.retry import GaveUp, Kind, RetryPolicy, call, kind_of
@@ -191,6 +196,32 @@ def test_connect_timeout_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(CONNECT_TIMEOUT_ENV, bad)
         with pytest.raises(MigrationError, match=CONNECT_TIMEOUT_ENV):
             connect(base)  # refused before any connection attempt: a setting, not an outage
+
+
+def test_the_timeout_is_added_to_the_text_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appended, never by taking the URL apart: ``urlunsplit`` turned a Unix-socket URL
+    (``postgresql:///db?host=/dir``, no network location) into ``postgresql:/db?...``, which
+    libpq refuses; a keyword string gets one more keyword; a fragment stays last."""
+    monkeypatch.delenv(CONNECT_TIMEOUT_ENV, raising=False)
+    n = DEFAULT_CONNECT_TIMEOUT
+    assert with_connect_timeout("postgresql:///db?host=/run/postgresql") == \
+        f"postgresql:///db?host=/run/postgresql&connect_timeout={n}"
+    assert with_connect_timeout("postgresql://h/db?") == f"postgresql://h/db?connect_timeout={n}"
+    assert with_connect_timeout("postgresql://h/db#x") == f"postgresql://h/db?connect_timeout={n}#x"
+    assert with_connect_timeout("host=h dbname=db") == f"host=h dbname=db connect_timeout={n}"
+    assert with_connect_timeout("host=h connect_timeout=2") == "host=h connect_timeout=2"
+
+
+def test_a_url_without_a_network_location_connects(pg_url: str) -> None:
+    """``postgresql:///db?host=...`` (the form of a Unix-socket URL: the host in the query,
+    none before the path), here with the test server's own host: psycopg and ADBC both
+    connect with the timeout added (before, the URL rebuilt lost its ``//``)."""
+    where = parse(pg_url)
+    url = f"postgresql:///{where.dbname}?host={where.host}&port={where.port}" + (
+        f"&user={where.user}" if where.user else "")
+    with connect(url) as con:
+        assert con.execute("SELECT 1").fetchone() == (1,)
+    assert read_postgres(url, "SELECT 1 AS one").to_pylist() == [{"one": 1}]
 
 
 def test_a_bad_connect_timeout_in_the_url_is_terminal(pg_url: str) -> None:
