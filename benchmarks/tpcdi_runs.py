@@ -8,7 +8,7 @@ Only the trade phases are in the throughput; dimension phases are recorded apart
 
 Streaming runs are fed closed loop: a batch of ``batch_events`` trade events is sent, the next
 one as soon as the system has taken it (the engine: its five procedures committed, while its
-sinks move earlier batches into PostgreSQL in their own threads; Spark: its micro-batch
+sinks, one group, move earlier batches into PostgreSQL in their thread; Spark: its micro-batch
 committed in PostgreSQL). A phase ends when everything sent is visible in PostgreSQL.
 
 Latency, arrival -> visible in PostgreSQL, per batch and without slowing the run down:
@@ -173,8 +173,8 @@ class CommitProbe:
 
 class EngineFeed:
     """Feeds the streaming DimTrade dataflow as ``StreamingDimTrade.stream`` does
-    (``Engine.ingest_and_run``: the batch and its five TEs in one transaction; sinks catch up
-    in their threads), timing every batch."""
+    (``Engine.ingest_and_run``: the batch and its five TEs in one transaction; the sinks,
+    one group, catch up in their thread), timing every batch."""
 
     def __init__(self, pipeline: Any, profile: EngineProfile | None = None) -> None:
         self.pipeline = pipeline
@@ -262,8 +262,7 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
         pipeline.refresh_lookups()
         dims["lookups Batch1"] = time.perf_counter() - t0
         feed = EngineFeed(pipeline, profiler)
-        for sink in pipeline.sinks:
-            sink.attach()
+        pipeline.sink_group.attach()
         try:
             with profiler.installed() if profiler else contextlib.nullcontext():
                 for batch in TPCDI_BATCHES:
@@ -276,8 +275,7 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
                     phases.append(feed_phase(feed, data.events[batch], batch_events, budget,
                                              tick, service[batch]))
         finally:
-            for sink in pipeline.sinks:
-                sink.detach()
+            pipeline.sink_group.detach()
     finally:
         pipeline.close()
     extra: dict[str, Any] = {"breakdown_ms_p50": feed.breakdown(), "engine_batches": feed._batch,

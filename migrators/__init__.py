@@ -17,6 +17,7 @@ from migrators.errors import (
                               UnsupportedTypeError,
 )
 from migrators.registry import MIGRATORS, cast
+from migrators.sink_group import SinkGroup
 
 __all__ = [
                               "MIGRATORS",
@@ -24,6 +25,7 @@ __all__ = [
                               "MigrationError",
                               "MigrationReport",
                               "PostgresUnavailable",
+                              "SinkGroup",
                               "StreamToPostgres",
                               "UnsupportedTypeError",
                               "cast",

@@ -359,19 +359,15 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
     each costs a round trip per chunk, about a tenth of a 10,000-row chunk's COPY here."""
     if last < first:
         raise ValueError(f"empty batch range {first}..{last}")
-    if after is not None and planned_rows is not None and last > after and _plain(key.target):
-        with _own_begin(con):
-            if _advance(con, key, after, last, planned_rows, drained_target):
-                with con.cursor() as cur:
-                    rows = write(cur, after)  # step 4, the watermark already advanced
-                    if rows != planned_rows:  # the caller's count was off: keep the total
-                        cur.execute(f"UPDATE {WATERMARKS} SET rows_total = rows_total + %s "
-                                    f"WHERE source = %s AND stream = %s AND target = %s",
-                                    (rows - planned_rows, key.source, key.stream, key.target))
+    if after is not None and planned_rows is not None and planned(key, after, last):
+        with own_begin(con):
+            done = write_planned(con, key, after, last, write, planned_rows, drained_target,
+                                 begin=True)
+            if done is not None:
                 if before_commit is not None:
                     before_commit(con)
                 con.commit()  # step 6
-                return Delivery(rows, after, skipped=False)
+                return done
             con.rollback()  # nothing changed: the steps one by one, from the start
     with con.cursor() as cur:
         watermark = lock(cur, key, prepare_target, shared_target, drained_target)  # steps 1-2
@@ -392,8 +388,34 @@ def deliver(con: psycopg.Connection, key: SinkKey, first: int, last: int, write:
     return Delivery(rows, watermark.batch_id, skipped=False)
 
 
+def planned(key: SinkKey, after: int, last: int) -> bool:
+    """Whether a delivery of batches up to ``last`` planned after ``after`` may take the common
+    case (``write_planned``): it moves the watermark forward, and the key is a plain
+    ``schema.table`` (``_plain``)."""
+    return last > after and _plain(key.target)
+
+
+def write_planned(con: psycopg.Connection, key: SinkKey, after: int, last: int, write: Write,
+                  planned_rows: int, drained_target: bool = False, *,
+                  begin: bool) -> Delivery | None:
+    """The common case's steps 1-5 (``_advance``, then ``write``) in the open transaction
+    (``begin``: sent with BEGIN, the connection in autocommit mode, ``own_begin``); None when
+    the watermark is not where the plan continues, with nothing changed by this call. The
+    caller commits; a caller that wrote other deliveries in the same transaction before this
+    one rolls them back on None, as they are no longer one transaction with this one."""
+    if not _advance(con, key, after, last, planned_rows, drained_target, begin=begin):
+        return None
+    with con.cursor() as cur:
+        rows = write(cur, after)  # step 4, the watermark already advanced
+        if rows != planned_rows:  # the caller's count was off: keep the total
+            cur.execute(f"UPDATE {WATERMARKS} SET rows_total = rows_total + %s "
+                        f"WHERE source = %s AND stream = %s AND target = %s",
+                        (rows - planned_rows, key.source, key.stream, key.target))
+    return Delivery(rows, after, skipped=False)
+
+
 def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows: int,
-             drained_target: bool = False) -> bool:
+             drained_target: bool = False, *, begin: bool = True) -> bool:
     """BEGIN, then steps 1, 2, 3 and 5 in one statement when nothing is unusual: the
     watermark row exists, stands at ``after``, belongs to the table now under the target's
     name, and that table still has rows if the watermark counts any (an emptied target is seen
@@ -408,6 +430,8 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     two statements), so a chunk costs the round trips of a raw COPY: this one, COPY's two
     and COMMIT. psycopg's own BEGIN would be one more, and on a loaded machine every
     round trip waits for the scheduler twice.
+    ``begin=False``: the UPDATE alone, in a transaction already open (a later member of a
+    sink group's transaction, ``migrators.sink_group``).
 
     Only a row under its table's canonical name can match: the key is a plain ``schema.table``
     (``_plain``), quoted part by part, so the table ``to_regclass`` finds for it is named
@@ -417,19 +441,19 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     with psycopg.ClientCursor(con) as cur:
         try:
             cur.execute(
-                f"BEGIN; UPDATE {WATERMARKS} SET batch_id = %s, rows_total = rows_total + %s, "
-                f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s AND "
-                f"batch_id = %s AND target_oid = to_regclass(%s)::oid{still_full} "
-                f"RETURNING batch_id",
+                f"{'BEGIN; ' if begin else ''}UPDATE {WATERMARKS} SET batch_id = %s, "
+                f"rows_total = rows_total + %s, updated_at = now() WHERE source = %s AND "
+                f"stream = %s AND target = %s AND batch_id = %s AND "
+                f"target_oid = to_regclass(%s)::oid{still_full} RETURNING batch_id",
                 (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
-            return bool(cur.nextset()) and cur.fetchone() is not None
+            return (not begin or bool(cur.nextset())) and cur.fetchone() is not None
         except psycopg.errors.UndefinedTable:  # no target yet (or dropped): the full path
             return False
 
 
 @contextlib.contextmanager
-def _own_begin(con: psycopg.Connection) -> Iterator[None]:
-    """The connection in autocommit mode, so that ``_advance`` sends BEGIN itself; psycopg
+def own_begin(con: psycopg.Connection) -> Iterator[None]:
+    """The connection in autocommit mode, so that ``write_planned`` sends BEGIN itself; psycopg
     then leaves the open transaction alone and ``commit`` or ``rollback`` ends it. On the
     way out the connection is back in its usual mode with no transaction open, or closed:
     a connection left in autocommit mode would commit each statement of the next delivery

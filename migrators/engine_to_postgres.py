@@ -521,7 +521,13 @@ class StreamToPostgres:
                 drained_target=self.drained_target,
                 before_commit=self.before_commit, planned_rows=planned.num_rows),
             f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
-        committed_at = time.perf_counter()
+        self._delivered(chunk, rows, done, time.perf_counter())
+        return done.rows
+
+    def _delivered(self, chunk: Chunk, rows: pa.Table, done: delivery.Delivery,
+                   committed_at: float) -> None:
+        """After the COMMIT that delivered ``chunk`` (its own, or a sink group's): the sink
+        continues after it, drops its held rows, counts it, acknowledges it (step 7)."""
         self._after = chunk.last
         self._unacked = chunk.last
         self._recent.forget_through(chunk.last)
@@ -531,7 +537,6 @@ class StreamToPostgres:
         if self.on_delivered is not None and not done.skipped:
             ids = pc.unique(rows["_batch_id"]).to_pylist() if rows.num_rows else []
             self.on_delivered(Delivered(chunk.first, chunk.last, ids, done.rows, committed_at))
-        return done.rows
 
     def _rows_for_target(self, rows: pa.Table, watermark: int) -> pa.Table:
         """The rows of batches above ``watermark``, converted for the target."""

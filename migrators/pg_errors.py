@@ -35,6 +35,16 @@ TERMINAL_SQLSTATES: dict[str, str] = {
     "08P01": "protocol violation (e.g. binary COPY rows that do not match the column types)",
 }
 
+#: A unique violation (23505) on one of these system catalog indexes is two sessions running
+#: ``CREATE SCHEMA/TABLE ... IF NOT EXISTS`` for the same name at once (sinks attached together
+#: into a new schema): the loser fails instead of finding the object, and trying again finds it.
+CATALOG_RACES: dict[str, str] = {
+    "pg_namespace_nspname_index": "CREATE SCHEMA IF NOT EXISTS raced another session's",
+    "pg_class_relname_nsp_index": "CREATE TABLE IF NOT EXISTS raced another session's",
+    "pg_type_typname_nsp_index": "CREATE TABLE IF NOT EXISTS raced another session's (its "
+                                 "row type)",
+}
+
 #: Connection failures have no SQLSTATE: these words in the message make them terminal.
 TERMINAL_CONNECT_MESSAGES: tuple[str, ...] = (
     "does not exist",                      # database or role
@@ -67,6 +77,8 @@ def classify_connect_failure(message: str) -> Kind:
 def classify(exc: BaseException) -> Kind | None:
     """``sstore.retry`` rule for psycopg's and ADBC's errors (None: neither)."""
     if isinstance(exc, psycopg.Error):
+        if exc.sqlstate == "23505" and exc.diag.constraint_name in CATALOG_RACES:
+            return Kind.TRANSIENT
         if exc.sqlstate:
             return classify_sqlstate(exc.sqlstate)
         if isinstance(exc, psycopg.OperationalError):

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from migrators import delivery
 from migrators.engine_to_postgres import StreamToPostgres
+from migrators.sink_group import SinkGroup
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from sstore.engine import Engine
@@ -130,6 +131,9 @@ class StreamingDimTrade:
         source_check.declare(self.engine)
         self.sinks = [StreamToPostgres(self.engine, t.stream, url, t.table, mode=t.mode,
                                        key=t.key, ack_every=0.0) for t in sinks(schema)]
+        #: the three sinks deliver a batch's rows in one PostgreSQL transaction
+        #: (``migrators.sink_group``): its trades, alerts and rejects appear together
+        self.sink_group = SinkGroup(self.sinks)
         self.report = StreamingReport(batch_size)
 
     def refresh_lookups(self) -> None:
@@ -347,14 +351,12 @@ class StreamingDimTrade:
 
     @contextmanager
     def attached(self) -> Iterator[None]:
-        """The sinks feed the warehouse while the block runs."""
-        for sink in self.sinks:
-            sink.attach()
+        """The sinks feed the warehouse while the block runs (as one group)."""
+        self.sink_group.attach()
         try:
             yield
         finally:
-            for sink in self.sinks:
-                sink.detach()
+            self.sink_group.detach()
 
     def close(self) -> None:
         self.engine.close()
