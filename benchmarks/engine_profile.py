@@ -55,15 +55,15 @@ class Phase:
 
 
 # The sstore function whose frame on the stack says what a DuckDB call is for.
-CONTEXTS = {"TE": "group._run_group", "ingest": "engine._apply_ingest", "GC": "gc.collect"}
+CONTEXTS = {"TE": "group._run_group", "ingest": "ingest.apply_ingest", "GC": "gc.collect"}
 
 PHASES: tuple[Phase, ...] = (
     # engine_step feeds with Engine.ingest_and_run: the ingest leads its batch's group commit
     Phase("ingest_and_run (whole call)", 0, "py", "engine.ingest_and_run"),
-    Phase("conform rows to the stream schema", 1, "py", "streams.conform", "engine._ingest"),
-    Phase("backpressure check", 1, "py", "backpressure.admit", "engine._ingest"),
+    Phase("conform rows to the stream schema", 1, "py", "streams.conform", "ingest.ingest_batch"),
+    Phase("backpressure check", 1, "py", "backpressure.admit", "ingest.ingest_batch"),
     # weak durability: ingest_and_run is a plain ingest, then run_until_idle's groups
-    Phase("plain ingest (weak durability)", 1, "py", "engine._apply_ingest", optional=True),
+    Phase("plain ingest (weak durability)", 1, "py", "ingest.apply_ingest", optional=True),
     Phase("group commit led by the ingest (every TE of the batch)", 1, "py",
           "group.ingest_and_run", optional=True),
     Phase("BEGIN", 2, "db", "begin", "group._run_group", "TE"),
@@ -86,7 +86,7 @@ PHASES: tuple[Phase, ...] = (
           "group._apply"),
     Phase("run_until_idle after the group (finds nothing)", 1, "py", "engine.run_until_idle"),
     Phase("garbage collection (own txn)", 1, "py", "gc.collect", optional=True),
-    Phase("publish to subscribers", 1, "py", "subscriptions.publish", "engine._ingest"),
+    Phase("publish to subscribers", 1, "py", "subscriptions.publish", "ingest.ingest_batch"),
 )
 
 # ---------------------------------------------------------------------------------------------

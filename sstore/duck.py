@@ -1,5 +1,5 @@
-"""DuckDB helpers: Arrow tables visible to SQL for the length of a block, and query results as
-Arrow with one planning of the statement."""
+"""DuckDB helpers: Arrow tables visible to SQL for the length of a block, query results as
+Arrow with one planning of the statement, and a ROLLBACK after a failure that keeps its error."""
 
 from __future__ import annotations
 
@@ -110,3 +110,12 @@ def arrow(con: duckdb.DuckDBPyConnection, query: str,
     if large:
         return con.sql(query, params=params).to_arrow_table()
     return execute(con, query, params).to_arrow_table()
+
+
+def rollback_after_failure(con: duckdb.DuckDBPyConnection) -> None:
+    """ROLLBACK after a failure; a failed COMMIT has already ended the transaction, and that
+    second error must not hide the first."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass

@@ -8,6 +8,10 @@ The program declares its streams, windows, triggers, tables and procedures every
 The engine starts on first use (``ingest``, ``run_until_idle``, ``query``, ``transaction``...):
 it checks the graph, creates what is missing, rebuilds its ledger from the commit records and,
 in weak mode, replays the input log. From then on the graph is fixed.
+
+``Engine`` is the facade: its methods check their arguments and hand the work to a module each
+(``lifecycle``: open, start, close; ``ingest``; ``running``: the TEs; ``adhoc``: statements,
+queries, ad hoc transactions; ``halts``; ``consumers``).
 """
 
 from __future__ import annotations
@@ -17,53 +21,27 @@ import functools
 import logging
 import os
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
-from sstore import consumers, event_windows, fusion, gc, group, recovery, systables
+from sstore import adhoc, consumers, event_windows, fusion, gc, halts, lifecycle, recovery, running
 from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
-from sstore.checkpoints import WAL_LIMIT_BYTES, Checkpoints
+from sstore.checkpoints import WAL_LIMIT_BYTES
 from sstore.consumers import ConsumerStatus
-from sstore.duck import arrow, connect, registered
-from sstore.errors import (
-    BatchIdTakenError,
-    ChainedBatchError,
-    DeclarationError,
-    OutOfOrderBatchError,
-    ResendMismatchError,
-    SStoreError,
-    TransactionStateError,
-    UnknownStreamError,
-)
-from sstore.executor import run_te
-from sstore.faults import crash_point
-from sstore.fingerprint import fingerprint
-from sstore.graph import (
-    ErrorPolicy,
-    EventWindowDecl,
-    Graph,
-    ProcedureDecl,
-    StreamDecl,
-    TriggerDecl,
-    WindowDecl,
-)
-from sstore.inputlog import InputLog, LogRecord
+from sstore.duck import arrow
+from sstore.errors import ChainedBatchError, DeclarationError, SStoreError, UnknownStreamError
+from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
+from sstore.ingest import Ingested, ingest_batch, replay_ingest
 from sstore.interrupts import Interrupts, Stopped
-from sstore.ledger import Ledger
 from sstore.readonly import check_query
 from sstore.rows import RowsLike
 from sstore.runtime import CommitEvent, Runtime
-from sstore.scheduler import Scheduler
-from sstore.sql import bind, ident, qualified
+from sstore.sql import bind, ident
 from sstore.status import EngineStatus, read_status
-from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Callback, Subscribers, Subscription
-from sstore.table_declarations import is_same_redeclaration, split_statements
 from sstore.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -74,24 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("sstore")
 
 GC_EVERY = 64
-
-
-class Ingested(int):
-    """The batch-id an ``ingest`` call used; ``duplicate`` is True when it was a no-op re-send.
-    ``executions``: the transaction executions ``ingest_and_run`` ran (as ``run_until_idle``
-    counts them; 0 for ``ingest``)."""
-
-    duplicate: bool
-    rows: int
-    executions: int
-
-    def __new__(cls, batch_id: int, duplicate: bool, rows: int,
-                executions: int = 0) -> Ingested:
-        obj = super().__new__(cls, batch_id)
-        obj.duplicate = duplicate
-        obj.rows = rows
-        obj.executions = executions
-        return obj
 
 
 class Engine:
@@ -126,15 +86,7 @@ class Engine:
         #: a file-backed engine checkpoints after a commit once the WAL is this big, and when
         #: idle; never inside a transaction (``sstore.checkpoints``)
         self.checkpoint_wal_bytes = checkpoint_wal_bytes
-        if path != ":memory:":
-            parent = os.path.dirname(os.path.abspath(path))
-            os.makedirs(parent, exist_ok=True)
-        self._con = connect(path)
-        self._input_log = InputLog(input_log, fsync=fsync) if input_log else None
-        if self._input_log is not None:
-            recovery.load_snapshot(self._con, self._input_log.path)
-        systables.create(self._con)
-        self.engine_id = self._identity()
+        self._con, self._input_log, self.engine_id = lifecycle.open_state(path, input_log, fsync)
         self._graph = Graph()
         self._lock = threading.RLock()
         self._rt: Runtime | None = None
@@ -155,24 +107,6 @@ class Engine:
         self._replayed: dict[str, dict[int, int]] = {}
         self._server: Server | None = None
 
-    def _identity(self) -> str:
-        """This state's UUID (``sstore_sys.identity``), made when the state is first created.
-
-        Full durability keeps it in the state file. Weak durability keeps it in the snapshot and
-        in the input log (an identity record), so a replayed state keeps its identity and a
-        fresh log gets a new one. Without durability every process is a new engine."""
-        found = systables.engine_id(self._con)
-        if found is None and self._input_log is not None:
-            found = self._input_log.identity()
-            if found is not None:
-                systables.set_engine_id(self._con, found)
-        if found is None:
-            found = str(uuid.uuid4())
-            systables.set_engine_id(self._con, found)
-            if self._input_log is not None:
-                self._input_log.append_identity(found)
-        return found
-
     @classmethod
     def open_existing(cls, path: str) -> Engine:
         """Open a state file with the graph its program declared last time, to read its
@@ -182,28 +116,7 @@ class Engine:
             raise DeclarationError(f"no state file at {path}")
         engine = cls(path)
         engine._foreign = True
-        saved = systables.load_graph(engine._con)
-        events = [EventWindowDecl.from_spec(spec["name"], spec)
-                  for _, kind, spec in saved if kind == "event_window"]
-        outputs = {name for e in events for name in (e.name, e.late)}  # declared with e
-        for name, kind, spec in saved:
-            if kind == "stream" and name in outputs:
-                continue
-            if kind == "stream":
-                engine._graph.add_stream(StreamDecl(name, spec["columns"],
-                                                    spec.get("retain", "latest")))
-            elif kind == "window":
-                engine._graph.add_window(WindowDecl(name, spec["source"], spec["size"],
-                                                    spec["slide"], spec["unit"]))
-            elif kind == "procedure":
-                engine._graph.procedures[name] = ProcedureDecl(
-                    name, _foreign_procedure, tuple(spec["inputs"]), tuple(spec["outputs"]),
-                    ErrorPolicy(spec["on_error"]), spec["retries"],
-                    timeout=spec.get("timeout"))
-            elif kind == "trigger":
-                engine._graph.add_trigger(TriggerDecl(spec["target"], spec["sql"]))
-        for event in events:
-            engine._graph.add_event_window(event)
+        lifecycle.declare_saved_graph(engine._con, engine._graph)
         return engine
 
     # ------------------------------------------------------------------ declarations
@@ -353,51 +266,19 @@ class Engine:
         return self._rt
 
     def _start(self) -> None:
-        con, graph = self._con, self._graph
-        order = graph.validate()
-        store = StreamStore(con, graph)
-        store.create_all()
-        ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
-        collected = systables.load_collected(con)
-        ledger.load(systables.load_commits(con, collected))
-        ledger.collected = collected
-        ledger.compacted = systables.compacted_through(con)
-        borders = sorted(s for s in graph.streams if graph.is_border(s))
-        for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
-            ledger.load_ingested(stream, ranges)
-        for name, gone in ledger.start_after_collected().items():
-            log.warning("procedure %s is new: it starts after batch %d (earlier batches of "
-                        "%s were collected before it was declared)", name, gone,
-                        ", ".join(graph.procedures[name].inputs))
-        for stream, consumer in systables.load_holders(con):
-            if stream in graph.streams:
-                ledger.holders.setdefault(stream, set()).add(consumer)
-        for stream, consumer in self._declared_consumers:
-            consumers.hold(con, ledger, stream, consumer)
-        if not self._foreign:
-            systables.save_graph(con, graph)
-        rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), self._subscribers,
-                     self._lock, threading.Condition(self._lock), self._input_log)
-        rt.observers = self._observers  # shared: observers added later are seen too
-        rt.reader = con.cursor()
-        rt.load_committed()
-        if self.path != ":memory:":
-            rt.checkpoints = Checkpoints(con, self.path, self.checkpoint_wal_bytes)
-        rt.interrupts = self._interrupts
-        rt.chaining.enabled = self.chain_sql
-        systables.create_halts(con)
-        for name, (batch_id, error) in systables.load_halts(con).items():
-            if name in graph.procedures:  # halted until resumed, across restarts
-                rt.scheduler.halted[name] = systables.halt_text(batch_id, error)
-        for node, batch_id, table in _latest_rows(store, ledger, graph):
-            rt.latest[node] = (batch_id, table)
-        if self._foreign:
-            for name in graph.procedures:
-                rt.scheduler.halted[name] = FOREIGN
+        rt = lifecycle.build_runtime(
+            self._con, self._graph, declared_consumers=self._declared_consumers,
+            foreign=self._foreign, subscribers=self._subscribers, lock=self._lock,
+            input_log=self._input_log, observers=self._observers, path=self.path,
+            checkpoint_wal_bytes=self.checkpoint_wal_bytes, interrupts=self._interrupts,
+            chain_sql=self.chain_sql)
         self._rt = rt
         if self._input_log is not None:
-            count = recovery.replay(rt, self._input_log, lambda most: self._run_one(rt, most),
-                                    self._replay_ingest, self._replay_oltp)
+            count = recovery.replay(
+                rt, self._input_log,
+                lambda most: running.run_one(rt, self.group_commit, self.gc_every,
+                                             self.gc_min_seconds, most),
+                functools.partial(replay_ingest, rt), functools.partial(adhoc.replay_oltp, rt))
             log.info("replayed %d input-log records", count)
 
     # ------------------------------------------------------------------ input
@@ -424,7 +305,8 @@ class Engine:
         if along is not None and rt.input_log is not None:
             raise DeclarationError("ingest(along=...) needs full durability: the input log of "
                                    "weak durability records the batch, not along's statements")
-        return self._ingest(rt, stream, rows, batch_id, along=along)
+        return ingest_batch(rt, self.backpressure, self._replayed, stream, rows, batch_id,
+                            along=along)
 
     def ingest_and_run(self, stream: str, rows: RowsLike,
                        batch_id: int | None = None) -> Ingested:
@@ -442,10 +324,12 @@ class Engine:
         rt = self._runtime()
         before = rt.te_seq
         if rt.input_log is not None or not self.group_commit:
-            ingested = self._ingest(rt, stream, rows, batch_id)
+            ingested = ingest_batch(rt, self.backpressure, self._replayed, stream, rows,
+                                    batch_id)
         else:
             try:
-                ingested = self._ingest(rt, stream, rows, batch_id, run=True)
+                ingested = ingest_batch(rt, self.backpressure, self._replayed, stream, rows,
+                                        batch_id, run=True)
             except Stopped:  # the batch is in (committed alone); one request, one Stopped,
                 self._interrupts.stop_requested.clear()  # as from run_until_idle
                 rt.subscribers.publish(rt.take_outbox())
@@ -453,139 +337,7 @@ class Engine:
         self.run_until_idle()
         return Ingested(ingested, ingested.duplicate, ingested.rows, rt.te_seq - before)
 
-    def _ingest(self, rt: Runtime, stream: str, rows: RowsLike, batch_id: int | None, *,
-                along: Callable[[Transaction], None] | None = None,
-                run: bool = False) -> Ingested:
-        """``ingest``'s checks and commit; ``run``: as the lead of a group (``ingest_and_run``)."""
-        if stream not in rt.graph.streams:
-            raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(rt.graph.streams)}")
-        if not rt.graph.is_border(stream):
-            raise DeclarationError(f"stream {stream!r} is written by "
-                                   f"{rt.graph.writer_of(stream)}; only border streams "
-                                   f"take ingest")
-        if batch_id is not None:
-            _check_batch_id(batch_id)
-        table = rt.store.conform(stream, rows, f"stream {stream!r}")
-        sent = fingerprint(table)  # outside the lock; recorded with the batch, or compared
-        with rt.lock:
-            self.backpressure.admit(rt, stream, batch_id)  # may wait, releasing the lock
-            last = rt.ledger.last_ingested.get(stream, 0)
-            if batch_id is None:
-                batch_id = last + 1
-                _check_batch_id(batch_id)
-            elif rt.ledger.was_ingested(stream, batch_id):
-                if stream not in self._replayed:
-                    self._replayed[stream] = systables.replayed(rt.con, stream)
-                replayed = self._replayed[stream].get(batch_id)
-                if replayed is not None:
-                    raise BatchIdTakenError(
-                        f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
-                        f"replay (the dead letters of batch {replayed}, sstore dead-letters "
-                        f"replay), so this batch is not a re-send and was NOT ingested; send "
-                        f"it under a batch-id above {last} (or without one)")
-                _check_resend(rt, stream, batch_id, table, sent, last)
-                log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
-                return Ingested(batch_id, True, 0)
-            elif batch_id < last:
-                raise OutOfOrderBatchError(
-                    f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
-                    f"({last}) and was never ingested; batches must arrive in increasing order")
-            if run and not rt.interrupts.stopping():
-                group.ingest_and_run(rt, stream, batch_id, table, sent, functools.partial(
-                    self._apply_ingest, rt, stream, batch_id, table, False, sent))
-            else:
-                if along is not None:  # maybe a dead-letter replay: it records its batch-id
-                    self._replayed.pop(stream, None)
-                self._apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
-                                   sent=sent, along=along)
-            if rt.checkpoints is not None:
-                rt.checkpoints.after_commit()
-        rt.subscribers.publish(rt.take_outbox())
-        return Ingested(batch_id, False, table.num_rows)
-
-    def _apply_ingest(self, rt: Runtime, stream: str, batch_id: int, table: pa.Table,
-                      log_it: bool, sent: int,
-                      along: Callable[[Transaction], None] | None = None) -> None:
-        """Commit protocol of an ingest (``sent``: the batch's fingerprint):
-
-        1. BEGIN.
-        2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here;
-           then ``along``'s statements, if any.
-        3. Insert the commit records, the batch's with its row count and fingerprint (what a
-           re-send of its id is checked against, ``_check_resend``).
-        4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
-           when the engine has accepted every row, so the log never holds a batch that
-           cannot be replayed.
-        5. COMMIT (on failure: ROLLBACK and cut the log record off again).
-        6. Apply to memory.
-
-        A crash before step 4 leaves nothing (the client re-sends); between 4 and 5 the batch
-        is in the log, valid, and replayed at restart; after 5 it is committed and logged.
-        """
-        pending = PendingCommit()
-        logged: int | None = None
-        began = time.perf_counter()
-        rt.con.begin()
-        try:
-            rt.store.append(stream, batch_id, table, pending, fingerprint=sent)
-            if along is not None:
-                tx = Transaction(rt.con, batch_id)
-                along(tx)
-                if tx.failure is not None:  # caught inside along: DuckDB aborted the transaction
-                    raise TransactionStateError(f"a statement of ingest's along failed "
-                                                f"({tx.failure})") from tx.failure
-            systables.insert_commits(rt.con, pending.records, pending.fingerprints)
-            if log_it and rt.input_log is not None:
-                crash_point("ingest.before_log")
-                logged = rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
-            crash_point("ingest.before_commit")
-            rt.con.commit()
-        except BaseException:
-            _rollback(rt.con)
-            rt.store.forget(pending)
-            if logged is not None and rt.input_log is not None:
-                rt.input_log.undo(logged)
-            raise
-        crash_point("ingest.after_commit")
-        rt.finish(pending)
-        if rt.observers:
-            now = time.perf_counter()
-            rt.observe(CommitEvent("ingest", stream, batch_id, table.num_rows, now,
-                                   table.num_rows, now - began))
-
-    def _replay_ingest(self, record: LogRecord) -> None:
-        assert self._rt is not None and record.stream and record.batch_id and record.table is not None
-        self._apply_ingest(self._rt, record.stream, record.batch_id, record.table, log_it=False,
-                           sent=fingerprint(record.table))
-
-    def _replay_oltp(self, record: LogRecord) -> None:
-        assert self._rt is not None
-        with self._transaction(self._rt, log_it=False) as tx:
-            for sql, params in record.statements or []:
-                tx.execute(sql, params=params)
-
     # ------------------------------------------------------------------ running
-    def _run_one(self, rt: Runtime, most: int | None = None) -> bool:
-        """Run the next transaction execution, if any, with the ones of the same batch that
-        follow it as one group commit (at most ``most`` in all). Caller holds the lock. Raises
-        ``Stopped`` instead when a stop was requested (``interrupt``)."""
-        if rt.interrupts.stopping():
-            raise Stopped("stopped between transaction executions")
-        nxt = rt.scheduler.next()
-        if nxt is None:
-            return False
-        if self.group_commit:
-            group.run_batch(rt, *nxt, limit=most)
-        else:
-            run_te(rt, *nxt)
-        if not rt.replaying and gc.due(rt, self.gc_every, self.gc_min_seconds):
-            following = rt.scheduler.next()
-            if following is None or following[1] != nxt[1]:  # between batches, not inside one
-                gc.collect(rt)
-        if rt.checkpoints is not None:
-            rt.checkpoints.after_commit()
-        return True
-
     @runner
     def run_until_idle(self, max_executions: int | None = None) -> int:
         """Run pending transaction executions in order until none is runnable; return how many
@@ -595,25 +347,8 @@ class Engine:
         engine to stop: the execution in flight rolled back, nothing was recorded as an error.
         One request, one ``Stopped``: a later call runs again (unless the whole process is
         stopping)."""
-        rt = self._runtime()
-        done = 0
-        try:
-            while max_executions is None or done < max_executions:
-                with rt.lock:
-                    before = rt.te_seq
-                    most = None if max_executions is None else max_executions - done
-                    if not self._run_one(rt, most):
-                        break
-                    done += rt.te_seq - before
-                rt.subscribers.publish(rt.take_outbox())
-        except Stopped:
-            self._interrupts.stop_requested.clear()
-            rt.subscribers.publish(rt.take_outbox())  # what committed before the stop
-            raise
-        with rt.lock:
-            if gc.due(rt, self.gc_every, self.gc_min_seconds):
-                gc.collect(rt)
-        return done
+        return running.run_until_idle(self._runtime(), self._interrupts, self.group_commit,
+                                      self.gc_every, self.gc_min_seconds, max_executions)
 
     @runner
     def run(self, stop: threading.Event, poll_seconds: float = 0.2) -> None:
@@ -622,36 +357,8 @@ class Engine:
         Setting ``stop`` interrupts the execution in flight (it rolls back and runs again next
         time; no error, no halt) and ``run`` returns. ``interrupt()`` and ``sstore.stopping``
         end it the same way."""
-        rt = self._runtime()
-        served = threading.Event()
-        relay = threading.Thread(target=self._relay_stop, args=(stop, served, poll_seconds),
-                                 daemon=True, name="sstore-stop-relay")
-        relay.start()
-        try:
-            while not stop.is_set():
-                self.run_until_idle()
-                with rt.lock:
-                    if rt.scheduler.next() is None and not rt.interrupts.stopping():
-                        if rt.since_gc:
-                            gc.collect(rt)  # idle: a good moment to tidy up
-                        if rt.checkpoints is not None:
-                            rt.checkpoints.when_idle()
-                        rt.wakeup.wait(poll_seconds)
-        except Stopped:
-            pass  # asked to stop (``stop``, ``interrupt()``, a signal): serving ends
-        finally:
-            served.set()
-            relay.join()
-            self._interrupts.stop_requested.clear()
-
-    def _relay_stop(self, stop: threading.Event, served: threading.Event,
-                    poll_seconds: float) -> None:
-        """``run``'s helper: turn ``stop`` being set into ``interrupt()``."""
-        while not served.is_set():
-            if stop.wait(poll_seconds):
-                if not served.is_set():
-                    self.interrupt()
-                return
+        running.run_until_stopped(self._runtime(), self._interrupts, stop, poll_seconds,
+                                  self.run_until_idle, self.interrupt)
 
     def interrupt(self) -> None:
         """Ask the engine to stop, from any thread (a signal handler should call it from a
@@ -661,55 +368,24 @@ class Engine:
         Python code) and rolls back, unless it is already committing; ``run_until_idle``
         raises ``Stopped`` and ``run`` returns. Nothing is recorded: no error, no halt. Ingests,
         queries and ad hoc transactions in flight are not interrupted (they are short)."""
-        self._interrupts.request_stop()
-        rt = self._rt
-        if rt is not None and rt.wakeup.acquire(blocking=False):  # never wait for the lock
-            try:
-                rt.wakeup.notify_all()  # an idle ``run`` returns now, not after its poll
-            finally:
-                rt.wakeup.release()
+        running.request_stop(self._interrupts, self._rt)
 
     def resume(self, procedure: str) -> bool:
         """Let a halted procedure, or a halted consumer (a sink), try its failing batch again:
         its halt is deleted from the state file (a halt lasts across restarts until resumed).
         False if it was not halted; ``DeclarationError`` if there is no such procedure or
         consumer."""
-        rt = self._runtime()
-        consumers_known = {c for holders in rt.ledger.holders.values() for c in holders}
-        if procedure not in rt.graph.procedures and procedure not in consumers_known:
-            raise DeclarationError(
-                f"no procedure or consumer {procedure!r}; procedures: "
-                f"{', '.join(sorted(rt.graph.procedures)) or 'none'}; consumers: "
-                f"{', '.join(sorted(consumers_known)) or 'none'}")
-        with rt.lock:
-            cleared = systables.clear_halt(rt.con, procedure)
-            was = rt.scheduler.halted.pop(procedure, None)
-            if self._foreign and procedure in rt.graph.procedures:
-                rt.scheduler.halted[procedure] = FOREIGN  # its program runs it, not this one
-                was = None
-        return cleared or was is not None
+        return halts.resume(self._runtime(), procedure, self._foreign)
 
     def halt_consumer(self, consumer: str, batch_id: int, message: str) -> None:
         """Record that ``consumer`` (a sink) stopped on a terminal error after ``batch_id``:
         the error and a halt, in one transaction. The halt lasts across restarts until
         ``resume`` (``sstore resume STATE CONSUMER``); ``status`` shows it."""
-        rt = self._runtime()
-        with rt.lock:
-            rt.con.begin()
-            try:
-                systables.record_error(rt.con, consumer, batch_id, "halt", message)
-                systables.record_halt(rt.con, consumer, batch_id, message)
-                rt.con.commit()
-            except BaseException:
-                rt.con.rollback()
-                raise
+        halts.halt_consumer(self._runtime(), consumer, batch_id, message)
 
     def consumer_halt(self, consumer: str) -> str | None:
         """Why ``consumer`` is halted ("batch N: error"), or None."""
-        rt = self._runtime()
-        with rt.lock:
-            halt = systables.load_halts(rt.con).get(consumer)
-        return None if halt is None else systables.halt_text(*halt)
+        return halts.consumer_halt(self._runtime(), consumer)
 
     def collect_garbage(self) -> int:
         rt = self._runtime()
@@ -730,17 +406,7 @@ class Engine:
         """
         bound = bind(args, params)
         with self._lock:
-            parts = [statement] if bound is not None else split_statements(self._con, statement)
-            for part in parts:
-                if is_same_redeclaration(self._con, part):
-                    log.debug("table declaration already in the state file: %s", part)
-                    continue
-                try:
-                    self._con.execute(part, bound)
-                except duckdb.CatalogException as exc:
-                    if not (part.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
-                        raise
-                    log.debug("declaration already in the state file: %s", exc)
+            adhoc.execute_statements(self._con, statement, bound)
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
@@ -778,64 +444,14 @@ class Engine:
               run: Callable[[duckdb.DuckDBPyConnection, Any], Any]) -> Any:
         """``run`` on the reader cursor in a READ ONLY transaction, ``sql`` checked first."""
         check_query(sql, "duckdb")
-        rt = self._runtime()
-        # the engine's reader cursor, a connection of its own: DuckDB's MVCC gives it a
-        # snapshot of what has committed while the engine's transactions go on, so a sink
-        # reading its batches does not wait for the next batch's TEs, nor they for it
-        with rt.reader_lock:
-            cursor = rt.reader
-            assert cursor is not None, "set when the engine starts"
-            cursor.execute("BEGIN TRANSACTION READ ONLY")
-            try:
-                found = run(cursor, bound)  # an Arrow table's size unknown: streamed
-            except BaseException:
-                cursor.execute("ROLLBACK")
-                raise
-            cursor.execute("COMMIT")
-            return found
+        return adhoc.read_committed(self._runtime(), bound, run)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """An ad hoc ACID transaction, serializable with the stream's transaction executions."""
         rt = self._runtime()
-        with self._transaction(rt, log_it=rt.input_log is not None) as tx:
+        with adhoc.transaction(rt, log_it=rt.input_log is not None) as tx:
             yield tx
-
-    @contextlib.contextmanager
-    def _transaction(self, rt: Runtime, log_it: bool) -> Iterator[Transaction]:
-        """Commit protocol of an ad hoc transaction:
-
-        1. BEGIN.
-        2. The block's statements (recorded, in weak durability).
-        3. If any statement failed, even one whose error the block caught, ROLLBACK and raise
-           ``TransactionStateError``: DuckDB aborted the transaction at that statement and its
-           COMMIT would roll back without a word.
-        4. Weak durability: append the statements to the input log, fsync.
-        5. COMMIT (on failure: ROLLBACK and cut the log record off again).
-        """
-        statements: list[tuple[str, Any]] = []
-        recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
-        with rt.lock:
-            tx = Transaction(rt.con, recorder=recorder)
-            logged: int | None = None
-            rt.con.begin()
-            try:
-                yield tx
-                if tx.failure is not None:
-                    raise TransactionStateError(
-                        f"a statement of this transaction failed ({tx.failure}) and the error "
-                        f"was caught inside the block; DuckDB aborted the transaction, so "
-                        f"nothing was committed") from tx.failure
-                if log_it and statements and rt.input_log is not None:
-                    logged = rt.input_log.append_oltp(statements, rt.te_seq)
-                rt.con.commit()
-                tx._mark_committed()
-            except BaseException:
-                _rollback(rt.con)
-                if logged is not None and rt.input_log is not None:
-                    rt.input_log.undo(logged)
-                tx._mark_rolled_back()
-                raise
 
     def subscribe(self, stream: str, callback: Callback | None = None) -> Subscription:
         """Be told of each committed batch of ``stream``: pushed to ``callback(batch_id, rows)``,
@@ -1017,20 +633,7 @@ class Engine:
         if mode == "merge" and not key:
             raise DeclarationError("merge needs key columns")
         rt = self._runtime()
-        with rt.lock, registered(rt.con, "sstore_load", rows):
-            rt.con.begin()
-            try:
-                _create_like(rt.con, table, "sstore_load", key)
-                if mode == "replace":
-                    rt.con.execute(f"DELETE FROM {qualified(table)}")
-                verb = "INSERT OR REPLACE" if mode == "merge" else "INSERT"
-                names = ", ".join(ident(c) for c in rows.column_names)
-                rt.con.execute(f"{verb} INTO {qualified(table)} ({names}) "
-                               f"SELECT {names} FROM sstore_load")
-                rt.con.commit()
-            except BaseException:
-                rt.con.rollback()
-                raise
+        adhoc.load_rows(rt, table, rows, mode, key)
         return rows.num_rows
 
     def schema(self, stream: str) -> pa.Schema | None:
@@ -1087,17 +690,7 @@ class Engine:
             self._server = None
         with self._lock:
             self._closed = True
-            if self._rt is not None and self._rt.pending_acks:
-                try:
-                    consumers.write_acks(self._con, self._rt.pending_acks)
-                except duckdb.Error as exc:  # harmless: the targets' watermarks decide
-                    log.warning("acknowledgements not written at close: %s", exc)
-            if self._input_log is not None:
-                self._input_log.close()
-            if self._rt is not None and self._rt.reader is not None:
-                with self._rt.reader_lock:
-                    self._rt.reader.close()
-            self._con.close()
+            lifecycle.close_state(self._con, self._rt, self._input_log)
 
     def __enter__(self) -> Engine:
         return self
@@ -1105,68 +698,3 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    """ROLLBACK after a failure; a failed COMMIT has already ended the transaction, and that
-    second error must not hide the first."""
-    try:
-        con.rollback()
-    except duckdb.TransactionException:
-        pass
-
-
-MAX_BATCH_ID = 2 ** 63 - 1  # batch-ids are stored as BIGINT
-
-
-def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,
-                  last: int) -> None:
-    """A re-send of ingested batch ``batch_id`` is a no-op only if it carries the same rows:
-    compare the row count and the fingerprint (``sent``) with the batch's commit record and
-    raise ``ResendMismatchError`` if either differs, before anything is written.
-
-    Checked against what the record still holds: a record written before fingerprints
-    existed has the row count only, and one that GC compacted into a run of ids
-    (``systables.compact_statements``, once 4,096 collected batches pile up) has neither, so
-    such a re-send stays an unchecked no-op. A point query, paid by re-sends only."""
-    recorded = systables.ingested_record(rt.con, stream, batch_id)
-    if recorded is None:
-        return
-    rows, recorded_print = recorded
-    if rows != table.num_rows or (recorded_print is not None and recorded_print != sent):
-        raise ResendMismatchError(stream, batch_id, rows, table.num_rows, last)
-
-
-def _check_batch_id(batch_id: object) -> None:
-    """Refuse a batch-id DuckDB cannot store, before any transaction (a raw ConversionException
-    from inside the ingest's transaction would say nothing about the cause)."""
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
-        raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
-    if batch_id > MAX_BATCH_ID:
-        raise OutOfOrderBatchError(f"batch-id {batch_id} does not fit in a BIGINT (at most "
-                                   f"{MAX_BATCH_ID})")
-
-
-FOREIGN = "declared by the program that owns this state file; only that program runs it"
-
-
-def _foreign_procedure(tx: Transaction, batch: Any) -> None:
-    raise DeclarationError(FOREIGN)
-
-
-def _create_like(con: duckdb.DuckDBPyConnection, table: str, relation: str,
-                 key: Sequence[str]) -> None:
-    """CREATE TABLE IF NOT EXISTS with the relation's column types and ``key`` as primary key."""
-    columns = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
-    cols = ", ".join(f"{ident(name)} {ctype}" for name, ctype, *_ in columns)
-    if key:
-        cols += f", PRIMARY KEY ({', '.join(ident(k) for k in key)})"
-    con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")
-
-
-def _latest_rows(store: StreamStore, ledger: Ledger, graph: Graph
-                 ) -> Iterator[tuple[str, int, pa.Table]]:
-    """After a restart, the newest retained batch of each stream (for ``Engine.latest``)."""
-    for name in graph.streams:
-        ids = ledger.node_batches(name).ids
-        if ids and store.schema(name) is not None:
-            yield name, ids[-1], store.read(name, ids[-1])

@@ -40,7 +40,7 @@ HEADER = struct.Struct("<4sQI")
 @dataclass
 class LogRecord:
     lsn: int
-    kind: str  # "ingest", "oltp" or "identity" (the engine's UUID, see Engine._identity)
+    kind: str  # "ingest", "oltp" or "identity" (the engine's UUID, see sstore.lifecycle.identity)
     te_seq: int  # transaction executions committed before this record was applied
     stream: str | None = None
     batch_id: int | None = None

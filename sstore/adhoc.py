@@ -1,0 +1,135 @@
+"""Ad hoc access to the state, outside the streams' transactions: statements (DDL, seed data),
+read-only queries on the reader cursor, ACID transactions serializable with the transaction
+executions (and their replay from the input log), bulk loads of Arrow rows into tables.
+
+The engine's public methods (``Engine.execute``, ``query``, ``query_rows``, ``transaction``,
+``load_table``) check their arguments and call these with the runtime or connection explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sstore.duck import registered, rollback_after_failure
+from sstore.errors import TransactionStateError
+from sstore.inputlog import LogRecord
+from sstore.runtime import Runtime
+from sstore.sql import ident, qualified
+from sstore.table_declarations import is_same_redeclaration, split_statements
+from sstore.transaction import Transaction
+
+log = logging.getLogger("sstore")
+
+
+def execute_statements(con: duckdb.DuckDBPyConnection, statement: str, bound: Any) -> None:
+    """``Engine.execute``'s statements, each on its own (caller holds the engine's lock): a
+    table declared again the same way, or another CREATE whose object exists, is skipped."""
+    parts = [statement] if bound is not None else split_statements(con, statement)
+    for part in parts:
+        if is_same_redeclaration(con, part):
+            log.debug("table declaration already in the state file: %s", part)
+            continue
+        try:
+            con.execute(part, bound)
+        except duckdb.CatalogException as exc:
+            if not (part.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
+                raise
+            log.debug("declaration already in the state file: %s", exc)
+
+
+def read_committed(rt: Runtime, bound: Any,
+                   run: Callable[[duckdb.DuckDBPyConnection, Any], Any]) -> Any:
+    """``run`` on the reader cursor in a READ ONLY transaction (the query already checked)."""
+    # the engine's reader cursor, a connection of its own: DuckDB's MVCC gives it a
+    # snapshot of what has committed while the engine's transactions go on, so a sink
+    # reading its batches does not wait for the next batch's TEs, nor they for it
+    with rt.reader_lock:
+        cursor = rt.reader
+        assert cursor is not None, "set when the engine starts"
+        cursor.execute("BEGIN TRANSACTION READ ONLY")
+        try:
+            found = run(cursor, bound)  # an Arrow table's size unknown: streamed
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
+        return found
+
+
+@contextlib.contextmanager
+def transaction(rt: Runtime, log_it: bool) -> Iterator[Transaction]:
+    """Commit protocol of an ad hoc transaction:
+
+    1. BEGIN.
+    2. The block's statements (recorded, in weak durability).
+    3. If any statement failed, even one whose error the block caught, ROLLBACK and raise
+       ``TransactionStateError``: DuckDB aborted the transaction at that statement and its
+       COMMIT would roll back without a word.
+    4. Weak durability: append the statements to the input log, fsync.
+    5. COMMIT (on failure: ROLLBACK and cut the log record off again).
+    """
+    statements: list[tuple[str, Any]] = []
+    recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
+    with rt.lock:
+        tx = Transaction(rt.con, recorder=recorder)
+        logged: int | None = None
+        rt.con.begin()
+        try:
+            yield tx
+            if tx.failure is not None:
+                raise TransactionStateError(
+                    f"a statement of this transaction failed ({tx.failure}) and the error "
+                    f"was caught inside the block; DuckDB aborted the transaction, so "
+                    f"nothing was committed") from tx.failure
+            if log_it and statements and rt.input_log is not None:
+                logged = rt.input_log.append_oltp(statements, rt.te_seq)
+            rt.con.commit()
+            tx._mark_committed()
+        except BaseException:
+            rollback_after_failure(rt.con)
+            if logged is not None and rt.input_log is not None:
+                rt.input_log.undo(logged)
+            tx._mark_rolled_back()
+            raise
+
+
+def replay_oltp(rt: Runtime, record: LogRecord) -> None:
+    """Run an ad hoc transaction of the input log again (``recovery.replay``), not logging it."""
+    with transaction(rt, log_it=False) as tx:
+        for sql, params in record.statements or []:
+            tx.execute(sql, params=params)
+
+
+def load_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[str]) -> None:
+    """``Engine.load_table``'s transaction (``mode`` and ``key`` already checked): create the
+    table if missing, empty it for "replace", then INSERT (OR REPLACE, for "merge") the rows."""
+    with rt.lock, registered(rt.con, "sstore_load", rows):
+        rt.con.begin()
+        try:
+            _create_like(rt.con, table, "sstore_load", key)
+            if mode == "replace":
+                rt.con.execute(f"DELETE FROM {qualified(table)}")
+            verb = "INSERT OR REPLACE" if mode == "merge" else "INSERT"
+            names = ", ".join(ident(c) for c in rows.column_names)
+            rt.con.execute(f"{verb} INTO {qualified(table)} ({names}) "
+                           f"SELECT {names} FROM sstore_load")
+            rt.con.commit()
+        except BaseException:
+            rt.con.rollback()
+            raise
+
+
+def _create_like(con: duckdb.DuckDBPyConnection, table: str, relation: str,
+                 key: Sequence[str]) -> None:
+    """CREATE TABLE IF NOT EXISTS with the relation's column types and ``key`` as primary key."""
+    columns = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+    cols = ", ".join(f"{ident(name)} {ctype}" for name, ctype, *_ in columns)
+    if key:
+        cols += f", PRIMARY KEY ({', '.join(ident(k) for k in key)})"
+    con.execute(f"CREATE TABLE IF NOT EXISTS {qualified(table)} ({cols})")

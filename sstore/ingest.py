@@ -1,0 +1,200 @@
+"""The ingest path behind ``Engine.ingest`` and ``Engine.ingest_and_run``: a batch's checks
+(stream, batch-id, re-send, order, backpressure), its commit protocol, and its replay from the
+input log of weak durability.
+
+The functions take the engine's runtime and what else they need explicitly: no engine object
+(``ingest_batch`` takes ``rt.lock``; ``apply_ingest`` runs under it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from sstore import group, systables
+from sstore.backpressure import Backpressure
+from sstore.duck import rollback_after_failure
+from sstore.errors import (
+    BatchIdTakenError,
+    DeclarationError,
+    OutOfOrderBatchError,
+    ResendMismatchError,
+    TransactionStateError,
+    UnknownStreamError,
+)
+from sstore.faults import crash_point
+from sstore.fingerprint import fingerprint
+from sstore.inputlog import LogRecord
+from sstore.rows import RowsLike
+from sstore.runtime import CommitEvent, Runtime
+from sstore.streams import PendingCommit
+from sstore.transaction import Transaction
+
+log = logging.getLogger("sstore")
+
+MAX_BATCH_ID = 2 ** 63 - 1  # batch-ids are stored as BIGINT
+
+
+class Ingested(int):
+    """The batch-id an ``ingest`` call used; ``duplicate`` is True when it was a no-op re-send.
+    ``executions``: the transaction executions ``ingest_and_run`` ran (as ``run_until_idle``
+    counts them; 0 for ``ingest``)."""
+
+    duplicate: bool
+    rows: int
+    executions: int
+
+    def __new__(cls, batch_id: int, duplicate: bool, rows: int,
+                executions: int = 0) -> Ingested:
+        obj = super().__new__(cls, batch_id)
+        obj.duplicate = duplicate
+        obj.rows = rows
+        obj.executions = executions
+        return obj
+
+
+def ingest_batch(rt: Runtime, backpressure: Backpressure,
+                 replayed_ids: dict[str, dict[int, int]], stream: str, rows: RowsLike,
+                 batch_id: int | None, *,
+                 along: Callable[[Transaction], None] | None = None,
+                 run: bool = False) -> Ingested:
+    """``ingest``'s checks and commit; ``run``: as the lead of a group (``ingest_and_run``).
+
+    ``backpressure``: the engine's readers' bounds; ``replayed_ids``: the engine's batch-ids
+    that dead-letter replays took, per border stream (read on the first re-send, forgotten by
+    an ``along`` ingest)."""
+    if stream not in rt.graph.streams:
+        raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(rt.graph.streams)}")
+    if not rt.graph.is_border(stream):
+        raise DeclarationError(f"stream {stream!r} is written by "
+                               f"{rt.graph.writer_of(stream)}; only border streams "
+                               f"take ingest")
+    if batch_id is not None:
+        _check_batch_id(batch_id)
+    table = rt.store.conform(stream, rows, f"stream {stream!r}")
+    sent = fingerprint(table)  # outside the lock; recorded with the batch, or compared
+    with rt.lock:
+        backpressure.admit(rt, stream, batch_id)  # may wait, releasing the lock
+        last = rt.ledger.last_ingested.get(stream, 0)
+        if batch_id is None:
+            batch_id = last + 1
+            _check_batch_id(batch_id)
+        elif rt.ledger.was_ingested(stream, batch_id):
+            if stream not in replayed_ids:
+                replayed_ids[stream] = systables.replayed(rt.con, stream)
+            replayed = replayed_ids[stream].get(batch_id)
+            if replayed is not None:
+                raise BatchIdTakenError(
+                    f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
+                    f"replay (the dead letters of batch {replayed}, sstore dead-letters "
+                    f"replay), so this batch is not a re-send and was NOT ingested; send "
+                    f"it under a batch-id above {last} (or without one)")
+            _check_resend(rt, stream, batch_id, table, sent, last)
+            log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
+            return Ingested(batch_id, True, 0)
+        elif batch_id < last:
+            raise OutOfOrderBatchError(
+                f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
+                f"({last}) and was never ingested; batches must arrive in increasing order")
+        if run and not rt.interrupts.stopping():
+            group.ingest_and_run(rt, stream, batch_id, table, sent, functools.partial(
+                apply_ingest, rt, stream, batch_id, table, False, sent))
+        else:
+            if along is not None:  # maybe a dead-letter replay: it records its batch-id
+                replayed_ids.pop(stream, None)
+            apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
+                         sent=sent, along=along)
+        if rt.checkpoints is not None:
+            rt.checkpoints.after_commit()
+    rt.subscribers.publish(rt.take_outbox())
+    return Ingested(batch_id, False, table.num_rows)
+
+
+def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
+                 log_it: bool, sent: int,
+                 along: Callable[[Transaction], None] | None = None) -> None:
+    """Commit protocol of an ingest (``sent``: the batch's fingerprint):
+
+    1. BEGIN.
+    2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here;
+       then ``along``'s statements, if any.
+    3. Insert the commit records, the batch's with its row count and fingerprint (what a
+       re-send of its id is checked against, ``_check_resend``).
+    4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
+       when the engine has accepted every row, so the log never holds a batch that
+       cannot be replayed.
+    5. COMMIT (on failure: ROLLBACK and cut the log record off again).
+    6. Apply to memory.
+
+    A crash before step 4 leaves nothing (the client re-sends); between 4 and 5 the batch
+    is in the log, valid, and replayed at restart; after 5 it is committed and logged.
+    """
+    pending = PendingCommit()
+    logged: int | None = None
+    began = time.perf_counter()
+    rt.con.begin()
+    try:
+        rt.store.append(stream, batch_id, table, pending, fingerprint=sent)
+        if along is not None:
+            tx = Transaction(rt.con, batch_id)
+            along(tx)
+            if tx.failure is not None:  # caught inside along: DuckDB aborted the transaction
+                raise TransactionStateError(f"a statement of ingest's along failed "
+                                            f"({tx.failure})") from tx.failure
+        systables.insert_commits(rt.con, pending.records, pending.fingerprints)
+        if log_it and rt.input_log is not None:
+            crash_point("ingest.before_log")
+            logged = rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
+        crash_point("ingest.before_commit")
+        rt.con.commit()
+    except BaseException:
+        rollback_after_failure(rt.con)
+        rt.store.forget(pending)
+        if logged is not None and rt.input_log is not None:
+            rt.input_log.undo(logged)
+        raise
+    crash_point("ingest.after_commit")
+    rt.finish(pending)
+    if rt.observers:
+        now = time.perf_counter()
+        rt.observe(CommitEvent("ingest", stream, batch_id, table.num_rows, now,
+                               table.num_rows, now - began))
+
+
+def replay_ingest(rt: Runtime, record: LogRecord) -> None:
+    """Apply an ingest record of the input log again (``recovery.replay``), not logging it."""
+    assert record.stream and record.batch_id and record.table is not None
+    apply_ingest(rt, record.stream, record.batch_id, record.table, log_it=False,
+                 sent=fingerprint(record.table))
+
+
+def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,
+                  last: int) -> None:
+    """A re-send of ingested batch ``batch_id`` is a no-op only if it carries the same rows:
+    compare the row count and the fingerprint (``sent``) with the batch's commit record and
+    raise ``ResendMismatchError`` if either differs, before anything is written.
+
+    Checked against what the record still holds: a record written before fingerprints
+    existed has the row count only, and one that GC compacted into a run of ids
+    (``systables.compact_statements``, once 4,096 collected batches pile up) has neither, so
+    such a re-send stays an unchecked no-op. A point query, paid by re-sends only."""
+    recorded = systables.ingested_record(rt.con, stream, batch_id)
+    if recorded is None:
+        return
+    rows, recorded_print = recorded
+    if rows != table.num_rows or (recorded_print is not None and recorded_print != sent):
+        raise ResendMismatchError(stream, batch_id, rows, table.num_rows, last)
+
+
+def _check_batch_id(batch_id: object) -> None:
+    """Refuse a batch-id DuckDB cannot store, before any transaction (a raw ConversionException
+    from inside the ingest's transaction would say nothing about the cause)."""
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
+        raise OutOfOrderBatchError(f"batch-id must be a positive integer, got {batch_id!r}")
+    if batch_id > MAX_BATCH_ID:
+        raise OutOfOrderBatchError(f"batch-id {batch_id} does not fit in a BIGINT (at most "
+                                   f"{MAX_BATCH_ID})")
