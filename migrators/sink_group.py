@@ -92,6 +92,10 @@ class SinkGroup:
         start raises here, and none is attached) and feed them from one thread."""
         if self._thread is not None:
             raise MigrationError("the sink group is attached already")
+        for sink in self.sinks:
+            if sink._thread is not None or sink._subscription is not None:
+                raise MigrationError(f"sink {sink.stream} -> {sink.table} is attached on its "
+                                     f"own: detach it first (a group feeds its members)")
         self._stopping.clear()
         started: list[StreamToPostgres] = []
         try:

@@ -19,7 +19,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from migrators import StreamToPostgres
+from migrators import MigrationError, StreamToPostgres
 from migrators.sink_group import SinkGroup
 from sstore import Engine, Transaction
 from sstore.errors import DeclarationError
@@ -210,6 +210,13 @@ def test_a_group_is_declared_over_one_engine_and_one_database(tmp_path: Path,
         with pytest.raises(DeclarationError, match="each target table once"):
             SinkGroup([StreamToPostgres(eng, "small", pg_url, "g.t"),
                        StreamToPostgres(eng, "large", pg_url, "g.t")])
+        alone = StreamToPostgres(eng, "odd", pg_url, "g.odd")
+        alone.attach()
+        try:  # two threads would feed it
+            with pytest.raises(MigrationError, match="attached on its own"):
+                SinkGroup([StreamToPostgres(eng, "small", pg_url, "g.small2"), alone]).attach()
+        finally:
+            alone.detach()
 
 
 KILLED_CHILD = textwrap.dedent("""
