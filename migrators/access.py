@@ -26,14 +26,18 @@ from sstore.errors import DeclarationError
 from sstore.sql import ident, qualified
 
 
-def cross_system_query(url: str, sql: str, *params: Any) -> pa.Table:
-    """Run ``sql`` in PostgreSQL now (parameters ``$1, $2, ...``); nothing is kept."""
-    return read_postgres(url, sql, params)
+def cross_system_query(url: str, sql: str, *params: Any,
+                       retry: RetryPolicy | None = None) -> pa.Table:
+    """Run ``sql`` in PostgreSQL now (parameters ``$1, $2, ...``); nothing is kept. A server
+    that is away is tried again by ``retry`` (default ``RetryPolicy()``): a read, so safe."""
+    return read_postgres(url, sql, params, policy=retry)
 
 
 @dataclass
 class Replica:
-    """A copy of a PostgreSQL table inside the engine, refreshed on demand."""
+    """A copy of a PostgreSQL table inside the engine, refreshed on demand. ``retry``: how
+    long a refresh tries a server that is away (default ``RetryPolicy()``; the read is
+    retried whole, and the engine's copy changes only after it)."""
 
     engine: Engine
     url: str
@@ -41,16 +45,17 @@ class Replica:
     into: str
     key: Sequence[str] = ()
     since: str | None = None
+    retry: RetryPolicy | None = None
 
     def refresh(self) -> int:
         """Full copy the first time; then incremental by ``since`` (merge by ``key`` if given),
         or a full copy again when there is no ``since``. Returns rows read."""
         if self.since is None:
             return copy_into_engine(self.url, self.engine, into=self.into, table=self.table,
-                                    mode="replace")
+                                    mode="replace", retry=self.retry)
         mode = "merge" if self.key else "append"
         return copy_into_engine(self.url, self.engine, into=self.into, table=self.table,
-                                mode=mode, key=self.key, since=self.since)
+                                mode=mode, key=self.key, since=self.since, retry=self.retry)
 
 
 #: The source's row version (its inserting transaction, ``xmin``), read beside each moved row

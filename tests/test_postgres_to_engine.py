@@ -236,3 +236,31 @@ def test_a_retried_removal_takes_only_the_row_versions_it_moved(
                          "ORDER BY id") == [(2, "reborn"), (5, "changed")]
     assert local(engine, "SELECT count(*) FROM cold_customers") == [(TIER2,)]
     assert pg(customers, "SELECT count(*) FROM customers WHERE tier = 2") == [(0,)]
+
+
+def test_a_cross_system_query_and_a_replica_refresh_retry_by_the_policy_given(
+        engine: Engine, customers: str) -> None:
+    """The first read of each is cut (the relay closes the connection before the answer):
+    both are read again, by the policy handed in, and return every row."""
+    cut: list[bytes] = []
+
+    def on_send(chunk: bytes) -> bool:
+        if b"customers" in chunk and not cut:
+            cut.append(chunk)
+            return True
+        return False
+
+    url = urlsplit(customers)
+    with CuttingProxy((url.hostname or "127.0.0.1", url.port or 5432), on_send) as proxy:
+        relayed = urlunsplit(url._replace(netloc=f"{url.username}@127.0.0.1:{proxy.port}",
+                                          query="sslmode=disable&gssencmode=disable"))
+        policy = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.1)
+        rows = cross_system_query(relayed, "SELECT count(*) AS n FROM customers", retry=policy)
+        assert rows.column("n")[0].as_py() == 50
+        assert proxy.cuts == 1 and policy.retries_done == 1
+        cut.clear()
+        policy = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.1)
+        replica = Replica(engine, relayed, "customers", "cust_copy", retry=policy)
+        assert replica.refresh() == 50
+        assert proxy.cuts == 2 and policy.retries_done == 1
+    assert local(engine, "SELECT count(*) FROM cust_copy") == [(50,)]
