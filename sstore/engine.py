@@ -640,15 +640,24 @@ class Engine:
         """The Arrow schema of a stream's rows (None for an output not produced yet)."""
         return self._runtime().store.schema(stream)
 
-    def acknowledge(self, consumer: str, batch_id: int) -> None:
+    def acknowledge(self, consumer: str, batch_id: int, *, wait: bool = True) -> bool:
         """Record that ``consumer`` has safely taken every held batch up to ``batch_id``: at
         once in memory (garbage collection, backpressure), in the state file with the next
         transaction that writes commit records anyway (no COMMIT of its own under the lock;
-        ``sstore.consumers``, step 3)."""
+        ``sstore.consumers``, step 3).
+
+        ``wait=False``: only if the engine's lock is free now; False (nothing recorded) when
+        a transaction execution holds it. A sink thread uses it so that telling the engine
+        never makes its next delivery wait for a whole group commit."""
         rt = self._runtime()
-        with rt.lock:
+        if not rt.lock.acquire(blocking=wait):
+            return False
+        try:
             if consumers.acknowledge(rt.ledger, rt.pending_acks, consumer, batch_id):
                 rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks now
+        finally:
+            rt.lock.release()
+        return True
 
     def status(self) -> EngineStatus:
         rt = self._runtime()

@@ -129,3 +129,50 @@ def test_a_crash_never_loses_an_acknowledgement_gc_relied_on(tmp_path: Path, poi
     kept = [b for b, _ in engine.batches("out", after=acked)]
     assert kept == list(range(acked + 1, last + 1))  # every batch above it is still there
     engine.close()
+
+
+def test_a_sink_does_not_wait_for_a_busy_engine_to_acknowledge(tmp_path: Path,
+                                                               pg_url: str) -> None:
+    """While a transaction execution holds the engine's lock, a sink delivers and goes on
+    without waiting for it; it tells the engine on a later try, and waits for the lock once
+    its oldest untold delivery is ``ACK_WAIT_MAX`` old (or when flushed)."""
+    import threading
+    import time
+
+    import psycopg
+
+    from migrators import StreamToPostgres
+    from migrators.engine_to_postgres import ACK_WAIT_MAX
+
+    with Engine(str(tmp_path / "s.duckdb")) as engine:
+        engine.stream("out", {"x": "BIGINT"})
+        sink = StreamToPostgres(engine, "out", pg_url, "acked_out", ack_every=0.0)
+        sink.start()
+        engine.ingest("out", [(1,), (2,)])
+        held, release = threading.Event(), threading.Event()
+
+        def busy_engine() -> None:
+            with engine.lock:
+                held.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=busy_engine)
+        thread.start()
+        held.wait(10)
+        try:
+            began = time.monotonic()
+            assert sink.run_pending(ack=False) == 2  # delivered, not waiting for the lock
+            assert time.monotonic() - began < ACK_WAIT_MAX
+            with psycopg.connect(pg_url) as con:
+                assert con.execute("SELECT count(*) FROM acked_out").fetchone() == (2,)
+            assert sink._unacked == 1  # not told yet: the engine was busy
+            time.sleep(ACK_WAIT_MAX)
+            threading.Timer(0.3, release.set).start()
+            began = time.monotonic()
+            sink.run_pending(ack=False)  # now overdue: waits for the lock, then tells
+            assert time.monotonic() - began >= 0.2
+        finally:
+            release.set()
+            thread.join()
+        assert sink._unacked == 0 and engine.acknowledged(sink.consumer) == 1
+        sink.close()
