@@ -58,6 +58,17 @@ def tables(url: str) -> dict[str, list[int]]:
                 for name in OUTPUTS}
 
 
+def feed_one_by_one(eng: Engine, group: SinkGroup, batches: range) -> None:
+    """Attach ``group``, send ``batches`` waiting for each to reach PostgreSQL, detach."""
+    group.attach()
+    try:
+        for batch in batches:
+            eng.ingest_and_run("src", ids_of(batch))
+            assert group.flush(timeout=30)
+    finally:
+        group.detach()
+
+
 def transactions_per_batch(url: str) -> dict[int, set[str]]:
     """Batch -> the PostgreSQL transactions (xmin) its rows were written in, all tables."""
     out: dict[int, set[str]] = {}
@@ -72,13 +83,7 @@ def test_a_batch_reaches_all_its_tables_in_one_transaction(tmp_path: Path, pg_ur
     with Engine(str(tmp_path / "s.duckdb")) as eng:
         declare(eng)
         group = SinkGroup(sinks(eng, pg_url))
-        group.attach()
-        try:
-            for batch in range(1, 21):
-                eng.ingest_and_run("src", ids_of(batch))
-                assert group.flush(timeout=30)
-        finally:
-            group.detach()
+        feed_one_by_one(eng, group, range(1, 21))
         assert tables(pg_url) == expected(20)
         assert group.rounds == 19  # the first batch creates the tables: one by one
         assert group.one_by_one == 1
@@ -131,13 +136,7 @@ def test_a_round_that_fails_before_commit_leaves_nothing_and_is_delivered_once(
         members = sinks(eng, pg_url)
         members[-1].before_commit = fail_once
         group = SinkGroup(members)
-        group.attach()
-        try:
-            for batch in range(1, 9):
-                eng.ingest_and_run("src", ids_of(batch))
-                assert group.flush(timeout=30)
-        finally:
-            group.detach()
+        feed_one_by_one(eng, group, range(1, 9))
         assert failures and failures[0][0] > 0
         assert tables(pg_url) == expected(8)
         assert all(sink.halted is None for sink in members)
