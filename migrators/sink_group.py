@@ -237,21 +237,21 @@ class SinkGroup:
                 plans.append((sink, chunks[0]))
         if not plans:
             return True
-        items = []
-        for sink, chunk in plans:
-            rows = sink._read_group([chunk])
-            assert sink._after is not None
-            items.append((sink, chunk, rows, sink._rows_for_target(rows, sink._after)))
         try:
+            items = []
+            for sink, chunk in plans:
+                rows = sink._read_group([chunk])
+                assert sink._after is not None
+                items.append((sink, chunk, rows, sink._rows_for_target(rows, sink._after)))
             outcomes = self.session.run(lambda con: _write_round(con, items),
                                         "deliver a round of the sink group")
         except _NotCommonCase:
             return False
-        except Exception as exc:
+        except Exception as exc:  # a member's rows that do not convert, a failed statement
             if kind_of(exc) is Kind.TRANSIENT:
                 raise
-            log.info("sink group round rolled back (%s); the members deliver one by one",
-                     first_line(exc))
+            log.info("sink group round not delivered (%s); the members deliver one by one, "
+                     "each with its own errors", first_line(exc))
             return False
         committed_at = time.perf_counter()
         for (sink, chunk, rows, _data), done in zip(items, outcomes):

@@ -268,3 +268,39 @@ def test_sigkill_in_the_middle_of_a_round_loses_and_doubles_nothing(tmp_path: Pa
         finally:
             group.detach()
     assert tables(pg_url) == expected(12)
+
+
+def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
+                                                               pg_url: str) -> None:
+    """A member's rows fail to convert for its target (``IncompatibleSchemaError``, raised
+    here by a fault injected into that member from batch 3 on): before its round is sent, so
+    the round is not attempted; the member halts alone, the others get every batch."""
+    from migrators import IncompatibleSchemaError
+
+    with Engine(str(tmp_path / "s.duckdb")) as eng:
+        declare(eng)
+        members = sinks(eng, pg_url)
+        convert = members[1]._rows_for_target
+
+        def failing(rows: pa.Table, watermark: int) -> pa.Table:
+            if rows.num_rows and rows["_batch_id"][0].as_py() >= 3:
+                raise IncompatibleSchemaError("column 'id': values do not fit (test)")
+            return convert(rows, watermark)
+
+        members[1]._rows_for_target = failing  # type: ignore[method-assign]
+        group = SinkGroup(members)
+        group.attach()
+        try:
+            for batch in range(1, 6):
+                eng.ingest_and_run("src", ids_of(batch))
+            assert members[0].flush(timeout=30) and members[2].flush(timeout=30)
+        finally:
+            group.detach()
+        assert members[1].halted is not None and "do not fit" in members[1].halted
+        assert members[0].halted is None and members[2].halted is None
+        got, want = tables(pg_url), expected(5)
+        assert got["small"] == want["small"] and got["odd"] == want["odd"]
+        # it halted at the first chunk holding batch 3 or later (a chunk may start earlier)
+        assert got["large"] == want["large"][:len(got["large"])]
+        assert len(got["large"]) < len(want["large"])
+        assert eng.acknowledged(members[1].consumer) < 5  # the rest stays held
