@@ -618,25 +618,13 @@ class StreamToPostgres:
             self.last_error = f"{type(exc).__name__}: {first_line(exc)}"
             self._loop_retries += 1
 
-        forever = RetryPolicy(attempts=None, first_delay=self.retry.first_delay,
-                              max_delay=self.retry.max_delay)  # for as long as the sink runs
-        while not self._stopping.is_set():
-            # an acknowledgement held back is sent after ack_every even if no batch commits
-            idle = min(1.0, max(self.ack_every, 0.01)) if self._unacked else 1.0
-            self._wake.wait(timeout=idle)
-            self._wake.clear()
-            if self._stopping.is_set():
-                break
-            try:
-                call(lambda: self.run_pending(ack=self._ack_now.is_set()), forever,
-                     f"sink {self.stream} -> {self.table}", on_retry=remember,
-                     stop=self._stopping)
-                self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - classified: terminal halts, else stopping
-                if self._stopping.is_set() and kind_of(exc) is Kind.TRANSIENT:
-                    break
-                self._halt(exc)
-                return
+        def cleared() -> None:
+            self.last_error = None
+
+        feed_until_stopped(self._wake, self._stopping, self.retry,
+                           f"sink {self.stream} -> {self.table}",
+                           lambda: self.run_pending(ack=self._ack_now.is_set()),
+                           lambda: idle_seconds([self]), remember, cleared, self._halt)
 
     def _halt(self, exc: BaseException) -> None:
         """A terminal error: stop feeding, record the error and the halt in the engine
@@ -696,6 +684,47 @@ class StreamToPostgres:
         with self._mutex:
             self.close()
         self._after = None
+
+
+def idle_seconds(sinks: Sequence[StreamToPostgres]) -> float | None:
+    """How long a sink thread sleeps when no batch commits: an acknowledgement held back is
+    sent after ``ack_every`` (at least every 10 ms) even then; None: no live sink to feed."""
+    if not sinks:
+        return None
+    if any(s._unacked for s in sinks):
+        return min(1.0, max(min(s.ack_every for s in sinks), 0.01))
+    return 1.0
+
+
+def feed_until_stopped(wake: threading.Event, stopping: threading.Event, retry: RetryPolicy,
+                       what: str, deliver: Callable[[], object],
+                       idle: Callable[[], float | None],
+                       on_retry: Callable[[BaseException, int], None],
+                       on_success: Callable[[], None],
+                       on_terminal: Callable[[BaseException], None]) -> None:
+    """The loop of a sink thread (one sink's, or a sink group's): wait until woken by a
+    commit or ``idle()`` seconds pass (None: nothing left to feed, the loop ends), then
+    ``deliver``, retrying transient failures for as long as the thread runs (``retry``'s
+    delays, no limit). A terminal failure goes to ``on_terminal`` (the halt) and ends the
+    loop; a transient one while stopping just ends it."""
+    forever = RetryPolicy(attempts=None, first_delay=retry.first_delay,
+                          max_delay=retry.max_delay)
+    while not stopping.is_set():
+        timeout = idle()
+        if timeout is None:
+            return
+        wake.wait(timeout=timeout)
+        wake.clear()
+        if stopping.is_set():
+            break
+        try:
+            call(deliver, forever, what, on_retry=on_retry, stop=stopping)
+            on_success()
+        except Exception as exc:  # noqa: BLE001 - classified: terminal halts, else stopping
+            if stopping.is_set() and kind_of(exc) is Kind.TRANSIENT:
+                break
+            on_terminal(exc)
+            return
 
 
 def _groups(chunks: list[Chunk]) -> list[list[Chunk]]:

@@ -41,12 +41,18 @@ import psycopg
 import pyarrow as pa
 
 from migrators import delivery
-from migrators.engine_to_postgres import Chunk, MigrationReport, StreamToPostgres
+from migrators.engine_to_postgres import (
+    Chunk,
+    MigrationReport,
+    StreamToPostgres,
+    feed_until_stopped,
+    idle_seconds,
+)
 from migrators.errors import MigrationError
 from migrators.postgres import RetryPolicy, Session
 from sstore import interrupts
 from sstore.errors import DeclarationError
-from sstore.retry import Kind, call, first_line, kind_of
+from sstore.retry import Kind, first_line, kind_of
 
 log = logging.getLogger("sstore.migrators")
 
@@ -167,30 +173,17 @@ class SinkGroup:
                 sink.last_error = f"{type(exc).__name__}: {first_line(exc)}"
                 sink._loop_retries += 1
 
-        first = self.sinks[0].retry
-        forever = RetryPolicy(attempts=None, first_delay=first.first_delay,
-                              max_delay=first.max_delay)  # for as long as the group runs
-        while not self._stopping.is_set():
-            live = self._live()
-            if not live:
-                return  # every member halted: nothing left to feed
-            unacked = any(s._unacked for s in live)
-            idle = min(1.0, max(min(s.ack_every for s in live), 0.01)) if unacked else 1.0
-            self._wake.wait(timeout=idle)
-            self._wake.clear()
-            if self._stopping.is_set():
-                break
-            try:
-                call(self.run_pending, forever, "sink group", on_retry=remember,
-                     stop=self._stopping)
-                for sink in self._live():
-                    sink.last_error = None
-            except Exception as exc:  # noqa: BLE001 - classified: terminal halts, else stopping
-                if self._stopping.is_set() and kind_of(exc) is Kind.TRANSIENT:
-                    break
-                for sink in self._live():
-                    sink._halt(exc)
-                return
+        def cleared() -> None:
+            for sink in self._live():
+                sink.last_error = None
+
+        def halt_all(exc: BaseException) -> None:
+            for sink in self._live():
+                sink._halt(exc)
+
+        feed_until_stopped(self._wake, self._stopping, self.sinks[0].retry, "sink group",
+                           self.run_pending, lambda: idle_seconds(self._live()), remember,
+                           cleared, halt_all)
 
     def run_pending(self) -> None:
         """One pass: what the live members have pending, in one transaction when it is the
