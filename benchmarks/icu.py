@@ -7,7 +7,8 @@ Streaming on the same arrival batches, alerts and windows checked equal.
 For each size the generator (``sstore.workloads.icu``) makes the readings of N patients with
 injected episodes and noise, cut into arrival batches of 5 s. Then:
 
-- **sstore**: a fresh state file, the ICU dataflow with its four PostgreSQL sinks attached,
+- **sstore**: a fresh state file, the ICU dataflow with its four PostgreSQL sinks attached (one
+  `SinkGroup`),
   every batch sent with ``Engine.ingest_and_run`` as fast as it goes. readings/s = readings /
   time to feed and run them all (the sinks deliver meanwhile, on the same two cores).
 - **Spark Structured Streaming** (``benchmarks.icu_sss``): every batch a Parquet file in a
@@ -45,6 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import fresh_database, machine_info, percentile, write_results
+from migrators.sink_group import SinkGroup
 from sstore.engine import Engine
 from sstore.extras import needs
 from sstore.workloads.icu import dataflow, rules, run
@@ -89,16 +91,15 @@ def run_engine(gen: Generated, url: str, workdir: str) -> dict[str, Any]:
                 delivered.setdefault(b, d.committed_at)
 
     sinks = run.make_sinks(engine, url, "icu", on_delivered)
-    for sink in sinks:
-        sink.attach()
+    group = SinkGroup(sinks)  # as the demo: one PostgreSQL transaction per batch for all four
+    group.attach()
     fed = run.feed(engine, gen.batches)
     began_flush = time.perf_counter()
-    for sink in sinks:
-        if not sink.flush(timeout=600):
-            raise RuntimeError(f"sink {sink.table} did not catch up: {sink.last_error}")
+    if not group.flush(timeout=600):
+        raise RuntimeError(f"the sinks did not catch up: "
+                           f"{[(s.table, s.last_error) for s in sinks if s.last_error]}")
     flush = time.perf_counter() - began_flush
-    for sink in sinks:
-        sink.detach()
+    group.detach()
     alerts = run.alert_rows(engine)
     counts = run.counts(engine)
     engine.close()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from migrators.sink_group import SinkGroup
 from sstore.engine import Engine
 from sstore.workloads.icu import dataflow, run
 from sstore.workloads.icu.generator import Generated, generate
@@ -55,18 +56,16 @@ def run_demo(url: str, patients: int, seconds: int, *, seed: int = 0, speed: flo
             if on_engine is not None:
                 on_engine(engine)
             began = time.perf_counter()
-            for sink in sinks:
-                sink.attach()
+            group = SinkGroup(sinks)  # a batch's rows of the four tables arrive together
+            group.attach()
             try:
                 run.feed(engine, gen.batches, on_batch,
                          pace=None if speed <= 0 else 1.0 / speed)
-                for sink in sinks:
-                    if not sink.flush(timeout=120):
-                        raise TimeoutError(f"sink to {sink.table} did not catch up: "
-                                           f"{sink.last_error}")
+                if not group.flush(timeout=120):
+                    late = [f"{s.table}: {s.last_error}" for s in sinks if s.last_error]
+                    raise TimeoutError(f"the sinks did not catch up: {late}")
             finally:
-                for sink in sinks:
-                    sink.detach()
+                group.detach()
             alerts = run.alert_rows(engine)
             report = DemoReport(gen, run.counts(engine), run.match(alerts, gen.episodes),
                                 alerts, seconds=time.perf_counter() - began)
