@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 from sstore import Engine
+from sstore.coalesce import Coalescer
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.sources import (
     read_audit,
@@ -121,6 +122,48 @@ def test_alerts_and_exactly_once_rerun(data: Path, tmp_path: Path) -> None:
     run(engine, data, batch_size=500)
     assert engine.query("SELECT * FROM dimtrade ORDER BY tradeid").equals(before)
     engine.close()
+
+
+def test_coalesced_batches_give_the_same_warehouse(data: Path, tmp_path: Path) -> None:
+    """The streaming DimTrade may run behind a ``Coalescer`` (``sstore.coalesce``): many small
+    batches that waited run as one, and DimTrade, the alerts and the rejects are the same."""
+    results = []
+    for coalesced in (False, True):
+        engine = Engine(str(tmp_path / f"{coalesced}.duckdb"))
+        declare(engine)
+        stand_in_dimensions(engine, data)
+        alerts: list[pa.Table] = []
+        engine.subscribe("dimessages_out", lambda _b, t: alerts.append(t))
+        if not coalesced:
+            rejects = run(engine, data, batch_size=40)
+        else:
+            rejects = []
+            engine.subscribe("trade_rejects", lambda _b, t: rejects.append(t))
+            ids = iter(range(1, 1_000_000))
+            coalescer = Coalescer(engine, "trade_lines", lambda _rows: next(ids),
+                                  max_pending=100_000)
+            offers = 0
+            for events in (batch1_events(data), incremental_events(data, 2),
+                           incremental_events(data, 3)):
+                with engine.lock:  # the coalescer waits for the engine: every offer queues
+                    for chunk in events.chunks(40):
+                        coalescer.offer(chunk)
+                        offers += 1
+                assert coalescer.drain(timeout=120)
+            coalescer.close()
+            assert coalescer.offers == offers > 30
+            assert coalescer.batches <= 2 * 3  # per TPC-DI batch: the first offer, the rest
+        results.append((engine.query("SELECT * FROM dimtrade ORDER BY tradeid"),
+                        _sorted(pa.concat_tables(alerts), "messagedata"),
+                        _sorted(pa.concat_tables(rejects), "raw_line")))
+        engine.close()
+    assert results[0][0].num_rows > 0 and results[0][2].num_rows == 7
+    for plain, coalesced in zip(*results):
+        assert coalesced.equals(plain)
+
+
+def _sorted(table: pa.Table, key: str) -> pa.Table:
+    return table.sort_by([(key, "ascending")])
 
 
 GOOD = "I|1|7|2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42|Ann||||"

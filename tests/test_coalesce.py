@@ -1,0 +1,172 @@
+"""``sstore.coalesce.Coalescer``: offers that wait while the engine is busy run as one engine
+batch; a producer faster than the engine waits; a failure stops it loudly and says how many
+offers did not get in; SIGKILL at the commit steps loses nothing and doubles nothing when the
+source resumes after ``last_ingested()``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from sstore import Engine, OutOfOrderBatchError
+from sstore.coalesce import Coalesced, Coalescer, CoalescerFailed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def numbers(*values: int) -> pa.Table:
+    return pa.table({"n": pa.array(values, pa.int64())})
+
+
+def gated_engine(path: Path) -> tuple[Engine, threading.Event, threading.Event]:
+    """An engine whose procedure, on its first batch, says it started and waits for a gate."""
+    engine = Engine(str(path))
+    engine.stream("numbers", {"n": "BIGINT"})
+    engine.execute("CREATE TABLE seen (n BIGINT, batch_id BIGINT)")
+    started, gate = threading.Event(), threading.Event()
+
+    @engine.procedure(input="numbers")
+    def keep(tx, batch):
+        if not started.is_set():
+            started.set()
+            assert gate.wait(30)
+        tx.execute("INSERT INTO seen SELECT n, ? FROM batch", tx.batch_id)
+
+    return engine, started, gate
+
+
+def last_row(rows: pa.Table) -> int:
+    return pc.max(rows["n"]).as_py()
+
+
+def test_offers_waiting_while_the_engine_is_busy_run_as_one_batch(tmp_path) -> None:
+    engine, started, gate = gated_engine(tmp_path / "s.duckdb")
+    reported: list[Coalesced] = []
+    with Coalescer(engine, "numbers", last_row, on_batch=reported.append) as coalescer:
+        coalescer.offer(numbers(1), token="a")
+        assert started.wait(30)  # batch 1 is running: the next offers wait together
+        for token, n in (("b", 2), ("c", 3), ("d", 4)):
+            coalescer.offer(numbers(n), token=token)
+        assert coalescer.pending() == 4
+        gate.set()
+        assert coalescer.drain(timeout=60)
+        assert [(r.batch_id, r.tokens, r.rows) for r in reported] == [
+            (1, ("a",), 1), (4, ("b", "c", "d"), 3)]  # reported before drain returned
+    rows = engine.query("SELECT n, batch_id FROM seen ORDER BY n").to_pylist()
+    assert rows == [{"n": 1, "batch_id": 1}] + [{"n": n, "batch_id": 4} for n in (2, 3, 4)]
+    assert (coalescer.batches, coalescer.offers) == (2, 4)
+    engine.close()
+
+
+def test_a_producer_faster_than_the_engine_waits_for_room(tmp_path) -> None:
+    engine, started, gate = gated_engine(tmp_path / "s.duckdb")
+    coalescer = Coalescer(engine, "numbers", last_row, max_pending=2).start()
+    coalescer.offer(numbers(1))
+    assert started.wait(30)
+    coalescer.offer(numbers(2))
+    coalescer.offer(numbers(3))  # two pending: the next offer must wait
+    fourth = threading.Thread(target=coalescer.offer, args=(numbers(4),))
+    fourth.start()
+    fourth.join(0.5)
+    assert fourth.is_alive(), "the offer did not wait although max_pending offers were pending"
+    gate.set()
+    fourth.join(30)
+    assert not fourth.is_alive()
+    coalescer.close()
+    assert engine.query("SELECT count(*) AS c FROM seen").column("c").to_pylist() == [4]
+    engine.close()
+
+
+def test_max_rows_bounds_what_waits_and_what_one_batch_takes(tmp_path) -> None:
+    engine, started, gate = gated_engine(tmp_path / "s.duckdb")
+    reported: list[Coalesced] = []
+    coalescer = Coalescer(engine, "numbers", last_row, max_pending=100, max_rows=3,
+                          on_batch=reported.append).start()
+    coalescer.offer(numbers(1, 2, 3, 4))  # more than max_rows alone: taken alone
+    assert started.wait(30)
+    coalescer.offer(numbers(5, 6))
+    coalescer.offer(numbers(7))  # 3 rows wait: at the bound
+    late = threading.Thread(target=coalescer.offer, args=(numbers(8),))
+    late.start()
+    late.join(0.5)
+    assert late.is_alive(), "an offer went past max_rows pending rows"
+    gate.set()
+    late.join(30)
+    coalescer.close()
+    assert [r.rows for r in reported] == [4, 3, 1]
+    assert engine.query("SELECT count(*) AS c FROM seen").column("c").to_pylist() == [8]
+    engine.close()
+
+
+def test_batches_whose_columns_differ_stop_it_loudly(tmp_path) -> None:
+    engine, started, gate = gated_engine(tmp_path / "s.duckdb")
+    coalescer = Coalescer(engine, "numbers", last_row).start()
+    coalescer.offer(numbers(1))
+    assert started.wait(30)
+    coalescer.offer(numbers(2))
+    coalescer.offer(pa.table({"n": pa.array(["3"])}))  # a string: cannot join the others
+    gate.set()
+    with pytest.raises(CoalescerFailed) as failed:
+        coalescer.drain(timeout=60)
+    assert failed.value.not_ingested == 2  # both offers of the failed batch, named
+    with pytest.raises(CoalescerFailed):
+        coalescer.offer(numbers(4))  # nothing after a failed batch: it would reorder
+    with pytest.raises(CoalescerFailed):
+        coalescer.close()
+    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [1]
+    engine.close()
+
+
+def test_an_out_of_order_batch_id_stops_it_and_ingests_nothing(tmp_path) -> None:
+    engine, _, gate = gated_engine(tmp_path / "s.duckdb")
+    gate.set()
+    engine.ingest_and_run("numbers", numbers(10), batch_id=10)
+    coalescer = Coalescer(engine, "numbers", last_row).start()
+    coalescer.offer(numbers(5))  # batch-id 5 < 10: the engine refuses it
+    with pytest.raises(CoalescerFailed) as failed:
+        coalescer.close()
+    assert isinstance(failed.value.error, OutOfOrderBatchError)
+    assert failed.value.not_ingested == 1
+    assert coalescer.last_ingested() == 10
+    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [10]
+    engine.close()
+
+
+def test_close_ingests_what_is_pending(tmp_path) -> None:
+    engine, _, gate = gated_engine(tmp_path / "s.duckdb")
+    gate.set()
+    coalescer = Coalescer(engine, "numbers", last_row, max_pending=100)
+    for n in range(1, 51):
+        coalescer.offer(numbers(n))
+    coalescer.close()
+    assert engine.query("SELECT count(DISTINCT n) AS d, count(*) AS c FROM seen").to_pylist() \
+        == [{"d": 50, "c": 50}]
+    assert coalescer.offers == 50 and coalescer.batches <= 50
+    engine.close()
+
+
+@pytest.mark.parametrize("point", ["te.before_commit:6", "te.after_commit:6"])
+def test_sigkill_at_a_commit_then_resume_after_last_ingested_is_exactly_once(
+        tmp_path, point: str) -> None:
+    state, total = str(tmp_path / "s.duckdb"), 3000
+    command = [sys.executable, "-m", "tests.coalesce_worker", state, str(total)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SSTORE_CRASH_AT": point}
+    killed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    env.pop("SSTORE_CRASH_AT")
+    resumed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    engine = Engine(state)
+    got = engine.query("SELECT count(*) AS c, count(DISTINCT n) AS d, min(n) AS lo, "
+                       "max(n) AS hi FROM seen").to_pylist()
+    assert got == [{"c": total, "d": total, "lo": 1, "hi": total}]
+    engine.close()
