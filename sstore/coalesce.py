@@ -32,11 +32,17 @@ What a user can get wrong here, and what happens:
 - **A producer faster than the engine waits** in ``offer`` while ``max_pending`` offers are
   pending (backpressure), so memory stays bounded; the engine's own backpressure
   (``sstore.backpressure``) acts on the coalesced batches as on any.
-- **``close`` without ``drain``** still ingests what is pending before it returns.
+- **``close`` without ``drain``** still ingests what is pending before it returns, and so does
+  **a program that ends without ``close``**: the thread is not a daemon; once the main thread
+  has ended it ingests what is pending and stops. If that fails, or an engine batch failed
+  earlier and no ``offer``, ``drain`` or ``close`` raised it before the program ended, offers
+  are lost: it says so on stderr and ends the process with exit status 1, never 0.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +53,10 @@ import pyarrow as pa
 
 from sstore.engine import Engine
 from sstore.errors import TerminalError
+
+
+#: how often an idle coalescer looks whether the program's main thread has ended
+EXIT_POLL = 0.2
 
 
 class CoalescerFailed(TerminalError):
@@ -98,6 +108,7 @@ class Coalescer:
         self._cond = threading.Condition()
         self._closing = False
         self._failed: CoalescerFailed | None = None
+        self._told = False  # a producer got ``_failed`` raised
         #: the thread that ingests (``start``); the engine's calls for this stream run in it
         self.thread: threading.Thread | None = None
         self.batches = 0  # engine batches run
@@ -106,7 +117,7 @@ class Coalescer:
     # -- what producers call ---------------------------------------------------------------------
     def start(self) -> Coalescer:
         if self.thread is None:
-            self.thread = threading.Thread(target=self._loop, daemon=True,
+            self.thread = threading.Thread(target=self._loop, daemon=False,
                                             name=f"sstore-coalescer-{self.stream}")
             self.thread.start()
         return self
@@ -183,15 +194,16 @@ class Coalescer:
     # -- the coalescer's thread ------------------------------------------------------------------
     def _raise_if_failed(self) -> None:
         if self._failed is not None:
+            self._told = True
             raise self._failed
 
     def _take(self) -> list[tuple[pa.Table, Any]] | None:
         """The next offers to run together (None: closing and nothing pending)."""
         with self._cond:
             while not self._pending:
-                if self._closing:
-                    return None
-                self._cond.wait()
+                if self._closing or not threading.main_thread().is_alive():
+                    return None  # closed, or the program ended with nothing pending
+                self._cond.wait(EXIT_POLL)
             taken, rows = [], 0
             for rows_in, token in self._pending:
                 if taken and self.max_rows is not None and rows + rows_in.num_rows > self.max_rows:
@@ -231,9 +243,17 @@ class Coalescer:
                 self._cond.notify_all()
 
     def _fail(self, error: BaseException, running_lost: int) -> None:
+        """Keep the failure for the producers; if the program ends before any of them was
+        told (``offer``, ``drain``, ``close`` raised it), say so and exit with status 1."""
         with self._cond:
             lost = running_lost + len(self._pending)
             self._failed = CoalescerFailed(self.stream, error, lost)
             self._pending.clear()
             self._running = 0
             self._cond.notify_all()
+            while not self._told and threading.main_thread().is_alive():
+                self._cond.wait(EXIT_POLL)
+            if self._told:
+                return
+        print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
+        os._exit(1)

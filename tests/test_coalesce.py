@@ -170,3 +170,44 @@ def test_sigkill_at_a_commit_then_resume_after_last_ingested_is_exactly_once(
                        "max(n) AS hi FROM seen").to_pylist()
     assert got == [{"c": total, "d": total, "lo": 1, "hi": total}]
     engine.close()
+
+
+def _program(state: str, close_engine_first: bool) -> str:
+    """A program that offers batches and ends without closing its coalescer; the engine's
+    lock, held while it offers, keeps every offer pending until its last line."""
+    return f"""
+import pyarrow as pa
+from sstore import Engine
+from sstore.coalesce import Coalescer
+from tests.coalesce_worker import declare
+engine = Engine({state!r})
+declare(engine)
+engine.run_until_idle()
+coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py(), max_pending=100)
+with engine.lock:
+    for n in range(1, 21):
+        coalescer.offer(pa.table({{"n": pa.array([n], pa.int64())}}))
+    if {close_engine_first!r}:
+        engine.close()
+print("main ends", flush=True)
+"""
+
+
+@pytest.mark.parametrize("close_engine_first", [False, True])
+def test_a_program_that_ends_without_close_ingests_or_fails_loudly(
+        tmp_path, close_engine_first: bool) -> None:
+    state = str(tmp_path / "s.duckdb")
+    ended = subprocess.run([sys.executable, "-c", _program(state, close_engine_first)],
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           capture_output=True, text=True, timeout=120)
+    assert "main ends" in ended.stdout
+    engine = Engine(state)
+    seen = engine.query("SELECT count(*) AS c FROM seen").column("c")[0].as_py()
+    engine.close()
+    if close_engine_first:  # the engine went away under pending offers: exit 1, and why
+        assert ended.returncode == 1, (ended.returncode, ended.stderr)
+        assert "20 offered batch(es) were not ingested" in ended.stderr
+        assert seen == 0
+    else:
+        assert ended.returncode == 0, ended.stderr
+        assert seen == 20
