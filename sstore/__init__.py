@@ -5,6 +5,7 @@ transaction over DuckDB state; results move exactly once into PostgreSQL.
 """
 
 from sstore.backpressure import Bound
+from sstore.coalesce import Coalesced, Coalescer, CoalescerFailed
 from sstore.engine import Engine, Ingested
 from sstore.errors import (
                            BackpressureError,
@@ -31,7 +32,8 @@ from sstore.transaction import Transaction, TxState
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackpressureError", "BatchIdTakenError", "Bound", "CommitEvent", "ConsumerStalledError",
+    "BackpressureError", "BatchIdTakenError", "Bound", "Coalesced", "Coalescer",
+    "CoalescerFailed", "CommitEvent", "ConsumerStalledError",
     "DeclarationError", "Engine", "ErrorPolicy", "IngestTimeoutError", "Ingested", "InputLogError",
     "OutOfOrderBatchError", "ProcedureError", "ResendMismatchError", "SStoreError", "SchemaError",
     "Subscription", "TerminalError", "Transaction", "TransactionStateError", "TransientError",
