@@ -15,6 +15,10 @@ Systems, per scale factor (each into its own fresh warehouse schema, from the sa
   ``apply_batch``): each TPC-DI batch is one job and one PostgreSQL transaction.
 - ``sstore``: the five-procedure streaming dataflow (``streaming.pipeline.StreamingDimTrade``)
   with its exactly-once sinks, fed trade events in batches of 100, 1,000 and 10,000 trades.
+- ``sstore-coalescing``: the same dataflow fed the same batches through a
+  ``sstore.coalesce.Coalescer``: the batches that arrive while the engine is busy run as one
+  engine batch (at most ~500 trades), each batch's latency still its own
+  (``benchmarks.tpcdi_coalescing``). Not at batch size 0.
 - ``reference``: the same five steps written by hand (``benchmarks.tpcdi_reference``): one
   DuckDB transaction and one PostgreSQL transaction (binary COPY + merge, watermark row) per
   chunk, fed the same batches; the floor sstore's machinery is measured against.
@@ -58,6 +62,7 @@ from benchmarks.common import RESULTS, machine_info, require_extras
 from benchmarks.engine import write_report
 from benchmarks.peak_rss import PeakRss
 from benchmarks.tpcdi_profile import profile_table
+from benchmarks.tpcdi_coalescing import COALESCE_TRADES
 from benchmarks.tpcdi_reference import run_reference
 from benchmarks.tpcdi_report import (
     DEFINITIONS,
@@ -87,7 +92,7 @@ from benchmarks.tpcdi_setup import (
     make_data,
 )
 
-SYSTEMS = ("spark-bulk", "sstore", "reference", "spark-sss")
+SYSTEMS = ("spark-bulk", "sstore", "sstore-coalescing", "reference", "spark-sss")
 WHOLE = 0  # batch size: every TPC-DI batch as one chunk (sstore and reference)
 
 
@@ -99,6 +104,7 @@ class Plan:
     systems: tuple[str, ...] = SYSTEMS
     warm_up: bool = True  # a throwaway Structured Streaming query before the first run
     profile: bool = False  # per-batch phase breakdown of the sstore runs (tpcdi_profile)
+    coalesce_trades: int = COALESCE_TRADES  # sstore-coalescing: most trades per engine batch
 
 
 FULL = Plan((1.0, 10.0), (100, 1_000, 10_000, WHOLE), Budget(phase_seconds=100.0))
@@ -117,6 +123,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="per-batch phase breakdown of the sstore runs (a little slower)")
     parser.add_argument("--phase-seconds", type=float, help="time budget of a measured phase")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="a subset of systems")
+    parser.add_argument("--coalesce-trades", type=int, default=COALESCE_TRADES,
+                        help="sstore-coalescing: at most this many trades per engine batch "
+                             f"(default {COALESCE_TRADES})")
     parser.add_argument("--out", default=RESULTS, help="directory for the json and png")
     return parser.parse_args(argv)
 
@@ -126,7 +135,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return Plan(tuple(args.scale_factors or plan.scale_factors),
                 tuple(plan.batch_trades if args.batch_trades is None else args.batch_trades),
                 Budget(args.phase_seconds or plan.budget.phase_seconds),
-                tuple(args.systems or plan.systems), profile=args.profile)
+                tuple(args.systems or plan.systems), profile=args.profile,
+                coalesce_trades=args.coalesce_trades)
 
 
 def batch_events(data: DataSet, trades: int) -> int:
@@ -153,8 +163,9 @@ def run_scale_factor(spark: Any, data: DataSet, url: str, plan: Plan, workdir: s
     if "spark-bulk" in plan.systems:
         jobs.append(("spark-bulk", None))
     for size in plan.batch_trades:  # the streaming systems side by side, per batch size
-        jobs += [(s, size) for s in ("sstore", "reference", "spark-sss")
-                 if s in plan.systems and not (s == "spark-sss" and size == WHOLE)]
+        jobs += [(s, size) for s in ("sstore", "sstore-coalescing", "reference", "spark-sss")
+                 if s in plan.systems
+                 and not (s in ("spark-sss", "sstore-coalescing") and size == WHOLE)]
     overall = progress.add_task(f"SF {sf}: runs", total=len(jobs))
     runs = []
     for system, size in jobs:
@@ -168,9 +179,11 @@ def run_scale_factor(spark: Any, data: DataSet, url: str, plan: Plan, workdir: s
         memory.start()
         if system == "spark-bulk":
             run = run_spark_bulk(spark, data, url, schema, tick)
-        elif system == "sstore":
+        elif system in ("sstore", "sstore-coalescing"):
             run = run_engine(data, url, schema, state_dir, size or 0,
-                             batch_events(data, size or 0), plan.budget, tick, plan.profile)
+                             batch_events(data, size or 0), plan.budget, tick, plan.profile,
+                             coalesce_events=batch_events(data, plan.coalesce_trades)
+                             if system == "sstore-coalescing" else 0)
         elif system == "reference":
             run = run_reference(data, url, schema, size or 0, batch_events(data, size or 0),
                                 plan.budget, tick)
@@ -279,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(results_table(report["records"]))
     console.print(ratios_table(report["ratios"]))
     console.print(breakdown_table([r for r in report["records"]
-                                   if r["system"] in ("sstore", "spark-sss")]))
+                                   if r["system"] in ("sstore", "sstore-coalescing",
+                                                      "spark-sss")]))
     if plan.profile:
         console.print(profile_table(report["records"]))
     mismatched = [r for r in report["records"] if not r.get("matches")]

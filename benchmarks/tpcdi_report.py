@@ -18,10 +18,12 @@ from benchmarks.tpcdi_runs import Run, series
 from benchmarks.tpcdi_setup import DataSet
 from sstore.extras import needs
 
-LABELS = {"sstore": "sstore streaming", "reference": "hand-written DuckDB + PG",
-          "spark-sss": "Spark Structured Streaming", "spark-bulk": "Spark bulk"}
-COLORS = {"sstore": "C1", "reference": "C3", "spark-sss": "C2", "spark-bulk": "C0"}
-STREAMING = ("sstore", "reference", "spark-sss")
+LABELS = {"sstore": "sstore streaming", "sstore-coalescing": "sstore, coalescing",
+          "reference": "hand-written DuckDB + PG", "spark-sss": "Spark Structured Streaming",
+          "spark-bulk": "Spark bulk"}
+COLORS = {"sstore": "C1", "sstore-coalescing": "C4", "reference": "C3", "spark-sss": "C2",
+          "spark-bulk": "C0"}
+STREAMING = ("sstore", "sstore-coalescing", "reference", "spark-sss")
 DEFINITIONS = {
     "trade": "one DimTrade row; the data set's trades are its I (insert) events",
     "events_per_trade": "all trade events of Batch1-3 / trades (Batch1: one event per "
@@ -135,7 +137,7 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ratios = []
     for r in records:
         base = engine.get((r["scale_factor"], r["batch_trades"]))
-        if r["system"] not in ("spark-sss", "reference") or base is None:
+        if r["system"] not in ("spark-sss", "reference", "sstore-coalescing") or base is None:
             continue
         r["vs_sstore"] = {"trades_per_s": _div(r["trades_per_s"], base["trades_per_s"]),
                           "p50_ms": _div(r["p50_ms"], base["p50_ms"]),
@@ -145,6 +147,8 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
         ref = next((r for r in records if r["system"] == "reference"
                     and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
+        co = next((r for r in records if r["system"] == "sstore-coalescing"
+                   and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
         b = bulk.get(sf)
         ratios.append({
             "scale_factor": sf, "batch_trades": size,
@@ -152,6 +156,9 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "sstore_over_reference_trades_per_s": _div(e["trades_per_s"],
                                                        ref and ref["trades_per_s"]),
             "sstore_over_reference_p50": _div(e["p50_ms"], ref and ref["p50_ms"]),
+            "coalescing_over_reference_trades_per_s": _div(co and co["trades_per_s"],
+                                                           ref and ref["trades_per_s"]),
+            "coalescing_over_reference_p50": _div(co and co["p50_ms"], ref and ref["p50_ms"]),
             "sstore_over_bulk_trades_per_s": _div(e["trades_per_s"], b and b["trades_per_s"]),
             "sss_over_sstore_p50": _div(sss and sss["p50_ms"], e["p50_ms"]),
             "sss_over_sstore_p99": _div(sss and sss["p99_ms"], e["p99_ms"]),
@@ -160,7 +167,8 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                      b and b["hist_rows_per_s"]),
             "sstore_over_bulk_incr_rows_per_s": _div(e["incr_rows_per_s"],
                                                      b and b["incr_rows_per_s"]),
-            "capped": e["capped"] or bool(sss and sss["capped"]) or bool(ref and ref["capped"])})
+            "capped": e["capped"] or bool(sss and sss["capped"]) or bool(ref and ref["capped"])
+            or bool(co and co["capped"])})
     return ratios
 
 
@@ -202,6 +210,7 @@ def ratios_table(ratios: list[dict[str, Any]]) -> Table:
                         "multiple of the other's; the other's latency as a multiple of sstore's; "
                         "vs reference: sstore's p50 as a multiple of the reference's)")
     for name in ("SF", "batch", "trades/s vs reference", "p50 vs reference",
+                 "coalescing: trades/s vs reference", "coalescing: p50 vs reference",
                  "trades/s vs Spark SS", "trades/s vs bulk", "Spark SS p50",
                  "Spark SS p99", "bulk p50", "hist rows/s vs bulk", "incr rows/s vs bulk"):
         table.add_column(name, justify="right")
@@ -210,6 +219,8 @@ def ratios_table(ratios: list[dict[str, Any]]) -> Table:
         table.add_row(f"{r['scale_factor']:g}", f"{batch_label(r['batch_trades'])}{star}",
                       _x(r["sstore_over_reference_trades_per_s"]),
                       _x(r["sstore_over_reference_p50"]),
+                      _x(r.get("coalescing_over_reference_trades_per_s")),
+                      _x(r.get("coalescing_over_reference_p50")),
                       _x(r["sstore_over_sss_trades_per_s"]),
                       _x(r["sstore_over_bulk_trades_per_s"]), _x(r["sss_over_sstore_p50"]),
                       _x(r["sss_over_sstore_p99"]), _x(r["bulk_over_sstore_p50"]),

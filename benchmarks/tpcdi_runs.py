@@ -214,6 +214,9 @@ class EngineFeed:
         if measured:
             self.arrivals[self._batch] = (self._tpcdi_batch, t0)
 
+    def close(self) -> None:
+        """End the feed (nothing to end here; a coalescing feed stops its thread)."""
+
     def finish(self) -> None:
         for sink in self.pipeline.sinks:
             if not sink.flush(timeout=900):
@@ -246,8 +249,12 @@ class EngineFeed:
 
 
 def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trades: int,
-               batch_events: int, budget: Budget, tick: Tick, profile: bool = False) -> Run:
-    """``profile``: also time every batch by phase (``tpcdi_profile``; a little slower)."""
+               batch_events: int, budget: Budget, tick: Tick, profile: bool = False,
+               coalesce_events: int = 0) -> Run:
+    """``profile``: also time every batch by phase (``tpcdi_profile``; a little slower).
+    ``coalesce_events`` > 0: the ``sstore-coalescing`` system (``benchmarks.tpcdi_coalescing``),
+    at most that many events per engine batch."""
+    from benchmarks.tpcdi_coalescing import CoalescingFeed
     from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
 
     fresh_warehouse(url, schema)
@@ -261,7 +268,8 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
         t0 = time.perf_counter()
         pipeline.refresh_lookups()
         dims["lookups Batch1"] = time.perf_counter() - t0
-        feed = EngineFeed(pipeline, profiler)
+        feed = CoalescingFeed(pipeline, profiler, coalesce_events) if coalesce_events \
+            else EngineFeed(pipeline, profiler)
         pipeline.sink_group.attach()
         try:
             with profiler.installed() if profiler else contextlib.nullcontext():
@@ -275,14 +283,19 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
                     phases.append(feed_phase(feed, data.events[batch], batch_events, budget,
                                              tick, service[batch]))
         finally:
+            feed.close()
             pipeline.sink_group.detach()
     finally:
         pipeline.close()
+    if isinstance(feed, CoalescingFeed):  # per engine batch, not per offer
+        service = feed.service
     extra: dict[str, Any] = {"breakdown_ms_p50": feed.breakdown(), "engine_batches": feed._batch,
+                             **({"coalesce_events": coalesce_events} if coalesce_events else {}),
                              **phase_service(service)}
     if profiler is not None:
         extra["profile"] = feed.profile_summary()
-    return Run("sstore", data.scale_factor, batch_trades, batch_events, phases, dims,
+    return Run("sstore-coalescing" if coalesce_events else "sstore", data.scale_factor, batch_trades,
+               batch_events, phases, dims,
                feed.latencies_ms(), fingerprint(url, schema), extra)
 
 
