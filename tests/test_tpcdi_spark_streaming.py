@@ -33,7 +33,7 @@ from sstore.workloads.tpcdi.spark_streaming.run import (
 from sstore.workloads.tpcdi.streaming.events import batch1_events
 from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
 from sstore.workloads.tpcdi.warehouse import TABLES, create_warehouse
-from tests.conftest import WarehouseServer
+from tests.conftest import SPARK_TEST_JVM_OPTIONS, WarehouseServer
 
 BATCH_SIZE = 1500
 # Batch3 lines each mode must reject: an update of a trade that never existed, an unknown
@@ -285,6 +285,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
     port, webui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_DAEMON_JAVA_OPTS": SPARK_TEST_JVM_OPTIONS,  # the master's and worker's JVMs
            "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parents[1]),
                                                        os.environ.get("PYTHONPATH"))))}
     commands = {
@@ -329,6 +330,11 @@ def test_spark_streaming_on_a_standalone_cluster_equals_the_engine(
     pg_url = engine_and_twin("tpcdi_cluster")
     env = {**os.environ, "SSTORE_SPARK_MASTER": spark_cluster.master,
            "SPARK_LOCAL_IP": "127.0.0.1",
+           # the executors' JVMs as the driver's (conftest): Spark prepends this default to
+           # the spark.executor.extraJavaOptions the session sets
+           "SPARK_SUBMIT_OPTS": f'{os.environ.get("SPARK_SUBMIT_OPTS", "")} '
+                                f'"-Dspark.executor.defaultJavaOptions={SPARK_TEST_JVM_OPTIONS}"',
+
            "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parents[1]),
                                                        os.environ.get("PYTHONPATH"))))}
     driver_log = tmp_path / "driver.log"
