@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from sstore.workloads.tpcdi.spark_streaming.run import (
 from sstore.workloads.tpcdi.streaming.events import batch1_events
 from sstore.workloads.tpcdi.streaming.pipeline import StreamingDimTrade
 from sstore.workloads.tpcdi.warehouse import TABLES, create_warehouse
+from tests.conftest import SPARK_TEST_JVM_OPTIONS, WarehouseServer
 
 BATCH_SIZE = 1500
 # Batch3 lines each mode must reject: an update of a trade that never existed, an unknown
@@ -66,17 +67,22 @@ COMPARED = (("dimtrade", "*", "tradeid"), ("dimessages", "*", "messagedata, batc
              "batch_id, source_file, line_number"))
 
 
-def engine_warehouse(spark, data: Path, pg_url: str, tmp_path: Path, twin: str) -> None:
-    """The engine mode's warehouse in ``tpcdi_engine``; ``twin`` gets the same historical
-    dimensions (the same job every mode runs, once) and nothing else."""
-    for schema in ("tpcdi_engine", twin):
-        create_warehouse(pg_url, schema)
-    dimensions.build_historical(spark, data, pg_url, "tpcdi_engine")
-    with psycopg.connect(pg_url) as con:
+#: the historical dimensions as ``engine_warehouse`` built them, kept in the template database
+#: for the twins (dropped from each copy once its twin has them)
+HISTORICAL = "historical_dimensions"
+
+
+def engine_warehouse(spark, data: Path, url: str, tmp_path: Path) -> None:
+    """The engine mode's warehouse in ``tpcdi_engine``, and in ``HISTORICAL`` the historical
+    dimensions it started from (the same job every mode runs, once)."""
+    for schema in ("tpcdi_engine", HISTORICAL):
+        create_warehouse(url, schema)
+    dimensions.build_historical(spark, data, url, "tpcdi_engine")
+    with psycopg.connect(url) as con:
         for table in TABLES:
-            con.execute(f"INSERT INTO {twin}.{table} OVERRIDING SYSTEM VALUE "
+            con.execute(f"INSERT INTO {HISTORICAL}.{table} OVERRIDING SYSTEM VALUE "
                         f"SELECT * FROM tpcdi_engine.{table}")
-    engine = StreamingDimTrade(data, pg_url, str(tmp_path / "state.duckdb"), "tpcdi_engine",
+    engine = StreamingDimTrade(data, url, str(tmp_path / "state.duckdb"), "tpcdi_engine",
                                batch_size=BATCH_SIZE)
     try:
         engine.refresh_lookups()
@@ -86,6 +92,61 @@ def engine_warehouse(spark, data: Path, pg_url: str, tmp_path: Path, twin: str) 
             engine.run_incremental(batch, spark)
     finally:
         engine.close()
+
+
+def _admin(server: WarehouseServer) -> str:
+    auth = server.user + (f":{server.password}" if server.password else "")
+    return f"postgresql://{auth}@{server.host}:{server.port}"
+
+
+@pytest.fixture(scope="module")
+def engine_template(spark, data: Path, warehouse_server: WarehouseServer,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database holding ``engine_warehouse``, built once for the module (its dimensions and
+    its engine run take as long as a test's Spark run); each test gets a copy of it
+    (``engine_and_twin``). Its name is per process, as pytest-postgresql's databases are."""
+    name = f"sstore_test_{os.getpid()}_engine"
+    admin = _admin(warehouse_server)
+    with psycopg.connect(f"{admin}/postgres", autocommit=True) as con:
+        con.execute(f"DROP DATABASE IF EXISTS {name}")
+        con.execute(f"CREATE DATABASE {name}")
+    try:
+        engine_warehouse(spark, data, f"{admin}/{name}", tmp_path_factory.mktemp("engine"))
+        yield name
+    finally:
+        with psycopg.connect(f"{admin}/postgres", autocommit=True) as con:
+            con.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def engine_and_twin(engine_template: str, warehouse_server: WarehouseServer,
+                    request: pytest.FixtureRequest) -> Iterator[Callable[[str], str]]:
+    """``(twin) -> url``: a database of the test's own, a copy of the template: the engine
+    mode's warehouse in ``tpcdi_engine``, and ``twin`` with the same historical dimensions and
+    nothing else (the state ``engine_warehouse`` once left in a fresh database per test)."""
+    admin = _admin(warehouse_server)
+    name = f"{engine_template}_{request.node.name[:20].lower()}"
+    made: list[str] = []
+
+    def make(twin: str) -> str:
+        with psycopg.connect(f"{admin}/postgres", autocommit=True) as con:
+            con.execute(f"DROP DATABASE IF EXISTS {name}")
+            # the template's sessions are gone (engine, sinks, Spark's JDBC): else this waits
+            con.execute(f"CREATE DATABASE {name} TEMPLATE {engine_template}")
+        made.append(name)
+        url = f"{admin}/{name}"
+        create_warehouse(url, twin)
+        with psycopg.connect(url) as con:
+            for table in TABLES:
+                con.execute(f"INSERT INTO {twin}.{table} OVERRIDING SYSTEM VALUE "
+                            f"SELECT * FROM {HISTORICAL}.{table}")
+            con.execute(f"DROP SCHEMA {HISTORICAL} CASCADE")
+        return url
+
+    yield make
+    with psycopg.connect(f"{admin}/postgres", autocommit=True) as con:
+        for made_name in made:
+            con.execute(f"DROP DATABASE IF EXISTS {made_name} WITH (FORCE)")
 
 
 def assert_equals_the_engine(pg_url: str, schema: str) -> None:
@@ -101,9 +162,9 @@ def assert_equals_the_engine(pg_url: str, schema: str) -> None:
 
 
 def test_spark_streaming_resumes_exactly_once_and_equals_the_engine(
-        spark, data: Path, pg_url: str, tmp_path: Path) -> None:
+        spark, data: Path, engine_and_twin: Callable[[str], str], tmp_path: Path) -> None:
     os.environ.pop("SSTORE_SPARK_MASTER", None)  # the mode's default, local[2], as the fixture
-    engine_warehouse(spark, data, pg_url, tmp_path, "tpcdi_sss")
+    pg_url = engine_and_twin("tpcdi_sss")
 
     # Batch1 only (its dimensions are there: not built again), then a crash between the
     # sink's COMMIT and the checkpoint's commit log: the last micro-batch is in PostgreSQL,
@@ -224,6 +285,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
     port, webui = _free_port(), _free_port()
     master = f"spark://127.0.0.1:{port}"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_DAEMON_JAVA_OPTS": SPARK_TEST_JVM_OPTIONS,  # the master's and worker's JVMs
            "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parents[1]),
                                                        os.environ.get("PYTHONPATH"))))}
     commands = {
@@ -259,14 +321,20 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
 
 
 def test_spark_streaming_on_a_standalone_cluster_equals_the_engine(
-        spark, spark_cluster: SparkCluster, data: Path, pg_url: str, tmp_path: Path) -> None:
+        spark_cluster: SparkCluster, data: Path, engine_and_twin: Callable[[str], str],
+        tmp_path: Path) -> None:
     """The command, in its own process as a user runs it, with ``SSTORE_SPARK_MASTER`` naming
     a standalone master: executors in other JVMs read the inbox files and the dimensions over
     JDBC (the PostgreSQL jar reaches them through ``spark.jars``), run the rules in this
     venv's Python, and the warehouse equals the engine mode's row for row."""
-    engine_warehouse(spark, data, pg_url, tmp_path, "tpcdi_cluster")
+    pg_url = engine_and_twin("tpcdi_cluster")
     env = {**os.environ, "SSTORE_SPARK_MASTER": spark_cluster.master,
            "SPARK_LOCAL_IP": "127.0.0.1",
+           # the executors' JVMs as the driver's (conftest): Spark prepends this default to
+           # the spark.executor.extraJavaOptions the session sets
+           "SPARK_SUBMIT_OPTS": f'{os.environ.get("SPARK_SUBMIT_OPTS", "")} '
+                                f'"-Dspark.executor.defaultJavaOptions={SPARK_TEST_JVM_OPTIONS}"',
+
            "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parents[1]),
                                                        os.environ.get("PYTHONPATH"))))}
     driver_log = tmp_path / "driver.log"
