@@ -27,7 +27,8 @@ RECORD_KEYS = {"system", "scale_factor", "batch_trades", "batch_events", "trades
 
 def test_smallest_configuration_runs_and_the_systems_agree(spark: Any, pg_url: str,
                                                            tmp_path: Path) -> None:
-    plan = Plan((0.01,), (10_000,), Budget(phase_seconds=300.0), warm_up=False)
+    plan = Plan((0.01,), (10_000,), Budget(phase_seconds=300.0), warm_up=False,
+                coalesce_trades=20_000)  # sstore-coalescing runs below its bound only
     report = run_benchmark(plan, spark, str(tmp_path), Console(file=io.StringIO()),
                            database=lambda sf: pg_url, release=lambda sf: None)
     json.dumps(report, default=str)  # what write_results will do
