@@ -5,9 +5,10 @@ Why a system of its own: with ``sstore`` every batch the source sends is one eng
 before the next is sent (closed loop), so the engine pays its fixed cost per batch (DuckDB
 plans every statement on every execution) however small the batches are. Here the source
 offers its batches as it has them and the coalescer's thread ingests *whatever is pending* as
-one engine batch, at most ``--coalesce-trades`` trades (``max_events`` events), while the source
-may have at most that many events waiting (so an offer waits for at most one engine batch ahead of it). Each offer is
-still a batch of ``batch_trades`` trades, and its latency is still its own: from its offer
+one engine batch, at most ``--coalesce-trades`` trades (``max_events`` events), while the
+source may have at most that many events waiting (so an offer waits for at most one engine
+batch ahead of it). Each offer is still a batch of ``batch_trades`` trades, and its latency is
+still its own: from its offer
 (arrival) to its rows visible in PostgreSQL, queueing included. The streaming DimTrade may be
 coalesced because its warehouse does not depend on how its input is cut
 (``tests/test_tpcdi_streaming.py``; every run here is checked identical to the others).

@@ -294,8 +294,8 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
                              **phase_service(service)}
     if profiler is not None:
         extra["profile"] = feed.profile_summary()
-    return Run("sstore-coalescing" if coalesce_events else "sstore", data.scale_factor, batch_trades,
-               batch_events, phases, dims,
+    system = "sstore-coalescing" if coalesce_events else "sstore"
+    return Run(system, data.scale_factor, batch_trades, batch_events, phases, dims,
                feed.latencies_ms(), fingerprint(url, schema), extra)
 
 

@@ -93,8 +93,8 @@ class Coalescer:
         from one engine batch to the next. ``max_pending``: offers that may wait before
         ``offer`` blocks. ``max_rows``: at most this many rows per engine batch (at least one
         offer each), and ``offer`` also waits while its rows would make more than this many
-        pending (the bound on how long an offer waits: at most one engine batch ahead of it). ``on_batch``: called in the coalescer's thread after each engine batch
-        committed."""
+        pending (the bound on how long an offer waits: at most one engine batch ahead of it).
+        ``on_batch``: called in the coalescer's thread after each engine batch committed."""
         if max_pending < 1:
             raise ValueError("max_pending must be at least 1")
         self.engine = engine
@@ -123,9 +123,13 @@ class Coalescer:
         return self
 
     def offer(self, rows: pa.Table, token: Any = None) -> None:
-        """Queue one batch (``token``: anything, handed back in ``Coalesced.tokens``); waits
-        while the pending offers are at their bound (``max_pending``, ``max_rows``). Raises ``CoalescerFailed`` once an engine
-        batch failed (this offer is then not queued)."""
+        """Queue one batch, an Arrow table (``token``: anything, handed back in
+        ``Coalesced.tokens``); waits while the pending offers are at their bound
+        (``max_pending``, ``max_rows``). Raises ``CoalescerFailed`` once an engine batch
+        failed (this offer is then not queued)."""
+        if not isinstance(rows, pa.Table):
+            raise TypeError(f"Coalescer.offer takes a pyarrow.Table, not "
+                            f"{type(rows).__name__} (pa.Table.from_pylist turns dicts into one)")
         with self._cond:
             while True:
                 self._raise_if_failed()

@@ -139,6 +139,18 @@ def test_an_out_of_order_batch_id_stops_it_and_ingests_nothing(tmp_path) -> None
     engine.close()
 
 
+def test_an_offer_that_is_not_an_arrow_table_is_refused_at_once(tmp_path) -> None:
+    engine, _, gate = gated_engine(tmp_path / "s.duckdb")
+    gate.set()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    with pytest.raises(TypeError, match="pyarrow.Table"):
+        coalescer.offer([(1,)])  # type: ignore[arg-type]
+    coalescer.offer(numbers(1))  # the refusal changed nothing: the next offer goes in
+    coalescer.close()
+    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [1]
+    engine.close()
+
+
 def test_close_ingests_what_is_pending(tmp_path) -> None:
     engine, _, gate = gated_engine(tmp_path / "s.duckdb")
     gate.set()
