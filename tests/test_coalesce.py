@@ -42,6 +42,31 @@ def gated_engine(path: Path) -> tuple[Engine, threading.Event, threading.Event]:
     return engine, started, gate
 
 
+def open_engine(path: Path) -> Engine:
+    """``gated_engine`` with its gate open: the procedure never waits."""
+    engine, _, gate = gated_engine(path)
+    gate.set()
+    return engine
+
+
+def seen(engine: Engine) -> list[int]:
+    """The numbers the procedure stored, in order."""
+    return engine.query("SELECT n FROM seen ORDER BY n").column("n").to_pylist()
+
+
+def assert_offer_waits(coalescer: Coalescer, rows: pa.Table, gate: threading.Event,
+                       why: str) -> None:
+    """Offer ``rows`` from another thread: it must still wait after 0.5 s (the gated batch
+    holds the engine), and get in once ``gate`` opens."""
+    offer = threading.Thread(target=coalescer.offer, args=(rows,))
+    offer.start()
+    offer.join(0.5)
+    assert offer.is_alive(), why
+    gate.set()
+    offer.join(30)
+    assert not offer.is_alive()
+
+
 def last_row(rows: pa.Table) -> int:
     return pc.max(rows["n"]).as_py()
 
@@ -72,13 +97,8 @@ def test_a_producer_faster_than_the_engine_waits_for_room(tmp_path) -> None:
     assert started.wait(30)
     coalescer.offer(numbers(2))
     coalescer.offer(numbers(3))  # two pending: the next offer must wait
-    fourth = threading.Thread(target=coalescer.offer, args=(numbers(4),))
-    fourth.start()
-    fourth.join(0.5)
-    assert fourth.is_alive(), "the offer did not wait although max_pending offers were pending"
-    gate.set()
-    fourth.join(30)
-    assert not fourth.is_alive()
+    assert_offer_waits(coalescer, numbers(4), gate,
+                       "the offer did not wait although max_pending offers were pending")
     coalescer.close()
     assert engine.query("SELECT count(*) AS c FROM seen").column("c").to_pylist() == [4]
     engine.close()
@@ -93,12 +113,7 @@ def test_max_rows_bounds_what_waits_and_what_one_batch_takes(tmp_path) -> None:
     assert started.wait(30)
     coalescer.offer(numbers(5, 6))
     coalescer.offer(numbers(7))  # 3 rows wait: at the bound
-    late = threading.Thread(target=coalescer.offer, args=(numbers(8),))
-    late.start()
-    late.join(0.5)
-    assert late.is_alive(), "an offer went past max_rows pending rows"
-    gate.set()
-    late.join(30)
+    assert_offer_waits(coalescer, numbers(8), gate, "an offer went past max_rows pending rows")
     coalescer.close()
     assert [r.rows for r in reported] == [4, 3, 1]
     assert engine.query("SELECT count(*) AS c FROM seen").column("c").to_pylist() == [8]
@@ -120,13 +135,12 @@ def test_batches_whose_columns_differ_stop_it_loudly(tmp_path) -> None:
         coalescer.offer(numbers(4))  # nothing after a failed batch: it would reorder
     with pytest.raises(CoalescerFailed):
         coalescer.close()
-    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [1]
+    assert seen(engine) == [1]
     engine.close()
 
 
 def test_an_out_of_order_batch_id_stops_it_and_ingests_nothing(tmp_path) -> None:
-    engine, _, gate = gated_engine(tmp_path / "s.duckdb")
-    gate.set()
+    engine = open_engine(tmp_path / "s.duckdb")
     engine.ingest_and_run("numbers", numbers(10), batch_id=10)
     coalescer = Coalescer(engine, "numbers", last_row).start()
     coalescer.offer(numbers(5))  # batch-id 5 < 10: the engine refuses it
@@ -135,25 +149,23 @@ def test_an_out_of_order_batch_id_stops_it_and_ingests_nothing(tmp_path) -> None
     assert isinstance(failed.value.error, OutOfOrderBatchError)
     assert failed.value.not_ingested == 1
     assert coalescer.last_ingested() == 10
-    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [10]
+    assert seen(engine) == [10]
     engine.close()
 
 
 def test_an_offer_that_is_not_an_arrow_table_is_refused_at_once(tmp_path) -> None:
-    engine, _, gate = gated_engine(tmp_path / "s.duckdb")
-    gate.set()
+    engine = open_engine(tmp_path / "s.duckdb")
     coalescer = Coalescer(engine, "numbers", last_row)
     with pytest.raises(TypeError, match="pyarrow.Table"):
         coalescer.offer([(1,)])  # type: ignore[arg-type]
     coalescer.offer(numbers(1))  # the refusal changed nothing: the next offer goes in
     coalescer.close()
-    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [1]
+    assert seen(engine) == [1]
     engine.close()
 
 
 def test_close_ingests_what_is_pending(tmp_path) -> None:
-    engine, _, gate = gated_engine(tmp_path / "s.duckdb")
-    gate.set()
+    engine = open_engine(tmp_path / "s.duckdb")
     coalescer = Coalescer(engine, "numbers", last_row, max_pending=100)
     for n in range(1, 51):
         coalescer.offer(numbers(n))
