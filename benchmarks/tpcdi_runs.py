@@ -283,8 +283,10 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
                     phases.append(feed_phase(feed, data.events[batch], batch_events, budget,
                                              tick, service[batch]))
         finally:
-            feed.close()
-            pipeline.sink_group.detach()
+            try:
+                feed.close()  # a coalescer that failed raises here, after its phase did
+            finally:
+                pipeline.sink_group.detach()
     finally:
         pipeline.close()
     if isinstance(feed, CoalescingFeed):  # per engine batch, not per offer
