@@ -1,0 +1,340 @@
+"""``sstore.coalesce.Coalescer`` at the seams a user hits by mistake: offers with no rows, two
+producers starting it at once, a stop, a fork, a failure that comes while ``close`` waits,
+``on_batch`` or an engine transaction waiting for the coalescer's own thread, a source that
+resumes before ``last_ingested()``, a producer thread that outlives the main thread, a
+dead-letter replay before a restart. Each either ingests every row once or fails loudly; none
+loses or doubles rows silently, none hangs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import sstore.coalesce as coalesce
+from sstore import Engine, OutOfOrderBatchError
+from sstore.coalesce import Coalescer, CoalescerFailed
+from sstore.interrupts import Stopped
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def numbers(*values: int) -> pa.Table:
+    return pa.table({"n": pa.array(values, pa.int64())})
+
+
+def last_row(rows: pa.Table) -> int:
+    return pc.max(rows["n"]).as_py()
+
+
+def engine_of(path: str = ":memory:", **procedure: object) -> Engine:
+    engine = Engine(path)
+    engine.stream("numbers", {"n": "BIGINT"})
+    engine.execute("CREATE TABLE IF NOT EXISTS seen (n BIGINT)")
+
+    @engine.procedure(input="numbers", **procedure)
+    def keep(tx, batch):
+        tx.execute("INSERT INTO seen SELECT n FROM batch")
+
+    return engine
+
+
+def seen(engine: Engine) -> list[int]:
+    return engine.query("SELECT n FROM seen ORDER BY n").column("n").to_pylist()
+
+
+def run(program: str, tmp_path: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_an_offer_with_no_rows_does_not_become_a_batch_the_engine_numbers(tmp_path) -> None:
+    """An empty poll offered alone: ``pc.max`` of no rows is None, and ``ingest`` with
+    ``batch_id=None`` numbers the batch itself (last + 1). ``last_ingested()`` then said 11
+    although source row 11 never came, and a source resuming after it lost row 11."""
+    engine = engine_of()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    coalescer.offer(numbers(*range(1, 11)))
+    assert coalescer.drain(timeout=60)
+    coalescer.offer(numbers())
+    with pytest.raises(CoalescerFailed) as failed:
+        coalescer.close()
+    assert isinstance(failed.value.error, TypeError)
+    assert "batch_id_of returned None" in str(failed.value)
+    assert coalescer.last_ingested() == 10  # the source resumes at row 11: nothing skipped
+    engine.close()
+
+
+def test_an_offer_with_no_rows_among_others_goes_in_with_them(tmp_path) -> None:
+    engine = engine_of()
+    engine.run_until_idle()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    with engine.lock:  # all three wait, and run as one engine batch
+        for rows in (numbers(1), numbers(), numbers(2)):
+            coalescer.offer(rows)
+    coalescer.close()
+    assert seen(engine) == [1, 2] and coalescer.last_ingested() == 2
+    engine.close()
+
+
+def test_batch_id_of_giving_a_numpy_int_is_taken(tmp_path) -> None:
+    engine = engine_of()
+    coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"].to_numpy().max())
+    coalescer.offer(numbers(1, 2, 3))
+    coalescer.close()
+    assert seen(engine) == [1, 2, 3] and coalescer.last_ingested() == 3
+    engine.close()
+
+
+def test_two_producers_offering_first_at_once_start_one_thread(monkeypatch) -> None:
+    """``start`` tested ``thread is None`` without a lock: two producers' first offers could
+    both start a thread, two threads then took offers and ingested them concurrently (out of
+    order, or ``drain`` returning while the other thread's batch was still running)."""
+    loops: list[str] = []
+    loop = Coalescer._loop
+
+    def counted(self: Coalescer) -> None:
+        loops.append(threading.current_thread().name)
+        loop(self)
+
+    real = threading.Thread
+
+    class SlowToMake(real):  # widens the window between the test and the assignment
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            time.sleep(0.2)
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Coalescer, "_loop", counted)
+    monkeypatch.setattr(coalesce.threading, "Thread", SlowToMake)
+    engine = engine_of()
+    engine.run_until_idle()
+    coalescer = Coalescer(engine, "numbers", last_row, max_pending=100)
+    barrier = threading.Barrier(2)
+
+    def produce(n: int) -> None:
+        barrier.wait()
+        coalescer.offer(numbers(n))
+
+    producers = [real(target=produce, args=(n,)) for n in (1, 2)]
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join(30)
+    monkeypatch.setattr(coalesce.threading, "Thread", real)
+    coalescer.close()
+    assert len(loops) == 1
+    assert seen(engine) == [1, 2]
+    engine.close()
+
+
+def test_a_stop_counts_the_batch_it_committed_as_ingested() -> None:
+    """``ingest_and_run`` commits the batch alone before it raises ``Stopped``; the coalescer
+    said its offers "were not ingested" although ``last_ingested()`` had them."""
+    engine = engine_of()
+    engine.run_until_idle()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    engine.interrupt()
+    coalescer.offer(numbers(1, 2, 3))
+    with pytest.raises(CoalescerFailed) as failed:
+        coalescer.close()
+    assert isinstance(failed.value.error, Stopped)
+    assert coalescer.last_ingested() == 3  # the batch is in...
+    assert failed.value.not_ingested == 0  # ...and the error says so
+    engine.run_until_idle()
+    assert seen(engine) == [1, 2, 3]
+    engine.close()
+
+
+def test_a_forked_child_is_refused_instead_of_waiting_forever(tmp_path) -> None:
+    """In a child forked after the thread started, the thread does not exist: its offers
+    were queued and never ingested, ``drain()`` waited forever."""
+    program = """
+import os, time
+import pyarrow as pa
+from sstore import Engine
+from sstore.coalesce import Coalescer
+engine = Engine(":memory:")
+engine.stream("numbers", {"n": "BIGINT"})
+coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py())
+coalescer.offer(pa.table({"n": pa.array([1], pa.int64())}))
+coalescer.drain()
+pid = os.fork()
+if pid == 0:
+    try:
+        coalescer.offer(pa.table({"n": pa.array([2], pa.int64())}))
+        print("child offered; drain:", coalescer.drain(timeout=5), flush=True)
+    except RuntimeError as exc:
+        print("child refused:", exc, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+coalescer.close()
+print("parent last", coalescer.last_ingested(), flush=True)
+"""
+    done = run(program, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "child refused:" in done.stdout and "forked child" in done.stdout, done.stdout
+    assert "parent last 1" in done.stdout
+
+
+def test_close_raises_a_failure_of_an_offer_that_came_while_it_closed(monkeypatch) -> None:
+    """An offer from another thread between ``close``'s drain and its stop: its batch failed,
+    the thread waited for someone to be told, and ``close`` waited for the thread: a hang."""
+    engine = engine_of()
+    engine.run_until_idle()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    coalescer.offer(numbers(5))
+    assert coalescer.drain(timeout=60)
+    drain = Coalescer.drain
+    drained = threading.Event()
+
+    def slow_drain(self: Coalescer, timeout: float | None = None) -> bool:
+        done = drain(self, timeout)
+        drained.set()
+        time.sleep(0.5)  # the window between drain() and _closing, widened
+        return done
+
+    monkeypatch.setattr(Coalescer, "drain", slow_drain)
+    outcome: list[BaseException | None] = []
+
+    def close() -> None:
+        try:
+            coalescer.close()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    closer = threading.Thread(target=close, daemon=True)
+    closer.start()
+    assert drained.wait(30)
+    coalescer.offer(numbers(3))  # batch-id 3 < 5: refused
+    closer.join(15)
+    assert not closer.is_alive(), "close() hangs"
+    assert isinstance(outcome[0], CoalescerFailed)
+    assert isinstance(outcome[0].error, OutOfOrderBatchError)
+    engine.close()
+
+
+@pytest.mark.parametrize("call", ["drain", "offer"])
+def test_on_batch_that_waits_for_the_coalescer_fails_instead_of_hanging(call: str) -> None:
+    engine = engine_of()
+    engine.run_until_idle()
+    box: dict[str, Coalescer] = {}
+
+    def on_batch(done: object) -> None:
+        if call == "drain":
+            box["c"].drain()
+        else:  # a follow-up offer while max_pending wait
+            box["c"].offer(numbers(100))
+
+    coalescer = box["c"] = Coalescer(engine, "numbers", last_row, max_pending=1,
+                                     on_batch=on_batch)
+    outcome: list[BaseException | None] = []
+
+    def produce() -> None:
+        try:
+            coalescer.offer(numbers(1))
+            coalescer.offer(numbers(2))
+            coalescer.close()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    producer.join(15)
+    assert not producer.is_alive(), f"{call}() in on_batch hangs the coalescer"
+    assert isinstance(outcome[0], CoalescerFailed)
+    assert "own thread" in str(outcome[0])
+    engine.close()
+
+
+def test_an_offer_that_must_wait_inside_an_engine_transaction_raises() -> None:
+    """A producer that records its source offset in ``engine.transaction()`` and offers its
+    polls in the same block holds the engine's lock: once ``max_pending`` offers wait,
+    ``offer`` waited forever for a thread that needs that lock to make room."""
+    engine = engine_of()
+    engine.execute("CREATE TABLE offsets (pos BIGINT)")
+    engine.run_until_idle()
+    coalescer = Coalescer(engine, "numbers", last_row, max_pending=2)
+    offered: list[int] = []
+    outcome: list[BaseException | None] = []
+
+    def produce() -> None:
+        try:
+            with engine.transaction() as tx:
+                tx.execute("INSERT INTO offsets VALUES (6)")
+                for n in range(1, 7):  # more than the thread can take plus max_pending
+                    coalescer.offer(numbers(n))
+                    offered.append(n)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    producer.join(15)
+    assert not producer.is_alive(), "offer() inside engine.transaction() hangs"
+    assert isinstance(outcome[0], RuntimeError) and "engine's lock" in str(outcome[0])
+    coalescer.close()
+    assert seen(engine) == offered  # every offer that returned is in, once
+    engine.close()
+
+
+def test_a_source_that_resumes_before_last_ingested_is_not_doubled() -> None:
+    """A source that commits its offset in ``on_batch`` re-delivers what a crash cut off
+    between the engine's COMMIT and ``on_batch``. One offer at a time, the engine takes a
+    re-sent batch-id as a no-op; coalesced under a newer batch-id, the re-delivered rows went in
+    a second time, silently."""
+    engine = engine_of()
+    engine.run_until_idle()
+    first = Coalescer(engine, "numbers", last_row)
+    for low in (1, 11):
+        first.offer(numbers(*range(low, low + 10)))
+        assert first.drain(timeout=60)  # batches 10 and 20
+    first.close()
+    again = Coalescer(engine, "numbers", last_row)
+    with engine.lock:  # the re-delivered offers and a new one wait together
+        for low in (1, 11, 21):
+            again.offer(numbers(*range(low, low + 10)))
+    again.close()
+    assert seen(engine) == list(range(1, 31))
+    engine.close()
+
+
+def test_a_producer_thread_that_outlives_main_gets_its_offers_ingested(tmp_path) -> None:
+    """The main thread starts a producer thread and ends. The coalescer's thread saw the main
+    thread gone, stopped while nothing was pending, and the producer's later offers were
+    never ingested: exit status 0, rows missing (with more than ``max_pending`` offers left,
+    the producer waited for room forever and the process never ended)."""
+    state = str(tmp_path / "s.duckdb")
+    program = f"""
+import threading, time
+import pyarrow as pa
+from sstore.coalesce import Coalescer
+from tests.coalesce_worker import declare
+from sstore import Engine
+engine = Engine({state!r})
+declare(engine)
+engine.run_until_idle()
+coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py())
+tables = [pa.table({{"n": pa.array([n], pa.int64())}}) for n in range(1, 6)]
+def produce():
+    for rows in tables:
+        coalescer.offer(rows)
+        time.sleep(0.3)
+threading.Thread(target=produce).start()
+print("main ends", flush=True)
+"""
+    done = run(program, tmp_path)
+    assert done.returncode == 0, done.stderr
+    engine = Engine(state)
+    assert engine.query("SELECT count(*) AS c FROM seen").column("c")[0].as_py() == 5
+    engine.close()
