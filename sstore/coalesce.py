@@ -63,6 +63,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sstore import systables
 from sstore.engine import Engine
 from sstore.errors import TerminalError
 
@@ -229,12 +230,21 @@ class Coalescer:
             self._raise_if_failed()
 
     def last_ingested(self) -> int:
-        """The last batch-id the engine took on the stream (0: none): resume after it."""
+        """The last batch-id the engine took on the stream from its source (0: none): resume
+        after it. Batch-ids that dead-letter replays took are skipped: the engine numbered
+        those (last + 1, ``sstore.dead_letters.replay``), they are no source position, and
+        resuming after one would skip the source's row at that position."""
         rt = self.engine.runtime
         if rt is None:
             return 0
         with self.engine.lock:
-            return rt.ledger.last_ingested.get(self.stream, 0)
+            last = rt.ledger.last_ingested.get(self.stream, 0)
+            if not last or rt.interrupts.closed:
+                return last
+            replays = systables.replayed(rt.con, self.stream)
+        while last in replays:  # each took the id after the last one then: an ingested id
+            last -= 1
+        return last
 
     def pending(self) -> int:
         """Offers waiting or running."""

@@ -338,3 +338,47 @@ print("main ends", flush=True)
     engine = Engine(state)
     assert engine.query("SELECT count(*) AS c FROM seen").column("c")[0].as_py() == 5
     engine.close()
+
+
+def test_a_dead_letter_replay_does_not_move_where_the_source_resumes(tmp_path) -> None:
+    """A procedure dead-letters a coalesced batch; the operator fixes it and replays the dead
+    letters (``sstore dead-letters replay``) while the program is stopped: the replay is a new
+    batch the engine numbers itself (last + 1). ``last_ingested()`` returned that number, and
+    the source, resuming after it, skipped the row at that position: lost, exit status 0."""
+    from sstore import dead_letters
+
+    state = str(tmp_path / "s.duckdb")
+    broken = {"on": True}
+
+    def open_engine() -> Engine:
+        engine = Engine(state)
+        engine.stream("numbers", {"n": "BIGINT"})
+        engine.execute("CREATE TABLE IF NOT EXISTS seen (n BIGINT)")
+
+        @engine.procedure(input="numbers", on_error="dead_letter")
+        def keep(tx, batch):
+            if broken["on"] and 7 in batch["n"].to_pylist():
+                raise ValueError("a bug")
+            tx.execute("INSERT INTO seen SELECT n FROM batch")
+
+        return engine
+
+    engine = open_engine()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    for low in (1, 11):
+        coalescer.offer(numbers(*range(low, low + 10)))
+    coalescer.close()
+    engine.close()
+    broken["on"] = False
+    engine = open_engine()
+    (replayed,) = dead_letters.replay(engine, "numbers")
+    assert replayed.batch_id == 21  # numbered by the engine, not a source position
+    engine.close()
+    engine = open_engine()  # the program again: resume the source after last_ingested()
+    engine.run_until_idle()
+    coalescer = Coalescer(engine, "numbers", last_row)
+    assert coalescer.last_ingested() == 20
+    coalescer.offer(numbers(*range(coalescer.last_ingested() + 1, 31)))
+    coalescer.close()
+    assert seen(engine) == list(range(1, 31))
+    engine.close()
