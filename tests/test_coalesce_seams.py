@@ -77,7 +77,7 @@ def test_an_offer_with_no_rows_among_others_goes_in_with_them(tmp_path) -> None:
     engine = engine_of()
     engine.run_until_idle()
     coalescer = Coalescer(engine, "numbers", last_row)
-    with engine.lock:  # all three wait, and run as one engine batch
+    with coalescer._cond:  # reentrant: its thread takes nothing before all three wait
         for rows in (numbers(1), numbers(), numbers(2)):
             coalescer.offer(rows)
     coalescer.close()
@@ -301,7 +301,7 @@ def test_a_source_that_resumes_before_last_ingested_is_not_doubled() -> None:
         assert first.drain(timeout=60)  # batches 10 and 20
     first.close()
     again = Coalescer(engine, "numbers", last_row)
-    with engine.lock:  # the re-delivered offers and a new one wait together
+    with again._cond:  # reentrant: its thread takes nothing before all three wait
         for low in (1, 11, 21):
             again.offer(numbers(*range(low, low + 10)))
     again.close()
@@ -382,3 +382,4 @@ def test_a_dead_letter_replay_does_not_move_where_the_source_resumes(tmp_path) -
     coalescer.close()
     assert seen(engine) == list(range(1, 31))
     engine.close()
+
