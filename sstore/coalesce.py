@@ -127,6 +127,9 @@ class Coalescer:
         self.batches = 0  # engine batches run
         self.offers = 0  # offers ingested
         self._pid = os.getpid()  # a forked child has neither the thread nor the engine's state
+        #: an engine batch of this coalescer went in as a new batch (not a re-send): from then
+        #: on the source is past what the engine had, and no offer can be stale
+        self._caught_up = False
 
     # -- what producers call ---------------------------------------------------------------------
     def start(self) -> Coalescer:
@@ -290,11 +293,12 @@ class Coalescer:
             before = self._engine_last()
             try:
                 started = time.perf_counter()
-                if len(taken) > 1:
+                if len(taken) > 1 and not self._caught_up:
                     taken = self._alone_if_stale(taken, before)
                 table = pa.concat_tables([t for t, _ in taken]) if len(taken) > 1 else taken[0][0]
                 batch_id = self._batch_id(table)
-                self.engine.ingest_and_run(self.stream, table, batch_id=batch_id)
+                ingested = self.engine.ingest_and_run(self.stream, table, batch_id=batch_id)
+                self._caught_up = self._caught_up or not ingested.duplicate
                 done = Coalesced(batch_id, tuple(tok for _, tok in taken), table.num_rows,
                                  time.perf_counter() - started, time.perf_counter())
             except BaseException as exc:  # kept and raised in the producers' threads
@@ -336,7 +340,8 @@ class Coalescer:
         commits in ``on_batch``): alone, the engine takes an exact re-send as a no-op and
         refuses any other (``OutOfOrderBatchError``, ``ResendMismatchError``), as it would one
         offer at a time; joined with newer offers under a newer id, its rows would go in twice.
-        The others go back to the front of the queue."""
+        The others go back to the front of the queue. Only until a batch went in as new (so
+        a ``batch_id_of`` that counts is called once more at most at a start)."""
         if self._batch_id(taken[0][0]) > last:
             return taken
         with self._cond:
