@@ -66,6 +66,7 @@ import pyarrow as pa
 from sstore import systables
 from sstore.engine import Engine
 from sstore.errors import TerminalError
+from sstore.runtime import Runtime
 
 
 #: how often an idle coalescer looks whether the program's main thread has ended
@@ -237,9 +238,7 @@ class Coalescer:
         after it. Batch-ids that dead-letter replays took are skipped: the engine numbered
         those (last + 1, ``sstore.dead_letters.replay``), they are no source position, and
         resuming after one would skip the source's row at that position."""
-        rt = self.engine.runtime
-        if rt is None:
-            return 0
+        rt = self._started()
         with self.engine.lock:
             last = rt.ledger.last_ingested.get(self.stream, 0)
             if not last or rt.interrupts.closed:
@@ -290,9 +289,10 @@ class Coalescer:
             if taken is None:
                 return
             batch_id: int | None = None
-            before = self._engine_last()
+            before = 0
             try:
                 started = time.perf_counter()
+                before = self._engine_last()
                 if len(taken) > 1 and not self._caught_up:
                     taken = self._alone_if_stale(taken, before)
                 table = pa.concat_tables([t for t, _ in taken]) if len(taken) > 1 else taken[0][0]
@@ -349,11 +349,15 @@ class Coalescer:
             self._running = 1
         return taken[:1]
 
+    def _started(self) -> Runtime:
+        """The engine's runtime, starting the engine if nothing did yet: before it starts it
+        has not read its state file, and would say "nothing ingested" on a restart."""
+        rt = self.engine.runtime
+        return rt if rt is not None else self.engine._runtime()
+
     def _engine_last(self) -> int:
         """The last batch-id the engine took on the stream, whoever sent it (0: none)."""
-        rt = self.engine.runtime
-        if rt is None:
-            return 0
+        rt = self._started()
         with self.engine.lock:
             return rt.ledger.last_ingested.get(self.stream, 0)
 

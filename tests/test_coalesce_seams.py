@@ -383,3 +383,49 @@ def test_a_dead_letter_replay_does_not_move_where_the_source_resumes(tmp_path) -
     assert seen(engine) == list(range(1, 31))
     engine.close()
 
+
+
+def test_last_ingested_on_a_restart_before_anything_started_the_engine(tmp_path) -> None:
+    """A program that asks ``last_ingested()`` right after declaring its dataflow (without
+    the ``run_until_idle()`` that ``tests/coalesce_worker.py`` happens to call first): the
+    engine had not started, had not read its state file, and the answer was 0. The source
+    resumed at row 1 and, coalesced, rows 1..20 went in a second time (exit status 0)."""
+    state = str(tmp_path / "s.duckdb")
+    engine = engine_of(state)
+    coalescer = Coalescer(engine, "numbers", last_row)
+    for low in (1, 11):
+        coalescer.offer(numbers(*range(low, low + 10)))
+    coalescer.close()
+    engine.close()
+    engine = engine_of(state)  # the program again
+    coalescer = Coalescer(engine, "numbers", last_row)
+    start = coalescer.last_ingested() + 1
+    assert start == 21
+    with coalescer._cond:  # reentrant: its thread takes nothing before all wait
+        for low in range(start, 31, 10):
+            coalescer.offer(numbers(*range(low, low + 10)))
+    coalescer.close()
+    assert seen(engine) == list(range(1, 31))
+    engine.close()
+
+
+def test_a_stale_offer_is_caught_even_before_anything_started_the_engine(tmp_path) -> None:
+    """The source resumes at row 1 on a restart (it ignored ``last_ingested()``) and its first
+    offers wait together before the engine started: the staleness check must read the state
+    file's last batch-id, not 0."""
+    state = str(tmp_path / "s.duckdb")
+    engine = engine_of(state)
+    coalescer = Coalescer(engine, "numbers", last_row)
+    for low in (1, 11):
+        coalescer.offer(numbers(*range(low, low + 10)))
+        assert coalescer.drain(timeout=60)  # batches 10 and 20
+    coalescer.close()
+    engine.close()
+    engine = engine_of(state)
+    coalescer = Coalescer(engine, "numbers", last_row)
+    with coalescer._cond:
+        for low in (1, 11, 21):
+            coalescer.offer(numbers(*range(low, low + 10)))
+    coalescer.close()
+    assert seen(engine) == list(range(1, 31))
+    engine.close()
