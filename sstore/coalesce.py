@@ -379,11 +379,18 @@ class Coalescer:
             self._pending.clear()
             self._running = 0
             self._cond.notify_all()
+            said = False
             while not self._told and not self._closing and not _program_ended():
+                if not said and not threading.main_thread().is_alive():
+                    # other threads keep the program alive and may never offer again: say it
+                    # now, not only when they end
+                    print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
+                    said = True
                 self._cond.wait(EXIT_POLL)
             if self._told or self._closing:  # ``close`` raises it once the thread ended
                 return
-        print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
+        if not said:
+            print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
         os._exit(1)
 
 

@@ -429,3 +429,34 @@ def test_a_stale_offer_is_caught_even_before_anything_started_the_engine(tmp_pat
     coalescer.close()
     assert seen(engine) == list(range(1, 31))
     engine.close()
+
+
+def test_a_failure_after_the_main_thread_ended_still_ends_the_process_loudly(tmp_path) -> None:
+    """The coalescer's thread now outlives the main thread while producer threads run; a
+    failure nobody is told of still says so on stderr and ends the process with status 1."""
+    state = str(tmp_path / "s.duckdb")
+    program = f"""
+import threading, time
+import pyarrow as pa
+from sstore.coalesce import Coalescer
+from tests.coalesce_worker import declare
+from sstore import Engine
+engine = Engine({state!r})
+declare(engine)
+engine.run_until_idle()
+coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py())
+tables = [pa.table({{"n": pa.array([n], pa.int64())}}) for n in (5, 3)]  # 3 < 5: refused
+def produce():
+    time.sleep(0.5)
+    for rows in tables:
+        coalescer.offer(rows)
+        time.sleep(0.3)
+    time.sleep(1)  # never offers again, never closes
+threading.Thread(target=produce).start()
+"""
+    done = run(program, tmp_path)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "1 offered batch(es) were not ingested" in done.stderr
+    engine = Engine(state)
+    assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [5]
+    engine.close()
