@@ -36,23 +36,37 @@ What a user can get wrong here, and what happens:
   **a program that ends without ``close``**: the thread is not a daemon; once the main thread
   has ended it ingests what is pending and stops. If that fails, or an engine batch failed
   earlier and no ``offer``, ``drain`` or ``close`` raised it before the program ended, offers
-  are lost: it says so on stderr and ends the process with exit status 1, never 0.
+  are lost: it says so on stderr and ends the process with exit status 1, never 0. "Ended"
+  means the main thread and every other non-daemon thread (a producer that outlives the main
+  thread is still served).
+- **``batch_id_of`` must give an int for every engine batch.** None (``pc.max`` of an offer
+  with no rows) would let the engine number the batch itself, and ``last_ingested()`` would no
+  longer be a source position: it stops the coalescer instead. An offer whose own batch-id is
+  not above the last one the engine took (a source resuming too early) runs alone, so that
+  the engine takes it as a re-send or refuses it, as one offer at a time: never doubled.
+- **What would wait forever raises ``RuntimeError`` instead**: ``drain``/``close`` from
+  ``on_batch``, an ``offer`` that must wait while its thread holds the engine's lock
+  (``engine.transaction()``), any call in a forked child (the thread is the parent's).
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from sstore import systables
 from sstore.engine import Engine
 from sstore.errors import TerminalError
+from sstore.runtime import Runtime
 
 
 #: how often an idle coalescer looks whether the program's main thread has ended
@@ -113,14 +127,51 @@ class Coalescer:
         self.thread: threading.Thread | None = None
         self.batches = 0  # engine batches run
         self.offers = 0  # offers ingested
+        self._pid = os.getpid()  # a forked child has neither the thread nor the engine's state
+        #: an engine batch of this coalescer went in as a new batch (not a re-send): from then
+        #: on the source is past what the engine had, and no offer can be stale
+        self._caught_up = False
 
     # -- what producers call ---------------------------------------------------------------------
     def start(self) -> Coalescer:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._loop, daemon=False,
-                                            name=f"sstore-coalescer-{self.stream}")
-            self.thread.start()
+        with self._cond:
+            self._check_process()
+            self._start_locked()
         return self
+
+    def _start_locked(self) -> None:
+        """Start the thread (caller holds ``_cond``: two producers' first offers must not start
+        two threads), or start it again if it ended because the program seemed to end while
+        nothing was pending (never after a failure or ``close``)."""
+        if self.thread is not None and (self.thread.is_alive() or self._closing
+                                        or self._failed is not None):
+            return
+        self.thread = threading.Thread(target=self._loop, daemon=False,
+                                       name=f"sstore-coalescer-{self.stream}")
+        _THREADS.add(self.thread)
+        self.thread.start()
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                f"coalescer of stream {self.stream!r} was made in process {self._pid}; this is "
+                f"a forked child (process {os.getpid()}): its thread and its engine are the "
+                f"parent's, and its pending offers are the parent's to ingest. Open an Engine "
+                f"and make a Coalescer in the child")
+
+    def _check_can_wait(self, what: str) -> None:
+        """Refuse to wait for the coalescer's thread where that thread can never make progress
+        (caller holds ``_cond`` and is about to wait): in the thread itself (``on_batch``), or
+        while holding the engine's lock, which the thread needs to ingest."""
+        if threading.current_thread() is self.thread:
+            raise RuntimeError(f"{what} in the coalescer's own thread (on_batch) would wait for "
+                               f"that thread forever")
+        owned = getattr(self.engine.lock, "_is_owned", None)
+        if owned is not None and owned():
+            raise RuntimeError(f"{what} would wait for the coalescer's thread while this thread "
+                               f"holds the engine's lock (engine.lock, engine.transaction(), an "
+                               f"observer), which that thread needs to ingest: it would wait "
+                               f"forever; call it outside")
 
     def offer(self, rows: pa.Table, token: Any = None) -> None:
         """Queue one batch, an Arrow table (``token``: anything, handed back in
@@ -131,16 +182,18 @@ class Coalescer:
             raise TypeError(f"Coalescer.offer takes a pyarrow.Table, not "
                             f"{type(rows).__name__} (pa.Table.from_pylist turns dicts into one)")
         with self._cond:
+            self._check_process()
             while True:
                 self._raise_if_failed()
                 if self._closing:
                     raise RuntimeError(f"coalescer of stream {self.stream!r} is closed")
                 if not self._full(rows.num_rows):
                     break
+                self._check_can_wait("offer")
                 self._cond.wait()
             self._pending.append((rows, token))
             self._cond.notify_all()
-        self.start()
+            self._start_locked()
 
     def _full(self, rows: int) -> bool:
         """Whether an offer of ``rows`` rows must wait: ``max_pending`` offers wait, or they
@@ -155,11 +208,13 @@ class Coalescer:
         ``CoalescerFailed`` if an engine batch failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            self._check_process()
             while self._pending or self._running:
                 self._raise_if_failed()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
+                self._check_can_wait("drain")
                 self._cond.wait(left)
             self._raise_if_failed()
         return True
@@ -173,16 +228,25 @@ class Coalescer:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
-            if self.thread is not None:
+            if self.thread is not None and self.thread is not threading.current_thread():
                 self.thread.join()
+        with self._cond:  # an offer that came between drain and _closing, and failed
+            self._raise_if_failed()
 
     def last_ingested(self) -> int:
-        """The last batch-id the engine took on the stream (0: none): resume after it."""
-        rt = self.engine.runtime
-        if rt is None:
-            return 0
+        """The last batch-id the engine took on the stream from its source (0: none): resume
+        after it. Batch-ids that dead-letter replays took are skipped: the engine numbered
+        those (last + 1, ``sstore.dead_letters.replay``), they are no source position, and
+        resuming after one would skip the source's row at that position."""
+        rt = self._started()
         with self.engine.lock:
-            return rt.ledger.last_ingested.get(self.stream, 0)
+            last = rt.ledger.last_ingested.get(self.stream, 0)
+            if not last or rt.interrupts.closed:
+                return last
+            replays = systables.replayed(rt.con, self.stream)
+        while last in replays:  # each took the id after the last one then: an ingested id
+            last -= 1
+        return last
 
     def pending(self) -> int:
         """Offers waiting or running."""
@@ -205,7 +269,7 @@ class Coalescer:
         """The next offers to run together (None: closing and nothing pending)."""
         with self._cond:
             while not self._pending:
-                if self._closing or not threading.main_thread().is_alive():
+                if self._closing or _program_ended():
                     return None  # closed, or the program ended with nothing pending
                 self._cond.wait(EXIT_POLL)
             taken, rows = [], 0
@@ -224,15 +288,23 @@ class Coalescer:
             taken = self._take()
             if taken is None:
                 return
+            batch_id: int | None = None
+            before = 0
             try:
                 started = time.perf_counter()
+                before = self._engine_last()
+                if len(taken) > 1 and not self._caught_up:
+                    taken = self._alone_if_stale(taken, before)
                 table = pa.concat_tables([t for t, _ in taken]) if len(taken) > 1 else taken[0][0]
-                batch_id = self.batch_id_of(table)
-                self.engine.ingest_and_run(self.stream, table, batch_id=batch_id)
+                batch_id = self._batch_id(table)
+                ingested = self.engine.ingest_and_run(self.stream, table, batch_id=batch_id)
+                self._caught_up = self._caught_up or not ingested.duplicate
                 done = Coalesced(batch_id, tuple(tok for _, tok in taken), table.num_rows,
                                  time.perf_counter() - started, time.perf_counter())
             except BaseException as exc:  # kept and raised in the producers' threads
-                self._fail(exc, len(taken))
+                # ``ingest_and_run`` commits the batch alone before a stop (``Stopped``)
+                # reaches here: those offers are in, and must not be counted as lost
+                self._fail(exc, 0 if self._took(batch_id, before) else len(taken))
                 return
             self.batches += 1
             self.offers += len(taken)
@@ -246,6 +318,58 @@ class Coalescer:
                 self._running = 0
                 self._cond.notify_all()
 
+    def _batch_id(self, table: pa.Table) -> int:
+        """``batch_id_of(table)``, an int (numpy's ints are taken): None would let the engine
+        number the batch itself, and ``last_ingested()`` would then no longer be a position
+        of the source (an offer with no rows gives None with ``pc.max``)."""
+        raw = self.batch_id_of(table)
+        if raw is None or isinstance(raw, bool):
+            raise TypeError(f"batch_id_of returned {raw!r} for a batch of {table.num_rows} "
+                            f"row(s); it must return the batch's int batch-id (offers with no "
+                            f"rows: leave them out, or give them an id in batch_id_of)")
+        try:
+            return operator.index(raw)
+        except TypeError:
+            raise TypeError(f"batch_id_of returned {raw!r} ({type(raw).__name__}) for a batch "
+                            f"of {table.num_rows} row(s); it must return an int") from None
+
+    def _alone_if_stale(self, taken: list[tuple[pa.Table, Any]], last: int
+                        ) -> list[tuple[pa.Table, Any]]:
+        """Run the first offer alone when its own batch-id is not above ``last``, the last one
+        the engine took (a source that resumed before ``last_ingested()``, e.g. from an offset it
+        commits in ``on_batch``): alone, the engine takes an exact re-send as a no-op and
+        refuses any other (``OutOfOrderBatchError``, ``ResendMismatchError``), as it would one
+        offer at a time; joined with newer offers under a newer id, its rows would go in twice.
+        The others go back to the front of the queue. Only until a batch went in as new (so
+        a ``batch_id_of`` that counts is called once more at most at a start)."""
+        if self._batch_id(taken[0][0]) > last:
+            return taken
+        with self._cond:
+            self._pending[0:0] = taken[1:]
+            self._running = 1
+        return taken[:1]
+
+    def _started(self) -> Runtime:
+        """The engine's runtime, starting the engine if nothing did yet: before it starts it
+        has not read its state file, and would say "nothing ingested" on a restart."""
+        rt = self.engine.runtime
+        return rt if rt is not None else self.engine._runtime()
+
+    def _engine_last(self) -> int:
+        """The last batch-id the engine took on the stream, whoever sent it (0: none)."""
+        rt = self._started()
+        with self.engine.lock:
+            return rt.ledger.last_ingested.get(self.stream, 0)
+
+    def _took(self, batch_id: int | None, before: int) -> bool:
+        """Whether this engine batch got in although ``ingest_and_run`` raised (``before``:
+        the last batch-id before it)."""
+        rt = self.engine.runtime
+        if batch_id is None or batch_id <= before or rt is None:
+            return False
+        with self.engine.lock:
+            return rt.ledger.was_ingested(self.stream, batch_id)
+
     def _fail(self, error: BaseException, running_lost: int) -> None:
         """Keep the failure for the producers; if the program ends before any of them was
         told (``offer``, ``drain``, ``close`` raised it), say so and exit with status 1."""
@@ -255,9 +379,30 @@ class Coalescer:
             self._pending.clear()
             self._running = 0
             self._cond.notify_all()
-            while not self._told and threading.main_thread().is_alive():
+            said = False
+            while not self._told and not self._closing and not _program_ended():
+                if not said and not threading.main_thread().is_alive():
+                    # other threads keep the program alive and may never offer again: say it
+                    # now, not only when they end
+                    print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
+                    said = True
                 self._cond.wait(EXIT_POLL)
-            if self._told:
+            if self._told or self._closing:  # ``close`` raises it once the thread ended
                 return
-        print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
+        if not said:
+            print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
         os._exit(1)
+
+
+#: the coalescers' threads, alive or not (weakly: a thread object goes when it ended)
+_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def _program_ended() -> bool:
+    """Whether the program is ending: its main thread ended and so did every other thread that
+    keeps it alive (not a daemon), the coalescers' own apart. A producer thread that outlives
+    the main thread still offers, and is still told of a failure."""
+    if threading.main_thread().is_alive():
+        return False
+    return not any(t.is_alive() and not t.daemon and t not in _THREADS
+                   for t in threading.enumerate() if t is not threading.main_thread())
