@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,6 +55,48 @@ def run(program: str, tmp_path: Path, timeout: float = 60) -> subprocess.Complet
     return subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
+    """Run ``call`` in a daemon thread (a hang must not hang the test run); the list gets
+    None when it returned, else what it raised."""
+    outcome: list[BaseException | None] = []
+
+    def run_it() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_it, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def outliving_producer(state: str, values: str, first_wait: float, last_wait: float) -> str:
+    """A program whose main thread starts a producer thread and ends. After ``first_wait`` s
+    the producer offers one row per value of ``values`` (a Python expression), 0.3 s apart,
+    then lives ``last_wait`` s more without offering again or closing."""
+    return f"""
+import threading, time
+import pyarrow as pa
+from sstore.coalesce import Coalescer
+from tests.coalesce_worker import declare
+from sstore import Engine
+engine = Engine({state!r})
+declare(engine)
+engine.run_until_idle()
+coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py())
+tables = [pa.table({{"n": pa.array([n], pa.int64())}}) for n in {values}]
+def produce():
+    time.sleep({first_wait})
+    for rows in tables:
+        coalescer.offer(rows)
+        time.sleep(0.3)
+    time.sleep({last_wait})
+threading.Thread(target=produce).start()
+"""
 
 
 def test_an_offer_with_no_rows_does_not_become_a_batch_the_engine_numbers(tmp_path) -> None:
@@ -202,17 +245,7 @@ def test_close_raises_a_failure_of_an_offer_that_came_while_it_closed(monkeypatc
         return done
 
     monkeypatch.setattr(Coalescer, "drain", slow_drain)
-    outcome: list[BaseException | None] = []
-
-    def close() -> None:
-        try:
-            coalescer.close()
-            outcome.append(None)
-        except BaseException as exc:
-            outcome.append(exc)
-
-    closer = threading.Thread(target=close, daemon=True)
-    closer.start()
+    closer, outcome = in_thread(coalescer.close)
     assert drained.wait(30)
     coalescer.offer(numbers(3))  # batch-id 3 < 5: refused
     closer.join(15)
@@ -236,19 +269,12 @@ def test_on_batch_that_waits_for_the_coalescer_fails_instead_of_hanging(call: st
 
     coalescer = box["c"] = Coalescer(engine, "numbers", last_row, max_pending=1,
                                      on_batch=on_batch)
-    outcome: list[BaseException | None] = []
-
     def produce() -> None:
-        try:
-            coalescer.offer(numbers(1))
-            coalescer.offer(numbers(2))
-            coalescer.close()
-            outcome.append(None)
-        except BaseException as exc:
-            outcome.append(exc)
+        coalescer.offer(numbers(1))
+        coalescer.offer(numbers(2))
+        coalescer.close()
 
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
+    producer, outcome = in_thread(produce)
     producer.join(15)
     assert not producer.is_alive(), f"{call}() in on_batch hangs the coalescer"
     assert isinstance(outcome[0], CoalescerFailed)
@@ -288,6 +314,26 @@ def test_an_offer_that_must_wait_inside_an_engine_transaction_raises() -> None:
     engine.close()
 
 
+def deliver_one_at_a_time(engine: Engine) -> None:
+    """Rows 1-20 as two offers, each drained before the next: batch-ids 10 and 20."""
+    coalescer = Coalescer(engine, "numbers", last_row)
+    for low in (1, 11):
+        coalescer.offer(numbers(*range(low, low + 10)))
+        assert coalescer.drain(timeout=60)
+    coalescer.close()
+
+
+def redeliver_from_row_1_together(engine: Engine) -> None:
+    """Rows 1-30 again as three offers that wait together (the coalescer's own lock, which is
+    reentrant, holds its thread back); the first two re-send: each row must be in once."""
+    coalescer = Coalescer(engine, "numbers", last_row)
+    with coalescer._cond:
+        for low in (1, 11, 21):
+            coalescer.offer(numbers(*range(low, low + 10)))
+    coalescer.close()
+    assert seen(engine) == list(range(1, 31))
+
+
 def test_a_source_that_resumes_before_last_ingested_is_not_doubled() -> None:
     """A source that commits its offset in ``on_batch`` re-delivers what a crash cut off
     between the engine's COMMIT and ``on_batch``. One offer at a time, the engine takes a
@@ -295,17 +341,8 @@ def test_a_source_that_resumes_before_last_ingested_is_not_doubled() -> None:
     a second time, silently."""
     engine = engine_of()
     engine.run_until_idle()
-    first = Coalescer(engine, "numbers", last_row)
-    for low in (1, 11):
-        first.offer(numbers(*range(low, low + 10)))
-        assert first.drain(timeout=60)  # batches 10 and 20
-    first.close()
-    again = Coalescer(engine, "numbers", last_row)
-    with again._cond:  # reentrant: its thread takes nothing before all three wait
-        for low in (1, 11, 21):
-            again.offer(numbers(*range(low, low + 10)))
-    again.close()
-    assert seen(engine) == list(range(1, 31))
+    deliver_one_at_a_time(engine)
+    redeliver_from_row_1_together(engine)
     engine.close()
 
 
@@ -315,24 +352,7 @@ def test_a_producer_thread_that_outlives_main_gets_its_offers_ingested(tmp_path)
     never ingested: exit status 0, rows missing (with more than ``max_pending`` offers left,
     the producer waited for room forever and the process never ended)."""
     state = str(tmp_path / "s.duckdb")
-    program = f"""
-import threading, time
-import pyarrow as pa
-from sstore.coalesce import Coalescer
-from tests.coalesce_worker import declare
-from sstore import Engine
-engine = Engine({state!r})
-declare(engine)
-engine.run_until_idle()
-coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py())
-tables = [pa.table({{"n": pa.array([n], pa.int64())}}) for n in range(1, 6)]
-def produce():
-    for rows in tables:
-        coalescer.offer(rows)
-        time.sleep(0.3)
-threading.Thread(target=produce).start()
-print("main ends", flush=True)
-"""
+    program = outliving_producer(state, "range(1, 6)", first_wait=0, last_wait=0)
     done = run(program, tmp_path)
     assert done.returncode == 0, done.stderr
     engine = Engine(state)
@@ -415,19 +435,10 @@ def test_a_stale_offer_is_caught_even_before_anything_started_the_engine(tmp_pat
     file's last batch-id, not 0."""
     state = str(tmp_path / "s.duckdb")
     engine = engine_of(state)
-    coalescer = Coalescer(engine, "numbers", last_row)
-    for low in (1, 11):
-        coalescer.offer(numbers(*range(low, low + 10)))
-        assert coalescer.drain(timeout=60)  # batches 10 and 20
-    coalescer.close()
+    deliver_one_at_a_time(engine)
     engine.close()
     engine = engine_of(state)
-    coalescer = Coalescer(engine, "numbers", last_row)
-    with coalescer._cond:
-        for low in (1, 11, 21):
-            coalescer.offer(numbers(*range(low, low + 10)))
-    coalescer.close()
-    assert seen(engine) == list(range(1, 31))
+    redeliver_from_row_1_together(engine)
     engine.close()
 
 
@@ -435,25 +446,7 @@ def test_a_failure_after_the_main_thread_ended_still_ends_the_process_loudly(tmp
     """The coalescer's thread now outlives the main thread while producer threads run; a
     failure nobody is told of still says so on stderr and ends the process with status 1."""
     state = str(tmp_path / "s.duckdb")
-    program = f"""
-import threading, time
-import pyarrow as pa
-from sstore.coalesce import Coalescer
-from tests.coalesce_worker import declare
-from sstore import Engine
-engine = Engine({state!r})
-declare(engine)
-engine.run_until_idle()
-coalescer = Coalescer(engine, "numbers", lambda rows: rows["n"][-1].as_py())
-tables = [pa.table({{"n": pa.array([n], pa.int64())}}) for n in (5, 3)]  # 3 < 5: refused
-def produce():
-    time.sleep(0.5)
-    for rows in tables:
-        coalescer.offer(rows)
-        time.sleep(0.3)
-    time.sleep(1)  # never offers again, never closes
-threading.Thread(target=produce).start()
-"""
+    program = outliving_producer(state, "(5, 3)", first_wait=0.5, last_wait=1)  # 3 < 5
     done = run(program, tmp_path)
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "1 offered batch(es) were not ingested" in done.stderr
