@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -38,26 +39,50 @@ def migrate_cmd(path: str, url: str) -> list[str]:
             "--table", "public.events", "--chunk-rows", "500"]
 
 
+def watermark(con: psycopg.Connection) -> int:
+    """The target's watermark (0 before the first run created it)."""
+    try:
+        row = con.execute("SELECT max(batch_id) FROM sstore.watermarks").fetchone()
+    except psycopg.errors.UndefinedTable:
+        return 0
+    return int(row[0] or 0) if row else 0
+
+
+def kill_mid_migration(proc: subprocess.Popen[bytes], con: psycopg.Connection,
+                       rng: random.Random) -> bool:
+    """SIGKILL ``proc`` at a random moment (0-30 ms) after it moved the watermark, so every kill
+    lands in the middle of the migration whatever the machine's speed (a kill after a random
+    wall-clock delay mostly hit the command still importing, and a fast machine finished the
+    migration in fewer kills than the test asks for). False if it ended first."""
+    before = watermark(con)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and watermark(con) <= before and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(rng.uniform(0.0, 0.03))
+    if proc.poll() is not None:
+        return False
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return True
+
+
 def test_sigkill_during_migration_neither_loses_nor_duplicates(tmp_path: Path,
                                                                pg_url: str) -> None:
     path = str(tmp_path / "events.duckdb")
     prepare(path)
     rng = random.Random(7)
     kills = 0
-    while True:
-        proc = subprocess.Popen(migrate_cmd(path, pg_url), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        try:
-            proc.wait(timeout=rng.uniform(0.3, 1.0) if kills < 8 else 120)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
-            continue
-        out, err = proc.communicate()
-        assert proc.returncode == 0, err.decode()
-        break
-    assert kills >= 5
+    with psycopg.connect(pg_url, autocommit=True) as probe:
+        while True:
+            proc = subprocess.Popen(migrate_cmd(path, pg_url), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            if kills < 8 and kill_mid_migration(proc, probe, rng):
+                kills += 1
+                continue
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err.decode()
+            break
+    assert kills == 8, f"the migration ended after {kills} kills: too little work to kill it 8 times"
     with psycopg.connect(pg_url) as con:
         count, distinct, total = con.execute(
             "SELECT count(*), count(DISTINCT id), sum(amount) FROM public.events").fetchone()
