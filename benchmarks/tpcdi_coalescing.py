@@ -25,7 +25,7 @@ from benchmarks.tpcdi_profile import EngineProfile
 from benchmarks.tpcdi_runs import EngineFeed
 from benchmarks.tpcdi_setup import TPCDI_BATCHES
 from sstore.coalesce import Coalesced, Coalescer
-from sstore.workloads.tpcdi.streaming.pipeline import INPUT_STREAM
+from sstore.workloads.tpcdi.streaming.pipeline import INPUT_STREAM, engine_batch_id
 
 #: at most this many trades per engine batch, by default (``--coalesce-trades``)
 COALESCE_TRADES = 200
@@ -39,16 +39,18 @@ class CoalescingFeed(EngineFeed):
         self.offered: dict[int, tuple[int, float, int]] = {}  # offer -> TPC-DI batch, at, batch
         self.service: dict[int, list[float]] = {b: [] for b in TPCDI_BATCHES}
         self._offers = 0
-        self.coalescer = Coalescer(self.engine, INPUT_STREAM, self._next_batch_id,
+        self.coalescer = Coalescer(self.engine, INPUT_STREAM, self._batch_id_of,
                                    max_pending=max(1, max_events), max_rows=max_events,
                                    on_batch=self._ran).start()
         if profile is not None:  # the engine's calls run in the coalescer's thread
             assert self.coalescer.thread is not None
             profile.thread = self.coalescer.thread.ident or 0
 
-    def _next_batch_id(self, rows: pa.Table) -> int:
-        self._batch += 1
-        return self._batch
+    @staticmethod
+    def _batch_id_of(rows: pa.Table) -> int:
+        """The source position of the batch's last event, as ``StreamingDimTrade.stream``
+        numbers its batches: a function of the rows, so the coalescer may ask again."""
+        return engine_batch_id(rows["tpcdi_batch"][-1].as_py(), rows["line_no"][-1].as_py())
 
     def send(self, chunk: pa.Table, measured: bool) -> None:
         self._offers += 1
@@ -56,6 +58,7 @@ class CoalescingFeed(EngineFeed):
                                            measured))
 
     def _ran(self, done: Coalesced) -> None:
+        self._batch += 1  # engine batches run
         measured = [token for token in done.tokens if token[3]]
         for offer, tpcdi_batch, at, _ in measured:
             self.offered[offer] = (tpcdi_batch, at, done.batch_id)
