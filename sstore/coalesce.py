@@ -24,8 +24,11 @@ What a user can get wrong here, and what happens:
   crash, resume the source after ``last_ingested()`` (the batch-id ``batch_id_of`` gave the
   last engine batch that committed). Exactly-once is then the engine's: a batch-id it took is
   never taken twice.
+- **Offers must share one schema** (names, order, types: the first offer's), since they are
+  joined into one table: an offer with other columns is refused at once (``SchemaError``,
+  nothing queued), whether or not it would have been coalesced.
 - **A failed engine batch stops the coalescer, loudly.** The error (an out-of-order batch-id,
-  rows that do not fit the stream, batches whose columns differ) is kept; every later
+  rows that do not fit the stream) is kept; every later
   ``offer``, ``drain`` and ``close`` raises ``CoalescerFailed`` with it as the cause and the
   number of offers that did not get in. Nothing is dropped silently, nothing after a failed
   batch is ingested (that would reorder the stream).
@@ -65,7 +68,7 @@ import pyarrow as pa
 
 from sstore import systables
 from sstore.engine import Engine
-from sstore.errors import TerminalError
+from sstore.errors import SchemaError, TerminalError
 from sstore.runtime import Runtime
 
 
@@ -123,6 +126,7 @@ class Coalescer:
         self._closing = False
         self._failed: CoalescerFailed | None = None
         self._told = False  # a producer got ``_failed`` raised
+        self._schema: pa.Schema | None = None  # the first offer's: every offer must have it
         #: the thread that ingests (``start``); the engine's calls for this stream run in it
         self.thread: threading.Thread | None = None
         self.batches = 0  # engine batches run
@@ -183,6 +187,7 @@ class Coalescer:
                             f"{type(rows).__name__} (pa.Table.from_pylist turns dicts into one)")
         with self._cond:
             self._check_process()
+            self._check_schema(rows.schema)
             while True:
                 self._raise_if_failed()
                 if self._closing:
@@ -194,6 +199,18 @@ class Coalescer:
             self._pending.append((rows, token))
             self._cond.notify_all()
             self._start_locked()
+
+    def _check_schema(self, schema: pa.Schema) -> None:
+        """Pin the first offer's schema; refuse an offer with another one (caller holds
+        ``_cond``). Checked per offer, not when offers meet in a batch, so that whether an
+        offer is refused does not depend on what happened to be pending with it."""
+        if self._schema is None:
+            self._schema = schema
+        elif not schema.equals(self._schema):
+            raise SchemaError(f"coalescer of stream {self.stream!r}: an offer with columns "
+                              f"({_columns(schema)}) after offers with ({_columns(self._schema)}); "
+                              f"offers are joined into one engine batch and must have one "
+                              f"schema: this one was not queued")
 
     def _full(self, rows: int) -> bool:
         """Whether an offer of ``rows`` rows must wait: ``max_pending`` offers wait, or they
@@ -392,6 +409,10 @@ class Coalescer:
         if not said:
             print(f"sstore: {self._failed}", file=sys.stderr, flush=True)
         os._exit(1)
+
+
+def _columns(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
 
 
 #: the coalescers' threads, alive or not (weakly: a thread object goes when it ended)

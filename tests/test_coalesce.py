@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from sstore import Engine, OutOfOrderBatchError
+from sstore import Engine, OutOfOrderBatchError, SchemaError
 from sstore.coalesce import Coalesced, Coalescer, CoalescerFailed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,16 +120,35 @@ def test_max_rows_bounds_what_waits_and_what_one_batch_takes(tmp_path) -> None:
     engine.close()
 
 
-def test_batches_whose_columns_differ_stop_it_loudly(tmp_path) -> None:
-    engine, started, gate = gated_engine(tmp_path / "s.duckdb")
+def test_an_offer_with_other_columns_is_refused_at_once(tmp_path) -> None:
+    engine = open_engine(tmp_path / "s.duckdb")
     coalescer = Coalescer(engine, "numbers", last_row).start()
+    coalescer.offer(numbers(1))
+    with pytest.raises(SchemaError, match="must have one schema"):
+        coalescer.offer(pa.table({"n": pa.array(["2"])}))  # a string: cannot join the others
+    coalescer.offer(numbers(3))  # the refusal queued nothing and stopped nothing
+    coalescer.close()
+    assert seen(engine) == [1, 3]
+    engine.close()
+
+
+def test_a_failed_batch_stops_it_loudly_and_counts_its_offers(tmp_path) -> None:
+    engine, started, gate = gated_engine(tmp_path / "s.duckdb")
+
+    def batch_id(rows: pa.Table) -> int:
+        if 3 in rows["n"].to_pylist():
+            raise ValueError("no position for row 3")
+        return last_row(rows)
+
+    coalescer = Coalescer(engine, "numbers", batch_id).start()
     coalescer.offer(numbers(1))
     assert started.wait(30)
     coalescer.offer(numbers(2))
-    coalescer.offer(pa.table({"n": pa.array(["3"])}))  # a string: cannot join the others
+    coalescer.offer(numbers(3))  # waits with 2: their batch fails
     gate.set()
     with pytest.raises(CoalescerFailed) as failed:
         coalescer.drain(timeout=60)
+    assert isinstance(failed.value.error, ValueError)
     assert failed.value.not_ingested == 2  # both offers of the failed batch, named
     with pytest.raises(CoalescerFailed):
         coalescer.offer(numbers(4))  # nothing after a failed batch: it would reorder
