@@ -477,12 +477,10 @@ class StreamToPostgres:
                 pending.cancel()  # an abandoned plan: a read not started is not needed
 
     def _engine_lock_may_be_held(self) -> bool:
-        """True unless this thread surely does not hold the engine's lock: a sink moving
-        batches in the committing thread (``attach(background=False)``) may, and a helper
-        thread reading for it would then wait for that lock forever."""
-        runtime = self.engine.runtime
-        owned = getattr(runtime.lock, "_is_owned", None) if runtime is not None else None
-        return owned is None or bool(owned())
+        """Whether this thread holds the engine's lock: a sink moving batches in the committing
+        thread (``attach(background=False)``) may, and a helper thread reading for it would
+        then wait for that lock forever."""
+        return self.engine.holds_lock()
 
     def _read_group(self, group: list[Chunk]) -> pa.Table:
         """The rows of a group's batches, in batch order, read through ``Engine.query`` (a

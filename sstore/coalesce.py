@@ -170,8 +170,7 @@ class Coalescer:
         if threading.current_thread() is self.thread:
             raise RuntimeError(f"{what} in the coalescer's own thread (on_batch) would wait for "
                                f"that thread forever")
-        owned = getattr(self.engine.lock, "_is_owned", None)
-        if owned is not None and owned():
+        if self.engine.holds_lock():
             raise RuntimeError(f"{what} would wait for the coalescer's thread while this thread "
                                f"holds the engine's lock (engine.lock, engine.transaction(), an "
                                f"observer), which that thread needs to ingest: it would wait "

@@ -690,6 +690,11 @@ class Engine:
     def lock(self) -> threading.RLock:
         return self._lock
 
+    def holds_lock(self) -> bool:
+        """Whether the calling thread holds the engine's lock: code about to wait for a thread
+        that needs that lock (a sink's read-ahead, a coalescer) would then wait forever."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
     def close(self) -> None:
         if self._closed:
             return
