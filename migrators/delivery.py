@@ -279,10 +279,12 @@ def ensure_watermarks(con: psycopg.Connection) -> None:
 
 
 def _watermark_columns(con: psycopg.Connection) -> set[str]:
-    """The columns of ``sstore.watermarks`` (none: it does not exist); no transaction left."""
+    """The columns of ``sstore.watermarks`` (none: it does not exist); no transaction left.
+    Asked of ``pg_attribute``: ``information_schema.columns`` took 2-3 ms here, a tenth of
+    a sink's start."""
     columns = {r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'sstore' "
-        "AND table_name = 'watermarks'").fetchall()}
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = "
+        "to_regclass('sstore.watermarks') AND attnum > 0 AND NOT attisdropped").fetchall()}
     con.rollback()
     return columns
 

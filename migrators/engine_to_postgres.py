@@ -36,10 +36,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,12 +45,14 @@ import pyarrow.compute as pc
 from migrators import delivery
 from migrators.delivery import SinkKey, TargetBehind
 from migrators.errors import IncompatibleSchemaError, MigrationError
+from migrators.read_ahead import Chunk, Converted, ReadAhead, in_batch_order
 from migrators.recent_batches import RecentBatches
 from migrators.postgres import (
     RetryPolicy,
     Session,
     TargetColumns,
     copy_arrow,
+    encode_copy,
     ensure_table,
     merge_rows,
     parse_name,
@@ -71,17 +71,8 @@ from sstore.subscriptions import Subscription
 
 log = logging.getLogger("sstore.migrators")
 
-READ_AHEAD_ROWS = 100_000
 #: an acknowledgement waits for a busy engine's lock only once it is this old (seconds)
 ACK_WAIT_MAX = 0.5
-
-
-@dataclass
-class Chunk:
-    first: int
-    last: int
-    rows: int
-    batches: int
 
 
 def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -192,6 +183,8 @@ class StreamToPostgres:
     _loop_retries: int = field(default=0, init=False)  # retries of the sink thread's loop
     #: batches handed over by the subscription that wakes the sink thread, not yet delivered
     _recent: RecentBatches = field(default_factory=RecentBatches, init=False)
+    #: the running read-ahead's ``kick`` (``migrators.read_ahead``), called as a COPY begins
+    _kick: Callable[[], None] = field(default_factory=lambda: _no_kick, init=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "merge"):
@@ -409,8 +402,12 @@ class StreamToPostgres:
             chunks = self._chunks(self._after)
             total = sum(c.rows for c in chunks)
             try:
-                with contextlib.closing(self._read_ahead(chunks)) as planned:
-                    self._move_chunks(planned, report, progress, total)
+                ahead = self._read_ahead(chunks)
+                try:
+                    self._move_chunks(iter(ahead), report, progress, total)
+                finally:
+                    ahead.close()
+                    self._kick = _no_kick
                 return
             except TargetBehind as behind:
                 if attempt == 2:
@@ -419,12 +416,13 @@ class StreamToPostgres:
                             behind.watermark.batch_id)
                 report.watermark = self.start()
 
-    def _move_chunks(self, planned: Iterator[tuple[Chunk, pa.Table]], report: MigrationReport,
-                     progress: Callable[[int, int], None] | None, total: int) -> None:
+    def _move_chunks(self, planned: Iterator[tuple[Chunk, pa.Table, Converted | None]],
+                     report: MigrationReport, progress: Callable[[int, int], None] | None,
+                     total: int) -> None:
         """Step 3 for each planned chunk, counted in ``report``."""
-        for chunk, rows in planned:
+        for chunk, rows, ahead in planned:
             t0 = time.perf_counter()
-            moved = self._move_chunk(chunk, rows)
+            moved = self._move_chunk(chunk, rows, ahead)
             report.chunk_seconds.append(time.perf_counter() - t0)
             report.chunks += 1
             report.rows += moved
@@ -449,38 +447,24 @@ class StreamToPostgres:
             chunks.append(current)
         return chunks
 
-    def _read_ahead(self, chunks: list[Chunk]) -> Iterator[tuple[Chunk, pa.Table]]:
-        """Read several chunks at once: one DuckDB query (one hold of the engine's lock) per
-        group of up to ``READ_AHEAD_ROWS`` rows, sliced into chunks in memory.
+    def _read_ahead(self, chunks: list[Chunk]) -> ReadAhead:
+        """The plan's chunks, read (and converted) ahead in a helper thread
+        (``migrators.read_ahead``), unless this thread holds the engine's lock: a helper
+        reading would wait for it forever (a sink moving batches in the committing thread,
+        ``attach(background=False)``)."""
+        assert self._after is not None
+        ahead = ReadAhead(chunks, self._after, self._read_group, self._convert,
+                          threaded=not self.engine.holds_lock(),
+                          name=f"sstore-sink-read-{self.table}")
+        self._kick = ahead.kick
+        return ahead
 
-        With more than one group, the next group is read in a helper thread while the chunks
-        of the current one go to PostgreSQL: the read waits for the engine's lock and DuckDB,
-        the COPY for PostgreSQL, and done one after the other they were a fifth of a chunk's
-        time. The first group is a single chunk, so delivery starts after the smallest read.
-        Batches listed as committed do not change and stay held until acknowledged, so
-        reading them early reads the same rows."""
-        groups = _groups(chunks)
-        if len(groups) < 2 or self._engine_lock_may_be_held():
-            for group in groups:
-                yield from _slices(group, self._read_group(group))
-            return
-        with ThreadPoolExecutor(max_workers=1,
-                                thread_name_prefix=f"sstore-sink-read-{self.table}") as pool:
-            pending: Future[pa.Table] = pool.submit(self._read_group, groups[0])
-            try:
-                for i, group in enumerate(groups):
-                    rows = pending.result()
-                    if i + 1 < len(groups):
-                        pending = pool.submit(self._read_group, groups[i + 1])
-                    yield from _slices(group, rows)
-            finally:
-                pending.cancel()  # an abandoned plan: a read not started is not needed
-
-    def _engine_lock_may_be_held(self) -> bool:
-        """Whether this thread holds the engine's lock: a sink moving batches in the committing
-        thread (``attach(background=False)``) may, and a helper thread reading for it would
-        then wait for that lock forever."""
-        return self.engine.holds_lock()
+    def _convert(self, rows: pa.Table, after: int) -> Converted:
+        """``rows`` ready for a delivery after watermark ``after`` (``Converted``)."""
+        types = self._target_types
+        data = self._rows_for_target(rows, after)
+        payload = encode_copy(data) if self.mode == "append" and data.num_rows else None
+        return Converted(after, types, data, payload)
 
     def _read_group(self, group: list[Chunk]) -> pa.Table:
         """The rows of a group's batches, in batch order, read through ``Engine.query`` (a
@@ -497,30 +481,36 @@ class StreamToPostgres:
             return held  # the same rows, as the subscription handed them over
         rows = self.engine.query(f"SELECT * FROM {ident(self.stream)} WHERE _batch_id "
                                  f"BETWEEN ? AND ?", group[0].first, group[-1].last)
-        return _in_batch_order(rows)
+        return in_batch_order(rows)
 
-    def _move_chunk(self, chunk: Chunk, rows: pa.Table) -> int:
+    def _move_chunk(self, chunk: Chunk, rows: pa.Table, ahead: Converted | None = None
+                    ) -> int:
         """Deliver one chunk (steps 1-6 of ``migrators.delivery``), then acknowledge it.
 
         The rows are converted for the target once, before the PostgreSQL transaction (and
-        its retries); the count lets ``delivery`` lock and advance the watermark in one
-        statement when it stands where the plan continues. A watermark elsewhere, or target
-        types learnt anew inside the transaction, convert again from the batches."""
+        its retries), or were by the reader (``ahead``); the count lets ``delivery`` lock and
+        advance the watermark in one statement when it stands where the plan continues. A
+        watermark elsewhere, or target types learnt anew since, convert again from the
+        batches."""
         assert self._after is not None
         after = self._after
         types = self._target_types
-        planned = self._rows_for_target(rows, after)
+        if ahead is None or ahead.after != after or ahead.types is not types:
+            ahead = self._convert(rows, after)
+        planned = ahead
 
         def write(cur: psycopg.Cursor, watermark: int) -> int:
-            same = watermark == after and self._target_types is types
-            return self._write(cur, planned if same else self._rows_for_target(rows, watermark))
+            if watermark == after and self._target_types is types:
+                self._kick()  # the reader prepares the next chunk while PostgreSQL works
+                return self._write(cur, planned.data, planned.payload)
+            return self._write(cur, self._rows_for_target(rows, watermark))
 
         done = self.session.run(
             lambda con: delivery.deliver(
                 con, self.sink_key, chunk.first, chunk.last, write, after=after,
                 prepare_target=self._prepare_target, shared_target=self.shared_target,
                 drained_target=self.drained_target,
-                before_commit=self.before_commit, planned_rows=planned.num_rows),
+                before_commit=self.before_commit, planned_rows=planned.data.num_rows),
             f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
         self._delivered(chunk, rows, done, time.perf_counter())
         return done.rows
@@ -557,10 +547,10 @@ class StreamToPostgres:
             self._unchanged = (data.schema, id(self._target_types))
         return converted
 
-    def _write(self, cur: psycopg.Cursor, data: pa.Table) -> int:
-        """Step 4: converted rows into the target."""
+    def _write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None) -> int:
+        """Step 4: converted rows into the target (``payload``: their COPY encoding)."""
         if self.mode == "append":
-            copy_arrow(cur, self.target, data)
+            copy_arrow(cur, self.target, data, payload)
         else:
             merge_rows(cur, self.target, data, self.key)
         return data.num_rows
@@ -725,33 +715,8 @@ def feed_until_stopped(wake: threading.Event, stopping: threading.Event, retry: 
             return
 
 
-def _groups(chunks: list[Chunk]) -> list[list[Chunk]]:
-    """Chunks grouped for one read each: the first chunk alone (delivery starts early), then
-    up to ``READ_AHEAD_ROWS`` rows per group (a chunk bigger than that goes alone)."""
-    groups: list[list[Chunk]] = []
-    for i, chunk in enumerate(chunks):
-        if i > 1 and sum(c.rows for c in groups[-1]) + chunk.rows <= READ_AHEAD_ROWS:
-            groups[-1].append(chunk)
-        else:
-            groups.append([chunk])
-    return groups
-
-
-def _in_batch_order(rows: pa.Table) -> pa.Table:
-    """``rows`` sorted by ``_batch_id`` (stable: rows of one batch keep their order)."""
-    ids = rows["_batch_id"].to_numpy()
-    if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
-        rows = rows.take(pc.sort_indices(rows["_batch_id"]))
-    return rows
-
-
-def _slices(group: list[Chunk], rows: pa.Table) -> Iterator[tuple[Chunk, pa.Table]]:
-    """The rows of each chunk of a group read at once (rows are in batch order)."""
-    ids = rows["_batch_id"].to_numpy()
-    for chunk in group:
-        lo = int(np.searchsorted(ids, chunk.first, side="left"))
-        hi = int(np.searchsorted(ids, chunk.last, side="right"))
-        yield chunk, rows.slice(lo, hi - lo)
+def _no_kick() -> None:
+    """``StreamToPostgres._kick`` with no read-ahead running."""
 
 
 def _exists(con: psycopg.Connection, table: str) -> bool:

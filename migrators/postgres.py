@@ -38,8 +38,8 @@ log = logging.getLogger("sstore.migrators")
 
 T = TypeVar("T")
 
-__all__ = ["RetryPolicy", "Session", "connect", "copy_arrow", "ensure_table", "merge_rows",
-           "parse_name", "split_name", "target_columns", "with_retries"]
+__all__ = ["RetryPolicy", "Session", "connect", "copy_arrow", "encode_copy", "ensure_table",
+           "merge_rows", "parse_name", "split_name", "target_columns", "with_retries"]
 
 
 def connect(url: str) -> psycopg.Connection:
@@ -139,18 +139,33 @@ def with_retries(url: str, work: Callable[[psycopg.Connection], T], policy: Retr
         session.close()
 
 
-def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table) -> int:
-    """Binary COPY of an Arrow table into ``table`` (its columns by name, in its order)."""
+def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table,
+               payload: bytes | None = None) -> int:
+    """Binary COPY of an Arrow table into ``table`` (its columns by name, in its order).
+
+    ``payload``: ``encode_copy(rows)``, made ahead of time (a sink encodes the next chunk in
+    its reader thread while this one's COPY waits for PostgreSQL)."""
     if rows.num_rows == 0:
         return 0
-    encoder = ArrowToPostgresBinaryEncoder(rows.schema)
     columns = ", ".join(ident(c) for c in rows.column_names)
     with cur.copy(f"COPY {qualified(table)} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        if payload is not None:
+            copy.write(payload)
+            return rows.num_rows
+        encoder = ArrowToPostgresBinaryEncoder(rows.schema)
         copy.write(encoder.write_header())
         for batch in rows.to_batches(max_chunksize=65536):
             copy.write(encoder.write_batch(batch))
         copy.write(encoder.finish())
     return rows.num_rows
+
+
+def encode_copy(rows: pa.Table) -> bytes:
+    """The whole binary COPY stream of ``rows`` (header, rows, trailer), for ``copy_arrow``."""
+    encoder = ArrowToPostgresBinaryEncoder(rows.schema)
+    return b"".join([encoder.write_header(),
+                     *(encoder.write_batch(b) for b in rows.to_batches(max_chunksize=65536)),
+                     encoder.finish()])
 
 
 TargetColumns = dict[str, tuple[str, int | None, int | None]]

@@ -18,8 +18,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from migrators import StreamToPostgres, delivery
-from migrators import engine_to_postgres as e2p
+from migrators import StreamToPostgres, delivery, read_ahead
 from sstore import Engine
 
 
@@ -88,7 +87,7 @@ def test_batches_read_ahead_in_groups_arrive_once_and_in_order(
         state_path: str, pg_url: str, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small read groups (30 rows: several groups, read in the helper thread); in merge mode
     the same ids change in every batch, so the last batch's value must win across groups."""
-    monkeypatch.setattr(e2p, "READ_AHEAD_ROWS", 30)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_ROWS", 30)
     eng = Engine(state_path)
     eng.stream("out", {"id": "BIGINT", "v": "INTEGER"})
     for b in range(20):
@@ -158,15 +157,15 @@ def test_held_back_acknowledgements_are_sent_by_flush(state_path: str, pg_url: s
 def test_rows_out_of_batch_order_are_put_back_in_it() -> None:
     rows = pa.table({"_batch_id": pa.array([2, 1, 2, 1, 3], pa.int64()),
                      "x": pa.array([20, 10, 21, 11, 30])})
-    ordered = e2p._in_batch_order(rows)
+    ordered = read_ahead.in_batch_order(rows)
     assert ordered["_batch_id"].to_pylist() == [1, 1, 2, 2, 3]
     assert ordered["x"].to_pylist() == [10, 11, 20, 21, 30]  # stable within a batch
 
 
 def test_groups_start_with_one_chunk_then_fill_up_to_the_read_ahead(
         tmp_path: Path) -> None:
-    chunks = [e2p.Chunk(i, i, 40_000, 1) for i in range(1, 7)]
-    assert [[c.first for c in g] for g in e2p._groups(chunks)] == [[1], [2, 3], [4, 5], [6]]
+    chunks = [read_ahead.Chunk(i, i, 8_000, 1) for i in range(1, 7)]
+    assert [[c.first for c in g] for g in read_ahead.groups(chunks)] == [[1], [2, 3], [4, 5], [6]]
 
 
 def test_a_sink_thread_takes_batches_from_its_subscription_and_the_engine_when_not_held(
