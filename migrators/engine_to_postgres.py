@@ -167,8 +167,9 @@ class StreamToPostgres:
     _target_types: dict[str, tuple[str, int | None, int | None]] = field(
         default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
-    # (rows' schema, id of _target_types) for which for_copy and for_target change nothing
-    _unchanged: tuple[pa.Schema, int] | None = field(default=None, init=False)
+    # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
+    # nothing; the dict, not its id(): a new dict may get a freed one's id
+    _unchanged: tuple[pa.Schema, TargetColumns] | None = field(default=None, init=False)
     _unacked: int = field(default=0, init=False)
     _unacked_since: float = field(default=0.0, init=False)  # when _unacked last left 0
     _acked_at: float = field(default=0.0, init=False)
@@ -462,7 +463,7 @@ class StreamToPostgres:
     def _convert(self, rows: pa.Table, after: int) -> Converted:
         """``rows`` ready for a delivery after watermark ``after`` (``Converted``)."""
         types = self._target_types
-        data = self._rows_for_target(rows, after)
+        data = self._rows_for_target(rows, after, types)
         payload = encode_copy(data) if self.mode == "append" and data.num_rows else None
         return Converted(after, types, data, payload)
 
@@ -531,8 +532,13 @@ class StreamToPostgres:
             ids = pc.unique(rows["_batch_id"]).to_pylist() if rows.num_rows else []
             self.on_delivered(Delivered(chunk.first, chunk.last, ids, done.rows, committed_at))
 
-    def _rows_for_target(self, rows: pa.Table, watermark: int) -> pa.Table:
-        """The rows of batches above ``watermark``, converted for the target."""
+    def _rows_for_target(self, rows: pa.Table, watermark: int,
+                         types: TargetColumns | None = None) -> pa.Table:
+        """The rows of batches above ``watermark``, converted for the target (for ``types``,
+        by default the target's now: the reader thread passes the types it records, so that
+        what it converted and what it says it converted for cannot differ)."""
+        if types is None:
+            types = self._target_types
         if watermark and rows.num_rows and rows["_batch_id"][0].as_py() <= watermark:
             rows = rows.filter(pc.greater(rows["_batch_id"], watermark))
         data = rows if self.batch_column else rows.drop_columns(["_batch_id"])
@@ -540,11 +546,12 @@ class StreamToPostgres:
             data = data.rename_columns([self.batch_column, *data.column_names[1:]])
         if self.mode == "merge":
             data = last_per_key(data, self.key)
-        if self._unchanged == (data.schema, id(self._target_types)):
+        unchanged = self._unchanged
+        if unchanged is not None and unchanged[1] is types and unchanged[0].equals(data.schema):
             return data  # the conversions would rebuild the same table (checked once)
-        converted = for_target(for_copy(data), self._target_types)
+        converted = for_target(for_copy(data), types)
         if converted.schema.equals(data.schema):
-            self._unchanged = (data.schema, id(self._target_types))
+            self._unchanged = (data.schema, types)
         return converted
 
     def _write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None) -> int:

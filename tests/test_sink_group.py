@@ -282,10 +282,10 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
         members = sinks(eng, pg_url)
         convert = members[1]._rows_for_target
 
-        def failing(rows: pa.Table, watermark: int) -> pa.Table:
+        def failing(rows: pa.Table, watermark: int, types: object = None) -> pa.Table:
             if rows.num_rows and rows["_batch_id"][0].as_py() >= 3:
                 raise IncompatibleSchemaError("column 'id': values do not fit (test)")
-            return convert(rows, watermark)
+            return convert(rows, watermark, types)  # type: ignore[arg-type]
 
         members[1]._rows_for_target = failing  # type: ignore[method-assign]
         group = SinkGroup(members)
