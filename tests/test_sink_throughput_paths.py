@@ -195,3 +195,33 @@ def test_a_sink_thread_takes_batches_from_its_subscription_and_the_engine_when_n
     assert got == want
     assert sink._recent.hits > 0 and sink._recent.misses > 0  # both paths were taken
     eng.close()
+
+
+def test_a_catch_up_stopped_mid_plan_leaves_no_helper_and_resumes_exactly_once(
+        state_path: str, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user hook that fails after the third chunk (as Ctrl-C would between two chunks) ends
+    the catch-up while its reader has the next chunks read, converted and encoded: those are
+    dropped, the helper thread ends, PostgreSQL has exactly the delivered chunks, and a second
+    run delivers the rest once, rows that were prepared ahead included."""
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_ROWS", 30)
+    eng = out_engine(state_path, 12, 10)
+    delivered: list[int] = []
+
+    def stop_after_three(done: object) -> None:
+        delivered.append(done.last)  # type: ignore[attr-defined]
+        if len(delivered) == 3:
+            raise KeyboardInterrupt
+
+    sink = StreamToPostgres(eng, "out", pg_url, "out", chunk_rows=10,
+                            on_delivered=stop_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        sink.run_once()
+    assert not [t for t in threading.enumerate() if t.name.startswith("sstore-sink-read")]
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id), max(v) FROM out") == [
+        (30, 30, 2)]
+    again = StreamToPostgres(eng, "out", pg_url, "out", chunk_rows=10)
+    report = again.run_once()
+    assert report.rows == 90 and report.watermark == 12
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id), sum(v) FROM out") == [
+        (120, 120, sum(b * 10 for b in range(12)))]
+    eng.close()
