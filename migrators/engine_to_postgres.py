@@ -496,9 +496,8 @@ class StreamToPostgres:
         assert self._after is not None
         after = self._after
         types = self._target_types
-        if ahead is None or ahead.after != after or ahead.types is not types:
-            ahead = self._convert(rows, after)
-        planned = ahead
+        planned = ahead if ahead is not None and ahead.after == after and \
+            ahead.types is types else self._convert(rows, after)
 
         def write(cur: psycopg.Cursor, watermark: int) -> int:
             if watermark == after and self._target_types is types:

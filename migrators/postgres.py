@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import psycopg
@@ -149,23 +149,24 @@ def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table,
         return 0
     columns = ", ".join(ident(c) for c in rows.column_names)
     with cur.copy(f"COPY {qualified(table)} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-        if payload is not None:
-            copy.write(payload)
-            return rows.num_rows
-        encoder = ArrowToPostgresBinaryEncoder(rows.schema)
-        copy.write(encoder.write_header())
-        for batch in rows.to_batches(max_chunksize=65536):
-            copy.write(encoder.write_batch(batch))
-        copy.write(encoder.finish())
+        for part in (payload,) if payload is not None else copy_parts(rows):
+            copy.write(part)
     return rows.num_rows
 
 
-def encode_copy(rows: pa.Table) -> bytes:
-    """The whole binary COPY stream of ``rows`` (header, rows, trailer), for ``copy_arrow``."""
+def copy_parts(rows: pa.Table) -> Iterator[bytes]:
+    """The binary COPY stream of ``rows`` piece by piece: header, up to 65,536 rows at a
+    time, trailer (sent as they are encoded, a big table is never held twice)."""
     encoder = ArrowToPostgresBinaryEncoder(rows.schema)
-    return b"".join([encoder.write_header(),
-                     *(encoder.write_batch(b) for b in rows.to_batches(max_chunksize=65536)),
-                     encoder.finish()])
+    yield encoder.write_header()
+    for batch in rows.to_batches(max_chunksize=65536):
+        yield encoder.write_batch(batch)
+    yield encoder.finish()
+
+
+def encode_copy(rows: pa.Table) -> bytes:
+    """The whole binary COPY stream of ``rows``, for ``copy_arrow(payload=...)``."""
+    return b"".join(copy_parts(rows))
 
 
 TargetColumns = dict[str, tuple[str, int | None, int | None]]
