@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore import allocator
 from sstore.extras import MissingExtraError, require
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -45,6 +46,7 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(), "python": platform.python_version(),
         "cpus": os.cpu_count(), "duckdb": duckdb.__version__, "pyarrow": pa.__version__,
         "tempdir": tempfile.gettempdir(), "loadavg_at_end": os.getloadavg(),
+        "malloc": allocator.in_use(),
     }
     info["cpu_model"] = _first_line_value("/proc/cpuinfo", "model name")
     info["mem_total"] = _first_line_value("/proc/meminfo", "MemTotal")

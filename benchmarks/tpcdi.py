@@ -92,6 +92,7 @@ from benchmarks.tpcdi_setup import (
     drop_schema,
     make_data,
 )
+from sstore import allocator
 
 SYSTEMS = ("spark-bulk", "sstore", "sstore-coalescing", "reference", "spark-sss")
 WHOLE = 0  # batch size: every TPC-DI batch as one chunk (sstore and reference)
@@ -275,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.getloadavg()[0] > 0.5:
         console.print(f"[yellow]load average is {os.getloadavg()[0]:.2f} before the run: other "
                       f"processes share the CPUs and will lower the numbers")
+    console.print(f"{allocator.describe()} (every system runs in this process)")
     from migrators.spark_session import get_spark, stop_spark
     from migrators.urls import default_url
 

@@ -6,15 +6,20 @@ FROM apache/airflow:${AIRFLOW_VERSION}-python3.11
 ARG AIRFLOW_VERSION
 
 USER root
-# Java for PySpark, the PostgreSQL JDBC driver Spark reads and writes the warehouse with.
+# Java for PySpark, the PostgreSQL JDBC driver Spark reads and writes the warehouse with, and
+# jemalloc preloaded into every process of the image: DAG tasks import sstore as a library, so
+# the sstore command's own switch (sstore/allocator.py) does not reach them.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends default-jre-headless libpostgresql-jdbc-java procps \
+      libjemalloc2 \
  && apt-get clean && rm -rf /var/lib/apt/lists/* \
+ && ln -s "$(find /usr/lib -name libjemalloc.so.2 | head -n 1)" /usr/local/lib/libjemalloc.so.2 \
  && mkdir -p /opt/sstore/src /opt/sstore/data/tpcdi \
  && chown -R airflow:0 /opt/sstore
 ENV JAVA_HOME=/usr/lib/jvm/default-java \
     SSTORE_JDBC_JAR=/usr/share/java/postgresql.jar \
-    SSTORE_TPCDI_DIR=/opt/sstore/data/tpcdi
+    SSTORE_TPCDI_DIR=/opt/sstore/data/tpcdi \
+    LD_PRELOAD=/usr/local/lib/libjemalloc.so.2
 
 USER airflow
 # Editable install: the warehouse DDL is read from schemas/ beside the package sources.

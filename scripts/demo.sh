@@ -10,6 +10,7 @@ if ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-g
 fi
 bash scripts/setup.sh test,bench,spark,airflow
 bash scripts/jdbc.sh
+bash scripts/jemalloc.sh
 SSTORE_POSTGRES_URL="$(bash scripts/postgres.sh)"  # the local server, else a private one
 export SSTORE_POSTGRES_URL
 exec "${SSTORE_VENV:-$root/.venv}/bin/sstore" tpcdi demo "$@"

@@ -7,4 +7,5 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh test,bench,spark,airflow
 bash scripts/jdbc.sh
+bash scripts/jemalloc.sh
 exec "${SSTORE_VENV:-$root/.venv}/bin/python" -m pytest "$@"

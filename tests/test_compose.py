@@ -51,6 +51,8 @@ def test_dockerfile_installs_sstore_on_airflow_3_with_java() -> None:
     assert "FROM apache/airflow:${AIRFLOW_VERSION}-python3.11" in text
     assert "default-jre-headless" in text and "libpostgresql-jdbc-java" in text
     assert '-e "/opt/sstore/src[spark]"' in text
+    # DAG tasks import sstore as a library: the image preloads jemalloc for them
+    assert "libjemalloc2" in text and "LD_PRELOAD=/usr/local/lib/libjemalloc.so.2" in text
     assert f"AIRFLOW_VERSION:-{version.group(1)}" in (ROOT / "docker-compose.yml").read_text()
     init = (ROOT / "docker" / "airflow-init.sh").read_text(encoding="utf-8")
     assert "airflow db migrate" in init

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from sstore import Engine
+from sstore import Engine, allocator
 from sstore.cli import main
 from sstore.observe import live
 from sstore.observe.server import ServeError
@@ -199,6 +199,7 @@ def test_metrics_match_what_the_engine_did(state_path: str) -> None:
         assert sample(m, "sstore_wal_bytes") > 0
         info = [k for k in m if k[0] == "sstore_engine_info"]
         assert dict(info[0][1])["engine_id"] == eng.engine_id
+        assert dict(info[0][1])["malloc"] == allocator.in_use()  # pytest itself: no re-exec
 
 
 def test_two_engines_in_one_process_keep_their_numbers_apart(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """``python -m sstore.cli``: the same command line as the ``sstore`` script."""
 
-from sstore.cli import main
+from sstore.cli import run
 
-main()
+run()

@@ -25,7 +25,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from sstore import __version__
+from sstore import __version__, allocator
 from sstore.cli.environment import epilog
 from sstore.cli.format import (
     arrow_table,
@@ -54,7 +54,8 @@ from sstore.stopping import command_stops
 
 
 @click.group(context_settings=CONTEXT, epilog=epilog())
-@click.version_option(__version__, "-V", "--version", prog_name="sstore")
+@click.version_option(__version__, "-V", "--version", prog_name="sstore",
+                      message=f"%(prog)s, version %(version)s ({allocator.describe()})")
 @click.option("-v", "--verbose", count=True,
               help="Log more to stderr: -v from info on, -vv from debug on.")
 @click.option("--log-level", type=click.Choice(LEVELS, case_sensitive=False), default=None,

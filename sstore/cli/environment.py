@@ -44,6 +44,15 @@ VARIABLES = (
              "`local[*]`; `local[2]` for `--mode spark-streaming`"),
     Variable("SSTORE_JDBC_JAR", "the PostgreSQL JDBC driver for Spark",
              "`/usr/share/java/postgresql.jar` (Debian `libpostgresql-jdbc-java`)"),
+    Variable("SSTORE_MALLOC", "the allocator of the `sstore` command and the benchmarks: "
+             "`auto` (jemalloc when found, else the C library's), `jemalloc` (an error when "
+             "missing), `system` (the C library's; its heap fragments over a long run, "
+             "docs/operations.md)", "`auto`"),
+    Variable("SSTORE_JEMALLOC", "the jemalloc library `SSTORE_MALLOC` preloads",
+             "`libjemalloc.so.2` in the usual library directories (Debian `libjemalloc2`)"),
+    Variable("LD_PRELOAD", "libraries the loader preloads: the `sstore` command adds "
+             "jemalloc for its own process and gives its children the value it was started "
+             "with", "unset"),
     Variable("SSTORE_VENV", "where the scripts put the virtual environment", "`.venv`"),
     Variable("SSTORE_CRASH_AT", "test-only: `point:n` kills the process the n-th time it "
              "reaches a commit-protocol step", "unset"),

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sstore import allocator
+
 if TYPE_CHECKING:
     from sstore.observe.metrics import EngineMetrics, Live
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 class EngineCollector(Collector):
     def __init__(self, metrics: EngineMetrics) -> None:
         self.metrics = metrics
+        self.malloc = allocator.in_use()  # fixed for the process's life
 
     def describe(self) -> list[Metric]:
         return []  # families are made per scrape; nothing to check at registration
@@ -29,8 +32,10 @@ class EngineCollector(Collector):
         live = self.metrics.snapshot()
         engine = self.metrics.engine
         info = GaugeMetricFamily("sstore_engine_info", "The engine this process serves "
-                                 "(value 1)", labels=["engine_id", "path", "durability"])
-        info.add_metric([engine.engine_id, engine.path, engine.durability], 1)
+                                 "(value 1); malloc: the process's allocator (jemalloc or the "
+                                 "C library's, sstore.allocator)",
+                                 labels=["engine_id", "path", "durability", "malloc"])
+        info.add_metric([engine.engine_id, engine.path, engine.durability, self.malloc], 1)
         yield info
         yield _gauge("sstore_engine_started", "1 once the engine has started (graph fixed)",
                      [], [([], int(live.started))])
