@@ -41,6 +41,11 @@ _USUAL_PLACES = (
 )
 
 
+#: Why ``auto`` fell back to the C library's malloc in this process, if it did: the command
+#: logs it once its logging is configured (this runs before that).
+fallback_note: str | None = None
+
+
 class AllocatorError(RuntimeError):
     """``SSTORE_MALLOC`` asks for something this machine cannot give (a configuration error:
     terminal, raised before any work starts)."""
@@ -88,7 +93,7 @@ def use_jemalloc() -> None:
        even where the loader ignored the preload.
     2. ``system``, a platform other than Linux, or jemalloc already mapped: return.
     3. Find the library; if it is missing, ``jemalloc`` raises ``AllocatorError`` and ``auto``
-       logs it once and returns.
+       keeps the reason in ``fallback_note`` (the command logs it at info) and returns.
     4. ``os.execve`` the same interpreter with the original command line (``sys.orig_argv``,
        so ``-m module`` and ``-c code`` work as well as a script) and jemalloc first in
        ``LD_PRELOAD``, the user's own preloads kept after it.
@@ -112,8 +117,10 @@ def use_jemalloc() -> None:
             raise AllocatorError(
                 "SSTORE_MALLOC=jemalloc but no libjemalloc.so.2 was found: install it "
                 "(Debian: apt-get install libjemalloc2) or name it in SSTORE_JEMALLOC")
-        log.info("jemalloc not found: using the C library's malloc (long runs slow down as "
-                 "its heap fragments; Debian: apt-get install libjemalloc2)")
+        global fallback_note
+        fallback_note = ("jemalloc not found: using the C library's malloc (long runs slow "
+                         "down as its heap fragments; Debian: apt-get install libjemalloc2)")
+        log.info(fallback_note)
         return
     before = os.environ.get("LD_PRELOAD", "")
     env = dict(os.environ)

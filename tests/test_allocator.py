@@ -101,6 +101,11 @@ def test_the_sstore_command_reports_its_allocator_and_rejects_a_bad_policy() -> 
     done = subprocess.run([str(SSTORE), "--version"], capture_output=True, text=True,
                           env={**env, "SSTORE_MALLOC": "system"}, timeout=60)
     assert "malloc: system" in done.stdout
+    # auto without the library: the command runs on the C library's and says why under -v
+    missing = {**env, "SSTORE_JEMALLOC": "/nonexistent/libjemalloc.so.2"}
+    done = subprocess.run([str(SSTORE), "-v", "status", "--help"], capture_output=True,
+                          text=True, env=missing, timeout=60)
+    assert done.returncode == 0 and "INFO sstore.allocator: jemalloc not found" in done.stderr
     for bad in ({"SSTORE_MALLOC": "tcmalloc"},
                 {"SSTORE_MALLOC": "jemalloc", "SSTORE_JEMALLOC": "/nonexistent/lib.so"}):
         done = subprocess.run([str(SSTORE), "--version"], capture_output=True, text=True,
@@ -125,7 +130,8 @@ def test_importing_sstore_and_its_command_loads_nothing_heavy() -> None:
     after them would pay their import twice on every command."""
     code = ("import sys, sstore, sstore.cli, sstore.allocator; "
             "print(sorted(m for m in ('duckdb', 'pyarrow', 'click') if m in sys.modules)); "
-            "from sstore import Engine, SStoreError; print(Engine.__module__, 'duckdb' in sys.modules)")
+            "from sstore import Engine, SStoreError; "
+            "print(Engine.__module__, 'duckdb' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60, check=True)
     assert done.stdout.splitlines() == ["[]", "sstore.engine True"]

@@ -9,6 +9,7 @@ exit status 1 instead of tracebacks.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -85,6 +86,8 @@ def main(verbose: int, log_level: str | None, log_format: str) -> None:
       sstore query voter.duckdb "SELECT * FROM vote_totals ORDER BY votes DESC"
     """
     configure(level_of(verbose, log_level), log_format)
+    if allocator.fallback_note:  # sstore.cli.run chose the allocator before logging was set up
+        logging.getLogger(allocator.__name__).info(allocator.fallback_note)
 
 
 @main.command(context_settings=CONTEXT)
