@@ -16,7 +16,8 @@ environment the user gave it.
 ``SSTORE_MALLOC`` chooses: ``auto`` (the default: jemalloc when found, else the C library's
 malloc, said once in the log), ``jemalloc`` (an error if it cannot be found), ``system`` (no
 re-execution). ``SSTORE_JEMALLOC`` names the library file when it is not in a usual place.
-This module imports only the standard library: it runs before anything heavy is loaded.
+This module imports only the standard library and ``sstore.errors``: it runs before anything
+heavy is loaded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import logging
 import os
 import sys
 from pathlib import Path
+
+from sstore.errors import TerminalError
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +49,9 @@ _USUAL_PLACES = (
 fallback_note: str | None = None
 
 
-class AllocatorError(RuntimeError):
-    """``SSTORE_MALLOC`` asks for something this machine cannot give (a configuration error:
-    terminal, raised before any work starts)."""
+class AllocatorError(TerminalError):
+    """``SSTORE_MALLOC`` asks for something this machine cannot give: a configuration error,
+    raised before any work starts; retrying cannot help."""
 
 
 def mode() -> str:
