@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The sstore command and the benchmarks run under jemalloc where the machine has it
 # (sstore/allocator.py: glibc's malloc slows a long run down as its heap fragments).
-# Installs Debian's libjemalloc2 when no libjemalloc.so.2 is found; without root or apt-get it
-# says how and goes on (sstore then uses the C library's malloc).
+# Installs Debian's libjemalloc2 when sstore.allocator finds no libjemalloc.so.2 (run after
+# scripts/setup.sh); without root or apt-get it says how and goes on (sstore then uses the C
+# library's malloc).
 set -euo pipefail
-for lib in "${SSTORE_JEMALLOC:-}" /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
-           /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2; do
-  [ -n "$lib" ] && [ -f "$lib" ] && exit 0
-done
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${SSTORE_VENV:-$root/.venv}/bin/python"
+"$python" -c "import sys; from sstore.allocator import jemalloc_library as j; sys.exit(j() is None)" \
+  && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing jemalloc (libjemalloc2)" >&2
   apt-get update -q >/dev/null && apt-get install -y -q libjemalloc2 >/dev/null

@@ -6,7 +6,7 @@ expression states, plans, update and version records) come from the C library's 
 a long streaming run glibc's heap fragments as the state grows, and every statement's many
 small allocations get slower: TPC-DI DimTrade at SF 10, 1,000-trade batches, cost 40 ms per
 batch early in Batch1 and 56 ms late under glibc, 37 and 42 ms under jemalloc (docs/tpcdi.md,
-"The allocator"). ``LD_PRELOAD`` is the only way to swap ``malloc`` in a running Python, and it
+"SF 10's growth: the C library's allocator"). ``LD_PRELOAD`` is the only way to swap ``malloc`` in a running Python, and it
 is read when a process starts, so ``use_jemalloc()`` re-executes the process once, with the
 same interpreter and arguments (same PID: a supervisor's signals and ``kill -9`` still reach
 it), with jemalloc preloaded. The re-executed process then removes the preload from its
@@ -22,7 +22,6 @@ heavy is loaded.
 
 from __future__ import annotations
 
-import ctypes.util
 import logging
 import os
 import sys
@@ -63,16 +62,13 @@ def mode() -> str:
 
 
 def jemalloc_library() -> str | None:
-    """The jemalloc shared library to preload: ``SSTORE_JEMALLOC``, else the usual places of
-    Debian's, Fedora's and a local build's ``libjemalloc.so.2``, else the loader's search."""
+    """The jemalloc shared library to preload: ``SSTORE_JEMALLOC``, else the first of the usual
+    places of Debian's, Fedora's and a local build's ``libjemalloc.so.2`` that exists
+    (``scripts/jemalloc.sh`` asks this function too)."""
     named = os.environ.get(LIBRARY_VARIABLE)
     if named:
         return named if Path(named).is_file() else None
-    for place in _USUAL_PLACES:
-        if Path(place).is_file():
-            return place
-    found = ctypes.util.find_library("jemalloc")
-    return found if found and found.startswith("/") and Path(found).is_file() else None
+    return next((place for place in _USUAL_PLACES if Path(place).is_file()), None)
 
 
 def in_use() -> str:

@@ -5,6 +5,7 @@ loaded on first use, so that choosing the allocator happens before DuckDB is loa
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["main", "run"]
@@ -21,8 +22,6 @@ def run() -> None:
     try:
         use_jemalloc()
     except AllocatorError as e:
-        import sys
-
         print(f"Error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     from sstore.cli.app import main
