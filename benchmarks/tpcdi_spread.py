@@ -16,7 +16,11 @@ in the formulations tried so far, at both reaches:
 - ``merge``: no ``RETURNING`` (the lower bound of a MERGE that must report its rows);
 - ``merge-4-columns``: updating 4 columns instead of 9 (is it per updated column?);
 - ``delete-insert``: the new rows computed by a join, the old versions deleted, the new ones
-  appended (updated rows move to the end of the table).
+  appended (updated rows move to the end of the table);
+- ``merge-returning-plain-executedby``: SP5 as it is, over a DimTrade whose ``executedby`` is
+  stored uncompressed, as the engine's state table declares it (``procedures.STATE_COMPRESSION``):
+  ``RETURNING *`` reads that string back for every updated row, and from a checkpointed
+  (FSST-compressed) vector each read decodes.
 
 Reported: the median ms per batch over the last 100 batches at each reach, and the growth from
 the SF 1 reach to the SF 10 reach. Results: ``benchmarks/results/tpcdi-spread.json``.
@@ -30,7 +34,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -122,17 +126,35 @@ FORMULATIONS: dict[str, Callable[[duckdb.DuckDBPyConnection], None]] = {
     "merge": statement(merge_sql(SET_9, ""), False),
     "merge-4-columns": statement(merge_sql(SET_4, "RETURNING *"), True),
     "delete-insert": delete_insert,
+    "merge-returning-plain-executedby": statement(merge_sql(SET_9, "RETURNING *"), True),
 }
 
 
+#: Column storage per formulation (``USING COMPRESSION``); the others keep DuckDB's own choice.
+STORAGE: dict[str, dict[str, str]] = {
+    "merge-returning-plain-executedby": {"executedby": "uncompressed"}}
+
+
+def columns(storage: Mapping[str, str]) -> str:
+    """``COLUMNS`` with ``USING COMPRESSION`` for the columns ``storage`` names."""
+    out = []
+    for column in COLUMNS.split(", "):
+        name, rest = column.split(" ", 1)
+        if name in storage:
+            sql_type, keyed, _ = rest.partition(" PRIMARY KEY")
+            rest = f"{sql_type} USING COMPRESSION {storage[name]}{keyed}"
+        out.append(f"{name} {rest}")
+    return ", ".join(out)
+
+
 def run_case(path: str, write: Callable[[duckdb.DuckDBPyConnection], None], reach: int,
-             batches: int, seed: int) -> list[float]:
+             batches: int, seed: int, storage: Mapping[str, str] | None = None) -> list[float]:
     """Per-batch seconds of ``write`` (BEGIN to COMMIT) over ``batches`` batches."""
     rng = random.Random(seed)
     con = duckdb.connect(path)
     try:
         con.execute("SET checkpoint_threshold = '1TB'")  # checkpoints as the engine does
-        con.execute(f"CREATE TABLE dimtrade ({COLUMNS})")
+        con.execute(f"CREATE TABLE dimtrade ({columns(storage or {})})")
         con.execute(f"INSERT INTO dimtrade SELECT * EXCLUDE (inserts) FROM ({INSERTED})",
                     [0, INITIAL_ROWS])
         con.execute("CHECKPOINT")
@@ -174,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = progress.add_task("cases", total=len(plan))
         for i, (name, sf) in enumerate(plan):
             seconds = run_case(os.path.join(tmp, f"{i}.duckdb"), FORMULATIONS[name],
-                               REACHES[sf], batches, seed=i // len(REACHES))
+                               REACHES[sf], batches, seed=i // len(REACHES),
+                               storage=STORAGE.get(name))
             records.append({"formulation": name, "reach": sf, "reach_rows": REACHES[sf],
                             "batches": batches,
                             "ms_last_100": round(statistics.median(seconds[-100:]) * 1e3, 2)})
