@@ -18,9 +18,10 @@ in the formulations tried so far, at both reaches:
 - ``delete-insert``: the new rows computed by a join, the old versions deleted, the new ones
   appended (updated rows move to the end of the table);
 - ``merge-returning-plain-executedby``: SP5 as it is, over a DimTrade whose ``executedby`` is
-  stored uncompressed, as the engine's state table declares it (``procedures.STATE_COMPRESSION``):
-  ``RETURNING *`` reads that string back for every updated row, and from a checkpointed
-  (FSST-compressed) vector each read decodes.
+  stored uncompressed (``USING COMPRESSION uncompressed``): ``RETURNING *`` reads that string
+  back for every updated row, and from a checkpointed ``DICT_FSST`` vector of this synthetic
+  column (a distinct name per trade) each read decodes. The pipeline's real names repeat, and
+  there it did not pay (docs/tpcdi.md, sixth session).
 
 Reported: the median ms per batch over the last 100 batches at each reach, and the growth from
 the SF 1 reach to the SF 10 reach. Results: ``benchmarks/results/tpcdi-spread.json``.

@@ -269,29 +269,3 @@ def test_sp5_applies_updates_of_known_trades_and_rejects_the_others(tmp_path: Pa
             rows[300]["sk_closetimeid"], str(rows[300]["fee"]), rows[300]["sk_brokerid"]) == \
         ("Completed", "Market Buy", 100030, 100200, "60.00", 3)
     engine.close()
-
-
-def test_dimtrade_state_keeps_executedby_uncompressed_across_checkpoints(
-        data: Path, tmp_path: Path) -> None:
-    """SP5 reads ``executedby`` back for every updated trade; compressed by a checkpoint each
-    read decodes a compressed vector (docs/tpcdi.md). The table declares it uncompressed and a
-    checkpoint, a restart and the seed's "replace" load keep it that way."""
-    path = str(tmp_path / "s.duckdb")
-    engine = Engine(path)
-    declare(engine)
-    stand_in_dimensions(engine, data)
-    run(engine, data, batch_size=500)
-    rows = engine.query("SELECT * FROM dimtrade ORDER BY tradeid")
-    engine.load_table("dimtrade", rows, "replace")  # what seed_dimtrade's cast does
-    engine.checkpoint()
-    engine.close()
-    engine = Engine(path)
-    declare(engine)
-    storage = engine.query(
-        "SELECT column_name, list(DISTINCT compression) AS kinds FROM pragma_storage_info("
-        "'dimtrade') WHERE segment_type = 'VARCHAR' GROUP BY column_name").to_pylist()
-    kinds = {r["column_name"]: set(r["kinds"]) for r in storage}
-    assert kinds["executedby"] == {"Uncompressed"}
-    assert "Uncompressed" not in kinds["status"]  # DuckDB's own choice elsewhere
-    assert engine.query("SELECT * FROM dimtrade ORDER BY tradeid").equals(rows)
-    engine.close()

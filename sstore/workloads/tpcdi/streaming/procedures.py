@@ -46,13 +46,6 @@ DIMTRADE = {"tradeid": "BIGINT", "sk_brokerid": "BIGINT", "sk_createdateid": "BI
             "commission": "DECIMAL(10,2)", "tax": "DECIMAL(10,2)", "batchid": "INTEGER"}
 DIMESSAGES = {"messagedateandtime": "TIMESTAMP", "batchid": "INTEGER", "messagesource": "VARCHAR",
               "messagetext": "VARCHAR", "messagetype": "VARCHAR", "messagedata": "VARCHAR"}
-#: How the engine's DimTrade state stores a column where DuckDB's own choice costs a batch time.
-#: ``executedby``: SP5's ``RETURNING *`` fetches it for every updated row, and once a checkpoint
-#: has FSST-compressed it, each such fetch decodes from a compressed vector: at SF 10 a batch's
-#: ~550 updates reach ~65,000 rows back, into checkpointed data for ~65 batches after every
-#: checkpoint (docs/tpcdi.md, "SF 10's growth: compressed strings after a checkpoint").
-#: Uncompressed it costs ~20 bytes a trade on disk.
-STATE_COMPRESSION: dict[str, str] = {"executedby": "uncompressed"}
 REJECTS = {"source_file": "VARCHAR", "batch_id": "INTEGER", "line_number": "BIGINT",
            "raw_line": "VARCHAR", "reason": "VARCHAR"}
 
@@ -172,15 +165,6 @@ def alerts_sql() -> str:
 ALERTS_SQL = alerts_sql()
 
 
-def state_columns() -> str:
-    """The column list of the engine's DimTrade state table: ``DIMTRADE`` with the storage of
-    ``STATE_COMPRESSION`` (the streams of the same shape keep DuckDB's own choice)."""
-    return ", ".join(
-        f"{name} {sql_type}" + (f" USING COMPRESSION {STATE_COMPRESSION[name]}"
-                                if name in STATE_COMPRESSION else "")
-        for name, sql_type in DIMTRADE.items())
-
-
 def declare(engine: Engine) -> None:
     """Declare the dataflow, its state table and the lookup copies' tables on ``engine``."""
     engine.stream("trade_lines", {f.name: _duck(f.type) for f in LINE_SCHEMA})
@@ -191,8 +175,8 @@ def declare(engine: Engine) -> None:
     engine.stream("dimtrade_changes", DIMTRADE)
     engine.stream("dimessages_out", DIMESSAGES)
     engine.stream("trade_rejects", REJECTS)
-    engine.execute(f"CREATE TABLE IF NOT EXISTS dimtrade ({state_columns()}, "
-                   f"PRIMARY KEY (tradeid))")
+    cols = ", ".join(f"{name} {sql_type}" for name, sql_type in DIMTRADE.items())
+    engine.execute(f"CREATE TABLE IF NOT EXISTS dimtrade ({cols}, PRIMARY KEY (tradeid))")
 
     # SP1-SP4 are one SELECT each: the engine chains them into one statement per batch
     # (sstore.fusion), as the hand-written reference writes them by hand
