@@ -121,13 +121,15 @@ def statement(sql: str, fetch: bool) -> Callable[[duckdb.DuckDBPyConnection], No
     return run
 
 
+MERGE_RETURNING = statement(merge_sql(SET_9, "RETURNING *"), True)  # SP5's own statement
+
 FORMULATIONS: dict[str, Callable[[duckdb.DuckDBPyConnection], None]] = {
-    "merge-returning": statement(merge_sql(SET_9, "RETURNING *"), True),
+    "merge-returning": MERGE_RETURNING,
     "merge-returning-id": statement(merge_sql(SET_9, "RETURNING tradeid"), True),
     "merge": statement(merge_sql(SET_9, ""), False),
     "merge-4-columns": statement(merge_sql(SET_4, "RETURNING *"), True),
     "delete-insert": delete_insert,
-    "merge-returning-plain-executedby": statement(merge_sql(SET_9, "RETURNING *"), True),
+    "merge-returning-plain-executedby": MERGE_RETURNING,  # the same write, other STORAGE
 }
 
 

@@ -6,12 +6,12 @@ expression states, plans, update and version records) come from the C library's 
 a long streaming run glibc's heap fragments as the state grows, and every statement's many
 small allocations get slower: TPC-DI DimTrade at SF 10, 1,000-trade batches, cost 40 ms per
 batch early in Batch1 and 56 ms late under glibc, 37 and 42 ms under jemalloc (docs/tpcdi.md,
-"SF 10's growth: the C library's allocator"). ``LD_PRELOAD`` is the only way to swap ``malloc`` in a running Python, and it
-is read when a process starts, so ``use_jemalloc()`` re-executes the process once, with the
-same interpreter and arguments (same PID: a supervisor's signals and ``kill -9`` still reach
-it), with jemalloc preloaded. The re-executed process then removes the preload from its
-environment again, so that what it starts (Spark's JVM, PostgreSQL, ``pip``) inherits the
-environment the user gave it.
+"SF 10's growth: the C library's allocator"). ``LD_PRELOAD`` is the only way to swap
+``malloc`` in a running Python, and it is read when a process starts, so ``use_jemalloc()``
+re-executes the process once, with the same interpreter and arguments (same PID: a
+supervisor's signals and ``kill -9`` still reach it), with jemalloc preloaded. The
+re-executed process then removes the preload from its environment again, so that what it
+starts (Spark's JVM, PostgreSQL, ``pip``) inherits the environment the user gave it.
 
 ``SSTORE_MALLOC`` chooses: ``auto`` (the default: jemalloc when found, else the C library's
 malloc, said once in the log), ``jemalloc`` (an error if it cannot be found), ``system`` (no
