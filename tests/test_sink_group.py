@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from migrators import MigrationError, StreamToPostgres
@@ -52,10 +53,13 @@ def expected(batches: int) -> dict[str, list[int]]:
             "odd": [i for i in ids if i % 7 == 1]}
 
 
-def tables(url: str) -> dict[str, list[int]]:
+def tables(url: str, missing_ok: bool = False) -> dict[str, list[int]]:
+    """Each target's ids; ``missing_ok``: a target never created (a member that halted
+    before its first delivery) reads as empty."""
     with psycopg.connect(url) as con:
+        made = {r[0] for r in con.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'g'")}
         return {name: [r[0] for r in con.execute(f"SELECT id FROM g.{name} ORDER BY id")]
-                for name in OUTPUTS}
+                if name in made or not missing_ok else [] for name in OUTPUTS}
 
 
 def feed_one_by_one(eng: Engine, group: SinkGroup, batches: range) -> None:
@@ -283,7 +287,8 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
         convert = members[1]._rows_for_target
 
         def failing(rows: pa.Table, watermark: int, types: object = None) -> pa.Table:
-            if rows.num_rows and rows["_batch_id"][0].as_py() >= 3:
+            # any row of batch 3 or later: on a busy machine one chunk can hold batches 1-5
+            if rows.num_rows and pc.max(rows["_batch_id"]).as_py() >= 3:
                 raise IncompatibleSchemaError("column 'id': values do not fit (test)")
             return convert(rows, watermark, types)  # type: ignore[arg-type]
 
@@ -298,7 +303,7 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
             group.detach()
         assert members[1].halted is not None and "do not fit" in members[1].halted
         assert members[0].halted is None and members[2].halted is None
-        got, want = tables(pg_url), expected(5)
+        got, want = tables(pg_url, missing_ok=True), expected(5)
         assert got["small"] == want["small"] and got["odd"] == want["odd"]
         # it halted at the first chunk holding batch 3 or later (a chunk may start earlier)
         assert got["large"] == want["large"][:len(got["large"])]
