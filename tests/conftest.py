@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def engine(state_path: str):
 from pytest_postgresql import factories
 
 from migrators.urls import parse
-from migrators.warehouse_url import URL_ENV, resolve_warehouse
+from migrators.warehouse_url import URL_ENV, Warehouse, resolve_warehouse
 
 
 @dataclass(frozen=True)
@@ -64,20 +63,37 @@ class WarehouseServer:
     template_dbname: str | None = None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def warehouse_server() -> Iterator[WarehouseServer]:
+#: what pytest_configure chose, and whether it exported SSTORE_POSTGRES_URL
+_WAREHOUSE = pytest.StashKey[tuple[Warehouse, bool]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Choose the warehouse once per run, in the process that runs the session: a plain run,
+    or the controller of parallel workers (pytest-xdist, ``scripts/test.sh``), whose workers
+    inherit the exported URL. So a private server is started once, not once per worker, and
+    stopped by the process that outlives every test, not by the first worker to finish."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker (not the environment: a
+        return  # pytest run started by a test inside a worker inherits PYTEST_XDIST_WORKER)
     chosen = resolve_warehouse()
     exported = chosen.origin == "private" and os.environ.get(URL_ENV) is None
     if exported:
         os.environ[URL_ENV] = chosen.url
-    url = parse(chosen.url)
-    try:
-        yield WarehouseServer(url.host, url.port, url.user or "postgres", url.password)
-    finally:
-        if exported:
-            del os.environ[URL_ENV]
-        if chosen.started and chosen.server is not None:
-            chosen.server.stop("fast")  # this session's own server: no process left behind
+    config.stash[_WAREHOUSE] = (chosen, exported)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    chosen, exported = config.stash.get(_WAREHOUSE, (None, False))
+    if exported:
+        del os.environ[URL_ENV]
+    if chosen is not None and chosen.started and chosen.server is not None:
+        chosen.server.stop("fast")  # this run's own server: no process left behind
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warehouse_server() -> WarehouseServer:
+    """The server ``pytest_configure`` chose (a worker finds it in the environment)."""
+    url = parse(resolve_warehouse().url)
+    return WarehouseServer(url.host, url.port, url.user or "postgres", url.password)
 
 
 postgresql_server = factories.postgresql_noproc(

@@ -171,30 +171,42 @@ def test_commands_started_together_share_one_server(home: Path) -> None:
     assert postgres_processes(home / "postgres") == []
 
 
-def test_the_test_session_uses_the_rule_and_stops_its_server(home: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_test_session_uses_the_rule_and_stops_its_server(home: Path, workers: int) -> None:
     """A pytest session with this conftest on a machine without PostgreSQL: ``pg_url`` is a
     database on the private server, whose URL the session exports; at its end the server it
-    started is stopped."""
+    started is stopped. With two pytest-xdist workers (as ``scripts/test.sh`` runs) both use
+    the one server the controller started, and the worker that finishes first does not stop
+    it under the other (its test connects again after the first one has ended)."""
     inner = Path(tempfile.mkdtemp(prefix="sstore-test-inner-"))
     try:
         (inner / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
         (inner / "test_inner.py").write_text(
-            "import json, os, psycopg\n"
-            "def test_pg_url(pg_url):\n"
+            "import json, os, time, psycopg, pytest\n"
+            "@pytest.mark.parametrize('pause', [0.0, 4.0])\n"
+            "def test_pg_url(pg_url, pause):\n"
             "    with psycopg.connect(pg_url) as con:\n"
             "        con.execute('CREATE TABLE t AS SELECT 1 AS one')\n"
-            "    with open(os.environ['REPORT'], 'w') as f:\n"
+            "    time.sleep(pause)\n"
+            "    with psycopg.connect(pg_url) as con:\n"
+            "        assert con.execute('SELECT one FROM t').fetchone() == (1,)\n"
+            "    with open(os.environ['REPORT'] + str(pause), 'w') as f:\n"
             "        json.dump({'pg_url': pg_url, 'env': os.environ['SSTORE_POSTGRES_URL']}, f)\n")
         report = inner / "report.json"
         env = environment(home, REPORT=str(report))
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-n", str(workers), "--dist", "load",
                                str(inner / "test_inner.py")], cwd=inner, env=env,
                               capture_output=True, text=True, timeout=600, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
-        seen = json.loads(report.read_text())
+        assert "2 passed" in done.stdout, done.stdout
+        seen = [json.loads((inner / f"report.json{pause}").read_text()) for pause in (0.0, 4.0)]
     finally:
         shutil.rmtree(inner, ignore_errors=True)
     private = PrivatePostgres(home / "postgres")
-    assert parse(seen["pg_url"]).port == private.port == parse(seen["env"]).port
-    assert parse(seen["pg_url"]).dbname.startswith("sstore_test_")
+    for one in seen:
+        assert parse(one["pg_url"]).port == private.port == parse(one["env"]).port
+        assert parse(one["pg_url"]).dbname.startswith("sstore_test_")
+    if workers:  # each worker its own database on the one server
+        assert len({one["pg_url"] for one in seen}) == 2
     assert not private.is_running and postgres_processes(home / "postgres") == []

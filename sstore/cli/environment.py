@@ -54,6 +54,8 @@ VARIABLES = (
              "jemalloc for its own process and gives its children the value it was started "
              "with", "unset"),
     Variable("SSTORE_VENV", "where the scripts put the virtual environment", "`.venv`"),
+    Variable("SSTORE_TEST_WORKERS", "pytest-xdist workers of `scripts/test.sh` (0: one "
+             "process)", "`2`"),
     Variable("SSTORE_CRASH_AT", "test-only: `point:n` kills the process the n-th time it "
              "reaches a commit-protocol step", "unset"),
     Variable("JAVA_HOME", "the Java that Spark runs on", "`java` on the PATH"),
