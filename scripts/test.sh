@@ -10,6 +10,6 @@ bash scripts/jdbc.sh
 bash scripts/jemalloc.sh
 # Two workers (pytest-xdist; SSTORE_TEST_WORKERS to change, 0 for one process): most tests
 # wait on PostgreSQL, a JVM or a child process, so two share this machine's two cores well
-# (measured: 21.6 min in one process, 12.7 min in two). Arguments given here come later and win.
+# (measured: 21.6 min in one process, 12.7-13.7 in two). Arguments given here come later and win.
 exec "${SSTORE_VENV:-$root/.venv}/bin/python" -m pytest -n "${SSTORE_TEST_WORKERS:-2}" \
   --dist worksteal "$@"
