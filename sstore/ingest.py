@@ -178,12 +178,16 @@ def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent
     compare the row count and the fingerprint (``sent``) with the batch's commit record and
     raise ``ResendMismatchError`` if either differs, before anything is written.
 
-    Checked against what the record still holds: a record written before fingerprints
-    existed has the row count only, and one that GC compacted into a run of ids
-    (``systables.compact_statements``, once 4,096 collected batches pile up) has neither, so
-    such a re-send stays an unchecked no-op. A point query, paid by re-sends only."""
+    Checked against what was recorded: a batch ingested before fingerprints existed has the
+    row count only; one whose record GC compacted into a run of ids keeps both
+    (``systables.ingested_prints``), except a record compacted by an sstore older than that
+    table, which has neither: such a re-send stays a no-op, unchecked, and says so in the
+    log. A point query, paid by re-sends only."""
     recorded = systables.ingested_record(rt.con, stream, batch_id)
     if recorded is None:
+        log.warning("stream %s batch %s: its record was compacted by an sstore older than "
+                    "sstore_sys.ingested_prints, so this re-send cannot be compared with the "
+                    "rows first sent; taken as a no-op unchecked", stream, batch_id)
         return
     rows, recorded_print = recorded
     if rows != table.num_rows or (recorded_print is not None and recorded_print != sent):

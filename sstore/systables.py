@@ -40,7 +40,12 @@ re-sent batch-id a no-op, so they are never simply deleted. Garbage collection c
 ones of collected batches (``compact_statements``) into
 ``ingested_runs(stream, first_batch, last_batch)``, one row per run of consecutive batch-ids,
 in its transaction: a batch-id is ingested iff a commit record or a run holds it. The newest
-record of each stream always stays (its last batch-id and commit time, for ``status``).
+record of each stream always stays (its last batch-id and commit time, for ``status``). What a
+re-send of a compacted id is checked against moves, in the same statements, to
+``ingested_prints(stream, batch_id, n_rows, fingerprint)``: without it such a re-send with
+other rows would be an unchecked no-op, its rows lost without a word. Four narrow columns that
+DuckDB compresses (the stream a dictionary, the ids a delta): about 10 bytes per border batch
+for good (``tests/test_resend_seams.py`` measures it).
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ CREATE TABLE IF NOT EXISTS sstore_sys.collected (
     stream VARCHAR PRIMARY KEY, through BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS sstore_sys.ingested_runs (
     stream VARCHAR NOT NULL, first_batch BIGINT NOT NULL, last_batch BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS sstore_sys.ingested_prints (
+    stream VARCHAR NOT NULL, batch_id BIGINT NOT NULL, n_rows BIGINT NOT NULL,
+    fingerprint BIGINT);
 CREATE TABLE IF NOT EXISTS sstore_sys.replays (
     stream VARCHAR NOT NULL, batch_id BIGINT NOT NULL, from_batch BIGINT NOT NULL,
     procedure VARCHAR NOT NULL,
@@ -186,9 +194,13 @@ def compact_statements(stream: str, after: int, through: int) -> list[tuple[str,
     extended when the first new run continues it (only that pair can touch: runs of one pass
     never touch, and older runs end at or before ``after``), that new run then dropped (the
     old run now spans ``after``); the records deleted. Point statements: the runs table is
-    never joined with itself."""
+    never joined with itself. The records' row counts and fingerprints are kept first
+    (``ingested_prints``), so that a re-send of a compacted id is still checked."""
     runs = _RUNS_OF_RECORDS.format(where="node = ? AND batch_id > ? AND batch_id <= ?")
     return [
+        (("INSERT INTO sstore_sys.ingested_prints SELECT node, batch_id, n_rows, fingerprint "
+          "FROM sstore_sys.commits WHERE node = ? AND batch_id > ? AND batch_id <= ? "
+          "ORDER BY batch_id"), [stream, after, through]),
         (f"INSERT INTO sstore_sys.ingested_runs {runs}", [stream, after, through]),
         (("UPDATE sstore_sys.ingested_runs SET last_batch = (SELECT max(last_batch) FROM "
           "sstore_sys.ingested_runs WHERE stream = ? AND first_batch = ?) "
@@ -222,11 +234,16 @@ def replayed(con: duckdb.DuckDBPyConnection, stream: str) -> dict[int, int]:
 
 def ingested_record(con: duckdb.DuckDBPyConnection, stream: str,
                     batch_id: int) -> tuple[int, int | None] | None:
-    """``(n_rows, fingerprint)`` of the commit record of border batch ``batch_id`` of ``stream``;
-    None when GC compacted it into a run (``compact_statements``: only the id is left). A
-    point query, run only for a re-sent id, never on the normal path."""
-    rows = con.execute("SELECT n_rows, fingerprint FROM sstore_sys.commits WHERE node = ? AND "
-                       "batch_id = ? LIMIT 1", [stream, batch_id]).fetchall()
+    """``(n_rows, fingerprint)`` of border batch ``batch_id`` of ``stream``: from its commit
+    record, or, once GC compacted that into a run, from what compaction kept of it
+    (``ingested_prints``). None only for a record compacted by an sstore older than that table
+    (only the id is left). Point queries, run only for a re-sent id, never on the normal path;
+    both tables are written in batch-id order, so DuckDB's zone maps skip all but a row group."""
+    rows = con.execute(
+        "SELECT n_rows, fingerprint FROM sstore_sys.commits WHERE node = ? AND batch_id = ? "
+        "UNION ALL SELECT n_rows, fingerprint FROM sstore_sys.ingested_prints "
+        "WHERE stream = ? AND batch_id = ? LIMIT 1", [stream, batch_id, stream, batch_id]
+    ).fetchall()
     if not rows:
         return None
     n_rows, fingerprint = rows[0]
