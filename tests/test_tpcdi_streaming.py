@@ -11,6 +11,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -185,8 +186,6 @@ def lines_table(lines: list[str], tpcdi_batch: int = 2, first: int = 1) -> pa.Ta
 def test_sp1_names_the_first_bad_field_of_each_line() -> None:
     """The parser's reasons, one line per rule: field count first, then field by field
     (missing before bad); optional fields may be empty; fields are trimmed."""
-    import duckdb
-
     from sstore.workloads.tpcdi.streaming.parse import PARSE_SQL
 
     cases = [
@@ -216,37 +215,47 @@ def test_sp1_names_the_first_bad_field_of_each_line() -> None:
     assert parsed.slice(2, 1).to_pylist()[0]["t_id"] is None  # a bad line has no values
 
 
+FIRST_LINES = [
+    "I|1|100|2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42|Ann||||",
+    "U|2|200|2017-07-08 10:01:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|2000.00|0.50",
+    "U|4|300|2017-07-08 10:02:00|CMPT|TMB|0|SYMB|10|5.00|42|Bob|5.00|60.00|1.00|0.10",
+    "I|3|300|2017-07-08 10:00:30|SBMT|TMB|0|SYMB|10|5.00|42|Bob||||",
+]
+SECOND_LINES = [
+    "U|5|100|2017-07-09 11:00:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|1100.00|0.50",
+    "U|6|200|2017-07-09 11:01:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|1.00|0.50",
+]
+
+
+def tiny_dimensions(engine: Engine) -> dict[str, list[tuple[int, pa.Table]]]:
+    """Declare the dataflow on ``engine`` with one-row dimensions; returns the outputs as they
+    come, per stream."""
+    declare(engine)
+    engine.load_table("statustype", pa.table({"st_id": ["PNDG", "SBMT", "CMPT"],
+                                              "st_name": ["Pending", "Submitted", "Completed"]}), "replace")
+    engine.load_table("tradetype", pa.table({"tt_id": ["TLB", "TMB"],
+                                             "tt_name": ["Limit Buy", "Market Buy"]}), "replace")
+    always = {"effectivedate": [dt.date(1950, 1, 1)], "enddate": [dt.date(9999, 12, 31)],
+              "iscurrent": [True]}
+    engine.load_table("dimsecurity", pa.table({"sk_securityid": [5], "sk_companyid": [6],
+                                               "symbol": ["SYMB"], **always}), "replace")
+    engine.load_table("dimaccount", pa.table({"sk_accountid": [1], "sk_customerid": [2],
+                                              "sk_brokerid": [3], "accountid": [42], **always}), "replace")
+    got: dict[str, list[tuple[int, pa.Table]]] = {s: [] for s in (
+        "dimtrade_changes", "dimessages_out", "trade_rejects")}
+    for stream, tables in got.items():
+        engine.subscribe(stream, lambda b, t, tables=tables: tables.append((b, t)))
+    return got
+
+
 def test_sp5_applies_updates_of_known_trades_and_rejects_the_others(tmp_path: Path) -> None:
     """SP5 over two engine batches: an update of a trade inserted in an earlier batch, or
     later in the same batch, is applied; an update of a trade that exists nowhere is
     rejected and raises no alert; alerts only for applied rows. (An update listed before its
     trade's insert is applied: the batch's last event by CDC_DSN wins.)"""
     engine = Engine(str(tmp_path / "s.duckdb"))
-    declare(engine)
-    engine.load_table("statustype", pa.table({"st_id": ["PNDG", "SBMT", "CMPT"],
-                                              "st_name": ["Pending", "Submitted", "Completed"]}))
-    engine.load_table("tradetype", pa.table({"tt_id": ["TLB", "TMB"],
-                                             "tt_name": ["Limit Buy", "Market Buy"]}))
-    always = {"effectivedate": [dt.date(1950, 1, 1)], "enddate": [dt.date(9999, 12, 31)],
-              "iscurrent": [True]}
-    engine.load_table("dimsecurity", pa.table({"sk_securityid": [5], "sk_companyid": [6],
-                                               "symbol": ["SYMB"], **always}))
-    engine.load_table("dimaccount", pa.table({"sk_accountid": [1], "sk_customerid": [2],
-                                              "sk_brokerid": [3], "accountid": [42], **always}))
-    got: dict[str, list[tuple[int, pa.Table]]] = {s: [] for s in (
-        "dimtrade_changes", "dimessages_out", "trade_rejects")}
-    for stream, tables in got.items():
-        engine.subscribe(stream, lambda b, t, tables=tables: tables.append((b, t)))
-    first = [
-        "I|1|100|2017-07-08 10:00:00|PNDG|TLB|1|SYMB|100|10.50|42|Ann||||",
-        "U|2|200|2017-07-08 10:01:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|2000.00|0.50",
-        "U|4|300|2017-07-08 10:02:00|CMPT|TMB|0|SYMB|10|5.00|42|Bob|5.00|60.00|1.00|0.10",
-        "I|3|300|2017-07-08 10:00:30|SBMT|TMB|0|SYMB|10|5.00|42|Bob||||",
-    ]
-    second = [
-        "U|5|100|2017-07-09 11:00:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|1100.00|0.50",
-        "U|6|200|2017-07-09 11:01:00|CMPT|TLB|1|SYMB|100|10.50|42|Ann|10.40|1.00|1.00|0.50",
-    ]
+    got = tiny_dimensions(engine)
+    first, second = FIRST_LINES, SECOND_LINES
     engine.ingest("trade_lines", lines_table(first), batch_id=1)
     engine.ingest("trade_lines", lines_table(second, first=5), batch_id=2)
     engine.run_until_idle()
@@ -268,4 +277,68 @@ def test_sp5_applies_updates_of_known_trades_and_rejects_the_others(tmp_path: Pa
     assert (rows[300]["status"], rows[300]["type"], rows[300]["sk_createtimeid"],
             rows[300]["sk_closetimeid"], str(rows[300]["fee"]), rows[300]["sk_brokerid"]) == \
         ("Completed", "Market Buy", 100030, 100200, "60.00", 3)
+    engine.close()
+
+
+def versions(engine: Engine) -> list[tuple[int, int, str]]:
+    return [(r["tradeid"], r["version"], r["status"]) for r in engine.query(
+        "SELECT tradeid, version, status FROM dimtrade_versions ORDER BY ALL").to_pylist()]
+
+
+def test_dimtrade_keeps_every_version_and_shows_the_current_one(tmp_path: Path) -> None:
+    """SP5 appends a version per trade it changes (never updates in place): trade 100 has
+    the version of batch 1 and of batch 2, and the view ``dimtrade`` shows the newest; a
+    batch that changes nothing appends nothing."""
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    tiny_dimensions(engine)
+    engine.ingest("trade_lines", lines_table(FIRST_LINES), batch_id=1)
+    engine.ingest("trade_lines", lines_table(SECOND_LINES, first=5), batch_id=2)
+    engine.ingest("trade_lines", lines_table([SECOND_LINES[1]], first=7), batch_id=3)
+    engine.run_until_idle()
+    assert versions(engine) == [(100, 1, "Pending"), (100, 2, "Completed"),
+                                (300, 1, "Completed")]
+    current = engine.query("SELECT tradeid, status, batchid FROM dimtrade ORDER BY tradeid")
+    assert current.to_pylist() == [{"tradeid": 100, "status": "Completed", "batchid": 2},
+                                   {"tradeid": 300, "status": "Completed", "batchid": 2}]
+    engine.close()
+
+
+def test_a_state_file_with_dimtrade_as_a_table_is_upgraded_to_versions(tmp_path: Path) -> None:
+    """A state file written before DimTrade was kept as versions has a table ``dimtrade``:
+    at the next start its rows become version 0 and the dataflow goes on from them, with
+    the same result as a run that never stopped. (Taken for an existing declaration, the
+    view would have been skipped, and the old table would have shown none of the later
+    changes, silently.)"""
+    path = str(tmp_path / "s.duckdb")
+    engine = Engine(path)
+    tiny_dimensions(engine)
+    engine.ingest("trade_lines", lines_table(FIRST_LINES), batch_id=1)
+    engine.run_until_idle()
+    before = engine.query("SELECT * FROM dimtrade ORDER BY tradeid")
+    engine.close()
+    con = duckdb.connect(path)  # the old layout: one table, the trade id its key
+    con.execute("CREATE TABLE old AS SELECT * FROM dimtrade")
+    con.execute("DROP VIEW dimtrade")
+    con.execute("DROP TABLE dimtrade_versions")
+    con.execute("CREATE TABLE dimtrade AS SELECT * FROM old WITH NO DATA")
+    con.execute("ALTER TABLE dimtrade ADD PRIMARY KEY (tradeid)")
+    con.execute("INSERT INTO dimtrade SELECT * FROM old")
+    con.execute("DROP TABLE old")
+    con.close()
+
+    engine = Engine(path)
+    tiny_dimensions(engine)
+    assert engine.query("SELECT * FROM dimtrade ORDER BY tradeid").equals(before)
+    assert versions(engine) == [(100, 0, "Pending"), (300, 0, "Completed")]
+    engine.ingest("trade_lines", lines_table(SECOND_LINES, first=5), batch_id=2)
+    engine.run_until_idle()
+    assert versions(engine) == [(100, 0, "Pending"), (100, 2, "Completed"),
+                                (300, 0, "Completed")]
+    row = engine.query("SELECT status, sk_closedateid, commission::VARCHAR AS c FROM dimtrade "
+                       "WHERE tradeid = 100").to_pylist()
+    assert row == [{"status": "Completed", "sk_closedateid": 20170709, "c": "1100.00"}]
+    engine.close()
+    engine = Engine(path)  # a start after the upgrade changes nothing
+    tiny_dimensions(engine)
+    assert len(versions(engine)) == 3
     engine.close()

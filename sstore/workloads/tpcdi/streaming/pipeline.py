@@ -216,8 +216,9 @@ class StreamingDimTrade:
                 f"{self.schema}.dimtrade has no Batch1 trades: load Batch1 first (the Spark "
                 f"historical load, or StreamingDimTrade.run)")
         if rows:
-            cast(self.url, self.engine, table=f"{self.schema}.dimtrade", into="dimtrade",
-                 mode="replace")
+            # version 0 of each trade (the column's default): SP5's versions come after it
+            cast(self.url, self.engine, table=f"{self.schema}.dimtrade",
+                 into="dimtrade_versions", mode="replace")
         return rows
 
     def dimensions_applied(self, batch: int) -> bool:

@@ -2,7 +2,7 @@
 
     trade_lines ─SP1 parse─▶ trade_events ─SP2 status/type, date/time keys─▶ trades_timed
       ─SP3 security and company keys─▶ trades_secured ─SP4 account, customer, broker keys─▶
-      trades_keyed ─SP5 alerts and DimTrade upsert─▶ dimtrade_changes, dimessages_out,
+      trades_keyed ─SP5 alerts and DimTrade versions─▶ dimtrade_changes, dimessages_out,
                                                    trade_rejects
 
 Each procedure is one set-oriented statement over the whole batch (SP5: a second one only for
@@ -10,6 +10,9 @@ the rare batch with alerts), as each statement costs its planning time. A row th
 keeps flowing with its ``reason`` and leaves through ``trade_rejects``: nothing is dropped
 silently. Dimension lookups read DuckDB copies of the warehouse dimensions
 (``statustype``, ``tradetype``, ``dimsecurity``, ``dimaccount``), replicated from PostgreSQL.
+DimTrade's state is append only: ``dimtrade_versions`` holds every version of every trade (the
+engine batch that wrote it in ``version``) and the view ``dimtrade`` the current ones (see
+``APPEND_SQL`` for why).
 """
 
 from __future__ import annotations
@@ -104,47 +107,78 @@ SECURED_SQL = lookup_sql("dimsecurity", "symbol", "t_s_symb", ("sk_securityid", 
 KEYED_SQL = lookup_sql("dimaccount", "accountid", "t_ca_id",
                        ("sk_accountid", "sk_customerid", "sk_brokerid"), "account", ordered=True)
 
-# SP5's one statement over DimTrade: one source row per trade of the batch (create-time fields
-# from its insert, everything else from its last event), over the rows fine so far. A trade
-# that exists is updated; one that does not is inserted only if the batch inserts it; an update
-# of a trade that is neither stays out. RETURNING gives the changed rows, and a row was applied
-# exactly when its trade came back. One join of the batch's trades with DimTrade (DuckDB pushes
-# the batch's ids into the scan as a dynamic filter), instead of a correlated EXISTS per row, an
-# upsert and a re-read of the changed rows.
-MERGE_SQL = """
-MERGE INTO dimtrade AS d
-USING (
-    SELECT t_id AS tradeid,
-           max(sk_brokerid) FILTER (cdc_flag = 'I') AS sk_brokerid,
-           max(sk_createdateid) FILTER (cdc_flag = 'I') AS sk_createdateid,
-           max(sk_createtimeid) FILTER (cdc_flag = 'I') AS sk_createtimeid,
-           arg_max(sk_closedateid, cdc_dsn) FILTER (sk_closedateid IS NOT NULL)
-               AS sk_closedateid,
-           arg_max(sk_closetimeid, cdc_dsn) FILTER (sk_closetimeid IS NOT NULL)
-               AS sk_closetimeid,
-           arg_max(status, cdc_dsn) AS status, arg_max(type, cdc_dsn) AS type,
-           bool_or(t_is_cash) FILTER (cdc_flag = 'I') AS cashflag,
-           max(sk_securityid) FILTER (cdc_flag = 'I') AS sk_securityid,
-           max(sk_companyid) FILTER (cdc_flag = 'I') AS sk_companyid,
-           max(t_qty) FILTER (cdc_flag = 'I') AS quantity,
-           max(t_bid_price) FILTER (cdc_flag = 'I') AS bidprice,
-           max(sk_customerid) FILTER (cdc_flag = 'I') AS sk_customerid,
-           max(sk_accountid) FILTER (cdc_flag = 'I') AS sk_accountid,
-           max(t_exec_name) FILTER (cdc_flag = 'I') AS executedby,
-           arg_max_null(t_trade_price, cdc_dsn) AS tradeprice,
-           arg_max_null(t_chrg, cdc_dsn) AS fee, arg_max_null(t_comm, cdc_dsn) AS commission,
-           arg_max_null(t_tax, cdc_dsn) AS tax, arg_max(tpcdi_batch, cdc_dsn) AS batchid,
-           bool_or(cdc_flag = 'I') AS inserts
-    FROM batch WHERE reason IS NULL GROUP BY t_id) AS s
-ON d.tradeid = s.tradeid
-WHEN MATCHED THEN UPDATE SET
-    sk_closedateid = coalesce(s.sk_closedateid, d.sk_closedateid),
-    sk_closetimeid = coalesce(s.sk_closetimeid, d.sk_closetimeid),
-    status = s.status, type = s.type, tradeprice = s.tradeprice, fee = s.fee,
-    commission = s.commission, tax = s.tax, batchid = s.batchid
-WHEN NOT MATCHED AND s.inserts THEN INSERT ({columns}) VALUES ({values})
-RETURNING *
-""".format(columns=", ".join(DIMTRADE), values=", ".join(f"s.{c}" for c in DIMTRADE))
+#: What a batch says about each of its trades: one row per trade (create-time fields from its
+#: insert, everything else from its last event), over the rows fine so far; ``inserts``: the
+#: batch creates the trade.
+TRADE_CHANGES_SQL = """
+SELECT t_id AS tradeid,
+       max(sk_brokerid) FILTER (cdc_flag = 'I') AS sk_brokerid,
+       max(sk_createdateid) FILTER (cdc_flag = 'I') AS sk_createdateid,
+       max(sk_createtimeid) FILTER (cdc_flag = 'I') AS sk_createtimeid,
+       arg_max(sk_closedateid, cdc_dsn) FILTER (sk_closedateid IS NOT NULL) AS sk_closedateid,
+       arg_max(sk_closetimeid, cdc_dsn) FILTER (sk_closetimeid IS NOT NULL) AS sk_closetimeid,
+       arg_max(status, cdc_dsn) AS status, arg_max(type, cdc_dsn) AS type,
+       bool_or(t_is_cash) FILTER (cdc_flag = 'I') AS cashflag,
+       max(sk_securityid) FILTER (cdc_flag = 'I') AS sk_securityid,
+       max(sk_companyid) FILTER (cdc_flag = 'I') AS sk_companyid,
+       max(t_qty) FILTER (cdc_flag = 'I') AS quantity,
+       max(t_bid_price) FILTER (cdc_flag = 'I') AS bidprice,
+       max(sk_customerid) FILTER (cdc_flag = 'I') AS sk_customerid,
+       max(sk_accountid) FILTER (cdc_flag = 'I') AS sk_accountid,
+       max(t_exec_name) FILTER (cdc_flag = 'I') AS executedby,
+       arg_max_null(t_trade_price, cdc_dsn) AS tradeprice,
+       arg_max_null(t_chrg, cdc_dsn) AS fee, arg_max_null(t_comm, cdc_dsn) AS commission,
+       arg_max_null(t_tax, cdc_dsn) AS tax, arg_max(tpcdi_batch, cdc_dsn) AS batchid,
+       bool_or(cdc_flag = 'I') AS inserts
+FROM batch WHERE reason IS NULL GROUP BY t_id"""
+
+#: What an update of an existing trade takes from the batch (rule 3); every other column keeps
+#: the trade's current version.
+UPDATED = {"sk_closedateid": "coalesce(s.sk_closedateid, o.sk_closedateid)",
+           "sk_closetimeid": "coalesce(s.sk_closetimeid, o.sk_closetimeid)",
+           **{c: f"s.{c}" for c in ("status", "type", "tradeprice", "fee", "commission", "tax",
+                                     "batchid")}}
+
+
+def _new_version(column: str) -> str:
+    return (f"CASE WHEN o.tradeid IS NULL THEN s.{column} "
+            f"ELSE {UPDATED.get(column, 'o.' + column)} END AS {column}")
+
+
+# DimTrade is kept as the versions of its rows (``dimtrade_versions``, append only; the view
+# ``dimtrade`` shows each trade's current one), and SP5 is ONE statement: it reads the current
+# version of the batch's trades, appends a new version of each trade the batch changes (an
+# update of an existing trade, or a trade the batch inserts; an update of a trade that is
+# neither stays out) and returns them. A row of the batch was applied exactly when its trade
+# came back. Why versions and not a MERGE in place: a batch updates ~550 trades created up to
+# 90 days before, so at SF 10 its updates touch ten times as many of DuckDB's vectors as at
+# SF 1, and an in-place update (plus RETURNING's one-by-one fetch of the updated rows, plus the
+# primary key's index) cost SP5 +34% from SF 1 to SF 10; appending costs the same at any scale
+# (+12%), and less at SF 1 too (docs/tpcdi.md, "DimTrade as versions"). The current versions
+# are found by a join that DuckDB prunes with the batch's trade ids (zone maps: versions are
+# appended in time order, so only the last ~90 days' row groups are read). ``$1``: the version
+# to write, the engine batch's id (increasing).
+APPEND_SQL = """
+INSERT INTO dimtrade_versions
+WITH s AS ({changes}),
+o AS (SELECT d.* FROM dimtrade_versions d WHERE d.tradeid IN (SELECT tradeid FROM s)
+      QUALIFY row_number() OVER (PARTITION BY d.tradeid ORDER BY d.version DESC) = 1)
+SELECT {values}, $1 AS version
+FROM s LEFT JOIN o ON o.tradeid = s.tradeid
+WHERE o.tradeid IS NOT NULL OR s.inserts
+RETURNING {columns}
+""".format(changes=TRADE_CHANGES_SQL, values=", ".join(_new_version(c) for c in DIMTRADE),
+           columns=", ".join(DIMTRADE))
+
+#: The state table of DimTrade's versions and the view of its current rows (``version``: the
+#: engine batch that wrote the row; 0 for rows seeded from the warehouse).
+DIMTRADE_VERSIONS_DDL = "CREATE TABLE IF NOT EXISTS dimtrade_versions ({columns}, " \
+    "version BIGINT NOT NULL DEFAULT 0)".format(
+        columns=", ".join(f"{name} {sql_type}" for name, sql_type in DIMTRADE.items()))
+DIMTRADE_VIEW_DDL = ("CREATE VIEW IF NOT EXISTS dimtrade AS SELECT * EXCLUDE (version) "
+                     "FROM dimtrade_versions QUALIFY row_number() OVER "
+                     "(PARTITION BY tradeid ORDER BY version DESC) = 1")
+
 
 def alerts_sql() -> str:
     """Rule 4 over the ``applied`` rows, one SELECT per alert of ``dimtrade_rules.ALERTS``
@@ -175,8 +209,9 @@ def declare(engine: Engine) -> None:
     engine.stream("dimtrade_changes", DIMTRADE)
     engine.stream("dimessages_out", DIMESSAGES)
     engine.stream("trade_rejects", REJECTS)
-    cols = ", ".join(f"{name} {sql_type}" for name, sql_type in DIMTRADE.items())
-    engine.execute(f"CREATE TABLE IF NOT EXISTS dimtrade ({cols}, PRIMARY KEY (tradeid))")
+    engine.execute(DIMTRADE_VERSIONS_DDL)
+    upgrade_dimtrade_table(engine)
+    engine.execute(DIMTRADE_VIEW_DDL)
 
     # SP1-SP4 are one SELECT each: the engine chains them into one statement per batch
     # (sstore.fusion), as the hand-written reference writes them by hand
@@ -195,8 +230,8 @@ def declare(engine: Engine) -> None:
     @engine.procedure(input="trades_keyed",
                       output=("dimtrade_changes", "dimessages_out", "trade_rejects"))
     def apply_dimtrade(tx: Transaction, batch: pa.Table) -> dict[str, pa.Table]:
-        """SP5: alerts, DimTrade upsert, the changed rows and the rejects of the batch."""
-        changed = tx.sql(MERGE_SQL)
+        """SP5: alerts, DimTrade's new versions, the changed rows and the rejects of the batch."""
+        changed = tx.sql(APPEND_SQL, tx.batch_id)
 
         def alerts_of(applied: pa.Table) -> pa.Table:
             tx.register("applied", applied)
@@ -206,12 +241,38 @@ def declare(engine: Engine) -> None:
         return {"dimtrade_changes": changed, "dimessages_out": alerts, "trade_rejects": rejects}
 
 
+def upgrade_dimtrade_table(engine: Engine) -> int:
+    """A state file from before DimTrade was kept as versions has a table ``dimtrade``: its
+    rows become version 0 of ``dimtrade_versions`` and the table is dropped (for the view), in
+    one transaction. Without this the view's ``CREATE`` would be skipped as a declaration
+    already made, and SP5 would write versions that the old table never shows. Returns the
+    rows moved (0: nothing to upgrade)."""
+    with engine.lock:
+        con = engine.connection
+        found = con.execute("SELECT table_type FROM information_schema.tables WHERE "
+                            "table_schema = 'main' AND table_name = 'dimtrade'").fetchall()
+        if not found or found[0][0] != "BASE TABLE":
+            return 0
+        columns = ", ".join(DIMTRADE)
+        con.begin()
+        try:
+            con.execute(f"INSERT INTO dimtrade_versions ({columns}, version) "
+                        f"SELECT {columns}, 0 FROM dimtrade")
+            moved = con.execute("SELECT count(*) FROM dimtrade").fetchall()[0][0]
+            con.execute("DROP TABLE dimtrade")
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        return int(moved)
+
+
 UNKNOWN_TRADE = "unknown trade (update before any insert)"
 
 
 def merge_outcome(batch: pa.Table, changed: pa.Table,
                   alerts_of: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, pa.Table]:
-    """SP5 after its MERGE: a row of ``batch`` was applied exactly when it had no reason and
+    """SP5 after its append (``APPEND_SQL``): a row of ``batch`` was applied exactly when it had no reason and
     its trade came back in ``changed``. Returns (alerts, rejects): ``alerts_of(applied)`` runs
     ``ALERTS_SQL`` only when ``may_alert`` finds a candidate; every other row is a reject
     (an update of a trade that was never inserted, if it had no reason yet). Shared with the
