@@ -231,16 +231,17 @@ def tiny_dimensions(engine: Engine) -> dict[str, list[tuple[int, pa.Table]]]:
     """Declare the dataflow on ``engine`` with one-row dimensions; returns the outputs as they
     come, per stream."""
     declare(engine)
-    engine.load_table("statustype", pa.table({"st_id": ["PNDG", "SBMT", "CMPT"],
-                                              "st_name": ["Pending", "Submitted", "Completed"]}), "replace")
-    engine.load_table("tradetype", pa.table({"tt_id": ["TLB", "TMB"],
-                                             "tt_name": ["Limit Buy", "Market Buy"]}), "replace")
     always = {"effectivedate": [dt.date(1950, 1, 1)], "enddate": [dt.date(9999, 12, 31)],
               "iscurrent": [True]}
-    engine.load_table("dimsecurity", pa.table({"sk_securityid": [5], "sk_companyid": [6],
-                                               "symbol": ["SYMB"], **always}), "replace")
-    engine.load_table("dimaccount", pa.table({"sk_accountid": [1], "sk_customerid": [2],
-                                              "sk_brokerid": [3], "accountid": [42], **always}), "replace")
+    for name, rows in (
+            ("statustype", {"st_id": ["PNDG", "SBMT", "CMPT"],
+                            "st_name": ["Pending", "Submitted", "Completed"]}),
+            ("tradetype", {"tt_id": ["TLB", "TMB"], "tt_name": ["Limit Buy", "Market Buy"]}),
+            ("dimsecurity", {"sk_securityid": [5], "sk_companyid": [6], "symbol": ["SYMB"],
+                             **always}),
+            ("dimaccount", {"sk_accountid": [1], "sk_customerid": [2], "sk_brokerid": [3],
+                            "accountid": [42], **always})):
+        engine.load_table(name, pa.table(rows), "replace")
     got: dict[str, list[tuple[int, pa.Table]]] = {s: [] for s in (
         "dimtrade_changes", "dimessages_out", "trade_rejects")}
     for stream, tables in got.items():

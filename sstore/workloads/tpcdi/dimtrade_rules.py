@@ -67,7 +67,8 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference("unit of work", "an engine batch of N events", "a micro-batch (one file of N "
                "events)", "a whole TPC-DI batch",
                "events of a trade apply in CDC_DSN order within a unit, units in line order"),
-    Difference("DimTrade state the rules read", "the engine's own DimTrade versions (append only; the view dimtrade)",
+    Difference("DimTrade state the rules read",
+               "the engine's own DimTrade versions (append only; the view dimtrade)",
                "the micro-batch's trades read back from PostgreSQL over JDBC",
                "the batch's trades read back from PostgreSQL over JDBC (none for Batch1)",
                "every unit is in PostgreSQL before the next one is computed"),

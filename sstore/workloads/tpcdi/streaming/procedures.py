@@ -250,7 +250,8 @@ def upgrade_dimtrade_table(engine: Engine) -> int:
     with engine.lock:
         con = engine.connection
         found = con.execute("SELECT table_type FROM information_schema.tables WHERE "
-                            "table_schema = 'main' AND table_name = 'dimtrade'").fetchall()
+                            "table_catalog = current_database() AND table_schema = 'main' "
+                            "AND table_name = 'dimtrade'").fetchall()
         if not found or found[0][0] != "BASE TABLE":
             return 0
         columns = ", ".join(DIMTRADE)
@@ -272,11 +273,12 @@ UNKNOWN_TRADE = "unknown trade (update before any insert)"
 
 def merge_outcome(batch: pa.Table, changed: pa.Table,
                   alerts_of: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, pa.Table]:
-    """SP5 after its append (``APPEND_SQL``): a row of ``batch`` was applied exactly when it had no reason and
-    its trade came back in ``changed``. Returns (alerts, rejects): ``alerts_of(applied)`` runs
-    ``ALERTS_SQL`` only when ``may_alert`` finds a candidate; every other row is a reject
-    (an update of a trade that was never inserted, if it had no reason yet). Shared with the
-    hand-written reference (``benchmarks.tpcdi_reference``) so both apply the same rules."""
+    """SP5 after its append (``APPEND_SQL``): a row of ``batch`` was applied exactly when it
+    had no reason and its trade came back in ``changed``. Returns (alerts, rejects):
+    ``alerts_of(applied)`` runs ``ALERTS_SQL`` only when ``may_alert`` finds a candidate;
+    every other row is a reject (an update of a trade that was never inserted, if it had no
+    reason yet). Shared with the hand-written reference (``benchmarks.tpcdi_reference``) so
+    both apply the same rules."""
     ok = pc.and_(pc.is_null(batch["reason"]),
                  pc.is_in(batch["t_id"], value_set=changed["tradeid"]))
     applied = batch.filter(ok)
