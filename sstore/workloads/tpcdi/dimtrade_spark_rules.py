@@ -10,7 +10,7 @@ is whether its trade exists when it comes, so one window per trade replays them 
   the batch created it, else it is refused ("a U event for a trade that does not exist");
 - an ``I`` event for a trade that exists by then is not refused (rule 5 does not list it): it
   acts by rule 3 only, like an update, and the create fields and SKs stay (rule 2: "never
-  change afterwards"). The streaming pipeline's upsert does the same;
+  change afterwards"). The streaming pipeline's new version does the same;
 - the applied events of a trade then fold into one row: the creating event gives the create
   SKs, the unchanging fields and the dimension SKs, the last event the status, type and
   amounts, the last CMPT/CNCL event the close SKs; what no event of the batch set keeps its

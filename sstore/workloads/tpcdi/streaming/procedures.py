@@ -257,9 +257,8 @@ def upgrade_dimtrade_table(engine: Engine) -> int:
         columns = ", ".join(DIMTRADE)
         con.begin()
         try:
-            con.execute(f"INSERT INTO dimtrade_versions ({columns}, version) "
-                        f"SELECT {columns}, 0 FROM dimtrade")
-            moved = con.execute("SELECT count(*) FROM dimtrade").fetchall()[0][0]
+            moved = con.execute(f"INSERT INTO dimtrade_versions ({columns}, version) "
+                                f"SELECT {columns}, 0 FROM dimtrade").fetchall()[0][0]
             con.execute("DROP TABLE dimtrade")
             con.commit()
         except BaseException:
