@@ -7,6 +7,7 @@ loses or doubles rows silently, none hangs."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -159,7 +160,10 @@ def test_two_producers_offering_first_at_once_start_one_thread(monkeypatch) -> N
     monkeypatch.setattr(coalesce.threading, "Thread", SlowToMake)
     engine = engine_of()
     engine.run_until_idle()
-    coalescer = Coalescer(engine, "numbers", last_row, max_pending=100)
+    # ids by engine batch, not by content: which producer queues first is a race of its own
+    # (producer 2 first, taken alone, then producer 1's batch 1 is refused as out of order)
+    ids = itertools.count(1)
+    coalescer = Coalescer(engine, "numbers", lambda _rows: next(ids), max_pending=100)
     barrier = threading.Barrier(2)
 
     def produce(n: int) -> None:
