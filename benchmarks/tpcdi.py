@@ -31,7 +31,10 @@ Dimensions are built once per scale factor by Spark and copied into each run's w
 (``benchmarks.tpcdi_setup``); the numbers count the trade phases only. Batch size 0 means
 "every TPC-DI batch as one chunk" (sstore and reference only: Spark bulk is that case for
 Spark). Each run's peak RSS (``benchmarks.peak_rss``: this process, and apart Spark's JVM) is
-in the table and the JSON. How runs are fed and
+in the table and the JSON. Streaming runs are closed loop (a batch sent once the system took
+the one before: the system at saturation); ``--rates 0 1500 2000`` adds open-loop runs at
+those offered trades/s, latency from each batch's due time (``tpcdi-rates.png``: latency
+against delivered trades/s). How runs are fed and
 how latency is taken without slowing the run down: ``benchmarks.tpcdi_runs``. The definitions
 of every number: ``benchmarks.tpcdi_report.DEFINITIONS`` (also in the JSON). Results go to
 ``benchmarks/results/tpcdi.{json,png}`` (``tpcdi-quick.*`` for ``--quick``), and
@@ -72,6 +75,7 @@ from benchmarks.tpcdi_report import (
     check_same_rows,
     plot,
     plot_batches,
+    plot_rates,
     ratios_table,
     results_table,
     to_record,
@@ -107,6 +111,7 @@ class Plan:
     warm_up: bool = True  # a throwaway Structured Streaming query before the first run
     profile: bool = False  # per-batch phase breakdown of the sstore runs (tpcdi_profile)
     coalesce_trades: int = COALESCE_TRADES  # sstore-coalescing: most trades per engine batch
+    rates: tuple[float, ...] = (0.0,)  # offered trades/s of the streaming runs; 0: closed loop
 
 
 FULL = Plan((1.0, 10.0), (100, 1_000, 10_000, WHOLE), Budget(phase_seconds=100.0))
@@ -124,6 +129,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="per-batch phase breakdown of the sstore runs (a little slower)")
     parser.add_argument("--phase-seconds", type=float, help="time budget of a measured phase")
+    parser.add_argument("--rates", type=float, nargs="+", metavar="TRADES_PER_S",
+                        help="also feed the streaming systems open loop, once per rate: "
+                             "batches due at that many trades/s, latency from when each was "
+                             "due; 0 = closed loop (the default: each batch sent once the "
+                             "system took the one before); plots tpcdi-rates.png")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, help="a subset of systems")
     parser.add_argument("--coalesce-trades", type=int, default=COALESCE_TRADES,
                         help="sstore-coalescing: at most this many trades per engine batch "
@@ -138,7 +148,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
                 tuple(plan.batch_trades if args.batch_trades is None else args.batch_trades),
                 Budget(args.phase_seconds or plan.budget.phase_seconds),
                 tuple(args.systems or plan.systems), profile=args.profile,
-                coalesce_trades=args.coalesce_trades)
+                coalesce_trades=args.coalesce_trades, rates=tuple(args.rates or plan.rates))
 
 
 def batch_events(data: DataSet, trades: int) -> int:
@@ -161,18 +171,22 @@ def run_scale_factor(spark: Any, data: DataSet, url: str, plan: Plan, workdir: s
     if warm and "spark-sss" in plan.systems:
         with console.status("warming up Spark Structured Streaming"):
             warm_up(spark, data, url, workdir)
-    jobs: list[tuple[str, int | None]] = []
+    jobs: list[tuple[str, int | None, float]] = []
     if "spark-bulk" in plan.systems:
-        jobs.append(("spark-bulk", None))
+        jobs.append(("spark-bulk", None, 0.0))
     for size in plan.batch_trades:  # the streaming systems side by side, per batch size
-        jobs += [(s, size) for s in ("sstore", "sstore-coalescing", "reference", "spark-sss")
-                 if s in plan.systems and not (s == "spark-sss" and size == WHOLE)
-                 and not (s == "sstore-coalescing" and not 0 < size < plan.coalesce_trades)]
+        for rate in plan.rates if size != WHOLE else (0.0,):  # and per offered rate
+            jobs += [(s, size, rate) for s in ("sstore", "sstore-coalescing", "reference",
+                                               "spark-sss")
+                     if s in plan.systems and not (s == "spark-sss" and size == WHOLE)
+                     and not (s == "sstore-coalescing" and not 0 < size < plan.coalesce_trades)]
     overall = progress.add_task(f"SF {sf}: runs", total=len(jobs))
     runs = []
-    for system, size in jobs:
+    for system, size, rate in jobs:
+        budget = Budget(plan.budget.phase_seconds, rate)
         label = f"SF {sf} {system}" + ("" if size is None else " whole batches"
-                                       if size == WHOLE else f" batch {size:,}")
+                                       if size == WHOLE else f" batch {size:,}") + (
+            f" at {rate:,.0f} trades/s" if rate else "")
         task = progress.add_task(label, total=data.total_events)
         tick: Callable[[int], None] = lambda n, t=task: progress.advance(t, n)
         schema = f"run_{system.replace('-', '_')}_{size or 0}"
@@ -183,16 +197,17 @@ def run_scale_factor(spark: Any, data: DataSet, url: str, plan: Plan, workdir: s
             run = run_spark_bulk(spark, data, url, schema, tick)
         elif system in ("sstore", "sstore-coalescing"):
             run = run_engine(data, url, schema, state_dir, size or 0,
-                             batch_events(data, size or 0), plan.budget, tick, plan.profile,
+                             batch_events(data, size or 0), budget, tick, plan.profile,
                              coalesce_events=batch_events(data, plan.coalesce_trades)
                              if system == "sstore-coalescing" else 0)
         elif system == "reference":
             run = run_reference(data, url, schema, size or 0, batch_events(data, size or 0),
-                                plan.budget, tick)
+                                budget, tick)
         else:
             run = run_spark_streaming(spark, data, url, schema, state_dir, size or 0,
-                                      batch_events(data, size or 0), plan.budget, tick)
+                                      batch_events(data, size or 0), budget, tick)
         run.extra.update(memory.stop())
+        run.offered_trades_per_s = rate or None
         run.extra["loadavg_after"] = os.getloadavg()
         runs.append(run)
         drop_schema(url, schema)
@@ -309,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = write_report(report, args.out, name)
     plot(report["records"], os.path.splitext(path)[0] + ".png")
     plot_batches(report["records"], os.path.splitext(path)[0] + "-batches.png")
-    console.print(f"wrote {path}, {name}.png and {name}-batches.png in {report['seconds']} s")
+    rates = plot_rates(report["records"], os.path.splitext(path)[0] + "-rates.png")
+    console.print(f"wrote {path}, {name}.png, {name}-batches.png"
+                  + (f" and {name}-rates.png" if rates else "") + f" in {report['seconds']} s")
     return 1 if mismatched else 0
 
 

@@ -52,10 +52,10 @@ class CoalescingFeed(EngineFeed):
         numbers its batches: a function of the rows, so the coalescer may ask again."""
         return engine_batch_id(rows["tpcdi_batch"][-1].as_py(), rows["line_no"][-1].as_py())
 
-    def send(self, chunk: pa.Table, measured: bool) -> None:
+    def send(self, chunk: pa.Table, measured: bool, due: float | None = None) -> None:
         self._offers += 1
-        self.coalescer.offer(chunk, token=(self._offers, self._tpcdi_batch, time.perf_counter(),
-                                           measured))
+        at = time.perf_counter() if due is None else due
+        self.coalescer.offer(chunk, token=(self._offers, self._tpcdi_batch, at, measured))
 
     def _ran(self, done: Coalesced) -> None:
         self._batch += 1  # engine batches run

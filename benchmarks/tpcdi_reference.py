@@ -225,8 +225,8 @@ def _create_watermarks(con: psycopg.Connection) -> None:
 
 
 class ReferenceFeed:
-    """Feeds ``ReferenceDimTrade`` closed loop: each chunk is in PostgreSQL when send returns,
-    so its latency is arrival (just before ``process``) -> its PostgreSQL COMMIT."""
+    """Feeds ``ReferenceDimTrade``: each chunk is in PostgreSQL when send returns, so its
+    latency is arrival (just before ``process``, or when it was due) -> its PostgreSQL COMMIT."""
 
     def __init__(self, job: ReferenceDimTrade) -> None:
         self.job = job
@@ -237,8 +237,8 @@ class ReferenceFeed:
         self._tpcdi_batch = events.tpcdi_batch
         self.job.store_file_rejects(events)
 
-    def send(self, chunk: pa.Table, measured: bool) -> None:
-        t0 = time.perf_counter()
+    def send(self, chunk: pa.Table, measured: bool, due: float | None = None) -> None:
+        t0 = time.perf_counter() if due is None else due
         self.job.process(chunk)
         if measured:
             self.latencies[self._tpcdi_batch].append((time.perf_counter() - t0) * 1000)
@@ -269,7 +269,7 @@ def run_reference(data: DataSet, url: str, schema: str, batch_trades: int, batch
                 dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
             service[batch] = []
             phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick,
-                                     service[batch]))
+                                     service[batch], batch_trades))
         extra: dict[str, Any] = {"chunks": job.chunks, "skipped_chunks": job.skipped,
                                  **phase_service(service)}
     finally:

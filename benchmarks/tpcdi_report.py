@@ -40,9 +40,16 @@ DEFINITIONS = {
     "p50_ms/p99_ms": "nearest-rank percentiles of the latency of the historical phase's "
                      "measured batches (the full-size ones), from a batch's arrival (engine: "
                      "ingest; Spark streaming: its file written; Spark bulk: the start of "
-                     "Batch1, one batch) to its rows committed in PostgreSQL; "
+                     "Batch1, one batch; open loop, --rates: when it was due) to its rows "
+                     "committed in PostgreSQL; "
                      "incr_latency_ms: the same for each batch of Batch2/3 (small: a TPC-DI "
                      "incremental batch has fewer events than one batch of 100 trades at SF<=1)",
+    "offered_trades_per_s": "--rates only (open loop, benchmarks.tpcdi_runs): the rate the "
+                            "batches were due at; latency is then from a batch's due time, so "
+                            "a system that cannot keep up has trades_per_s below it and a "
+                            "latency that grows over the phase",
+    "kept_up": "open loop: trades_per_s reached 95% of offered_trades_per_s (else the table "
+               "says 'behind'); None in a closed loop",
     "hist_rows_per_s": "TPC-DI style: rows of Batch1's DimTrade source files (Trade.txt + "
                        "TradeHistory.txt), scaled to the measured part, / its seconds",
     "incr_rows_per_s": "TPC-DI style: rows of Batch2+3 Trade.txt / the incremental phases' "
@@ -82,10 +89,11 @@ def to_record(run: Run, data: DataSet) -> dict[str, Any]:
     incr = [p for p in run.phases if p.tpcdi_batch > 1]
     lat = run.latencies_ms.get(1, [])
     incr_lat = [ms for b, v in run.latencies_ms.items() if b > 1 for ms in v]
-    return {
+    record = {
         "system": run.system, "scale_factor": run.scale_factor,
         "batch_trades": run.batch_trades, "batch_events": run.batch_events,
-        "batch_label": batch_label(run.batch_trades),
+        "batch_label": batch_label(run.batch_trades, run.offered_trades_per_s),
+        "offered_trades_per_s": run.offered_trades_per_s,
         "trades": data.trades, "events": data.total_events,
         "events_per_trade": round(per_trade, 3), "measured_events": measured,
         "batches": sum(p.batches for p in run.phases), "seconds": round(seconds, 3),
@@ -106,11 +114,25 @@ def to_record(run: Run, data: DataSet) -> dict[str, Any]:
         "dimension_seconds": {k: round(v, 3) for k, v in run.dimension_seconds.items()},
         "result": run.result, **run.extra,
     }
+    record["kept_up"] = kept_up(record)
+    return record
 
 
-def batch_label(batch_trades: int | None) -> str:
-    return "TPC-DI batch" if batch_trades is None else "whole TPC-DI batch" \
+def batch_label(batch_trades: int | None, offered: float | None = None) -> str:
+    size = "TPC-DI batch" if batch_trades is None else "whole TPC-DI batch" \
         if batch_trades == 0 else f"{batch_trades:,}"
+    return size + (f" at {offered:,.0f}/s" if offered else "")
+
+
+def _key(r: dict[str, Any]) -> tuple[float, int | None, float | None]:
+    """The runs compared with each other: same SF, batch size and offered rate."""
+    return r["scale_factor"], r["batch_trades"], r.get("offered_trades_per_s")
+
+
+def kept_up(r: dict[str, Any]) -> bool | None:
+    """Open loop: whether the run's throughput reached 95% of the offered rate."""
+    offered = r.get("offered_trades_per_s")
+    return None if not offered else r["trades_per_s"] >= 0.95 * offered
 
 
 def check_same_rows(records: list[dict[str, Any]]) -> None:
@@ -131,27 +153,27 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``vs_sstore`` on every streaming record, and one row per SF and batch size comparing
     the systems (sstore's trades/s as a multiple of the others', their latency as a multiple
     of sstore's)."""
-    engine = {(r["scale_factor"], r["batch_trades"]): r for r in records
-              if r["system"] == "sstore"}
+    engine = {_key(r): r for r in records if r["system"] == "sstore"}
     bulk = {r["scale_factor"]: r for r in records if r["system"] == "spark-bulk"}
     ratios = []
     for r in records:
-        base = engine.get((r["scale_factor"], r["batch_trades"]))
+        base = engine.get(_key(r))
         if r["system"] not in ("spark-sss", "reference", "sstore-coalescing") or base is None:
             continue
         r["vs_sstore"] = {"trades_per_s": _div(r["trades_per_s"], base["trades_per_s"]),
                           "p50_ms": _div(r["p50_ms"], base["p50_ms"]),
                           "p99_ms": _div(r["p99_ms"], base["p99_ms"])}
-    for (sf, size), e in sorted(engine.items(), key=lambda kv: (kv[0][0], kv[0][1] or 1e18)):
-        sss = next((r for r in records if r["system"] == "spark-sss"
-                    and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
-        ref = next((r for r in records if r["system"] == "reference"
-                    and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
+    for key, e in sorted(engine.items(),
+                         key=lambda kv: (kv[0][0], kv[0][1] or 1e18, kv[0][2] or 0.0)):
+        sf, size, offered = key
+        sss = next((r for r in records if r["system"] == "spark-sss" and _key(r) == key), None)
+        ref = next((r for r in records if r["system"] == "reference" and _key(r) == key), None)
         co = next((r for r in records if r["system"] == "sstore-coalescing"
-                   and (r["scale_factor"], r["batch_trades"]) == (sf, size)), None)
+                   and _key(r) == key), None)
         b = bulk.get(sf)
         ratios.append({
-            "scale_factor": sf, "batch_trades": size,
+            "scale_factor": sf, "batch_trades": size, "offered_trades_per_s": offered,
+            "batch_label": e["batch_label"],
             "sstore_over_sss_trades_per_s": _div(e["trades_per_s"], sss and sss["trades_per_s"]),
             "sstore_over_reference_trades_per_s": _div(e["trades_per_s"],
                                                        ref and ref["trades_per_s"]),
@@ -185,20 +207,25 @@ def results_table(records: list[dict[str, Any]]) -> Table:
                         "(x events/trade events); trades/s end to end; latency = a batch's "
                         "arrival -> its rows visible in PostgreSQL; TPC-DI rows/s = source "
                         "rows / phase seconds; * = capped by the time budget (see notes)")
-    for name in ("SF", "system", "batch", "events/batch", "batches", "seconds", "trades/s",
+    offered = any(r.get("offered_trades_per_s") for r in records)
+    for name in ("SF", "system", "batch", "events/batch", "batches", "seconds",
+                 *(("offered trades/s",) if offered else ()), "trades/s",
                  "vs sstore", "p50 ms", "p99 ms", "hist rows/s", "incr rows/s", "peak RSS MB",
                  "same rows"):
         table.add_column(name, justify="left" if name == "system" else "right")
     for r in records:
+        rate = r.get("offered_trades_per_s")
+        rate_cell = (f"{rate:,.0f}" if rate else "closed loop",) if offered else ()
         star = "*" if r["capped"] else ""
-        batch = batch_label(r["batch_trades"])
+        batch = r["batch_label"] + ("" if kept_up(r) is not False else " [red](behind)")
         rss = "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}" + (
             f" (+JVM {r['peak_rss_children_mb']:,.0f})" if r.get("peak_rss_children_mb") and
             r["system"].startswith("spark") else "")
         table.add_row(
             f"{r['scale_factor']:g}", LABELS[r["system"]], batch,
             "-" if r["batch_events"] is None else f"{r['batch_events']:,}",
-            f"{r['batches']:,}", f"{r['seconds']:,.1f}{star}", f"{r['trades_per_s']:,.0f}{star}",
+            f"{r['batches']:,}", f"{r['seconds']:,.1f}{star}", *rate_cell,
+            f"{r['trades_per_s']:,.0f}{star}",
             _x(r.get("vs_sstore", {}).get("trades_per_s")), f"{r['p50_ms']:,.0f}",
             f"{r['p99_ms']:,.0f}", f"{r['hist_rows_per_s']:,.0f}{star}",
             f"{r['incr_rows_per_s']:,.0f}", rss, "yes" if r.get("matches") else "[red]NO")
@@ -216,7 +243,7 @@ def ratios_table(ratios: list[dict[str, Any]]) -> Table:
         table.add_column(name, justify="right")
     for r in ratios:
         star = "*" if r["capped"] else ""
-        table.add_row(f"{r['scale_factor']:g}", f"{batch_label(r['batch_trades'])}{star}",
+        table.add_row(f"{r['scale_factor']:g}", f"{r['batch_label']}{star}",
                       _x(r["sstore_over_reference_trades_per_s"]),
                       _x(r["sstore_over_reference_p50"]),
                       _x(r.get("coalescing_over_reference_trades_per_s")),
@@ -236,7 +263,7 @@ def breakdown_table(records: list[dict[str, Any]]) -> Table:
     for r in records:
         for part, ms in r.get("breakdown_ms_p50", {}).items():
             table.add_row(f"{r['scale_factor']:g}", LABELS[r["system"]],
-                          batch_label(r["batch_trades"]), part, f"{ms:,.1f}")
+                          r["batch_label"], part, f"{ms:,.1f}")
     return table
 
 
@@ -255,11 +282,62 @@ def _pyplot() -> Any:
     return plt
 
 
+def _closed_loop(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The closed-loop runs when there are any (the batch-size charts), else every run."""
+    closed = [r for r in records if not r.get("offered_trades_per_s")]
+    return closed or records
+
+
+def plot_rates(records: list[dict[str, Any]], path: str) -> bool:
+    """Per SF and batch size run open loop (``--rates``): each streaming system's p50 and
+    p99 latency against the trades/s it delivered, one point per offered rate (a cross: it
+    fell behind the rate), its closed-loop run as a diamond (saturation: the most it
+    delivers, and the queueing latency that comes with it). False if no run was open loop."""
+    keys = sorted({(r["scale_factor"], r["batch_trades"]) for r in records
+                   if r.get("offered_trades_per_s")})
+    if not keys:
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(keys), figsize=(7 * len(keys), 5), squeeze=False)
+    for ax, (sf, size) in zip(axes[0], keys, strict=True):
+        for system in STREAMING:
+            mine = [r for r in records if (r["scale_factor"], r["batch_trades"]) == (sf, size)
+                    and r["system"] == system]
+            opened = sorted((r for r in mine if r.get("offered_trades_per_s")),
+                            key=lambda r: r["offered_trades_per_s"])
+            color = COLORS[system]
+            if opened:
+                ax.plot([r["trades_per_s"] for r in opened], [r["p50_ms"] for r in opened],
+                        "-", color=color, label=f"{LABELS[system]} p50")
+                ax.plot([r["trades_per_s"] for r in opened], [r["p99_ms"] for r in opened],
+                        ":", color=color, lw=1, label=f"{LABELS[system]} p99")
+                for r in opened:
+                    ax.plot([r["trades_per_s"]], [r["p50_ms"]], "o" if r["kept_up"] else "x",
+                            color=color, ms=7)
+                    ax.annotate(f"{r['offered_trades_per_s']:,.0f}",
+                                (r["trades_per_s"], r["p50_ms"]), fontsize=6,
+                                textcoords="offset points", xytext=(3, -9))
+            for r in mine:
+                if not r.get("offered_trades_per_s"):
+                    ax.plot([r["trades_per_s"]], [r["p50_ms"]], "D", color=color, ms=7,
+                            label=f"{LABELS[system]} closed loop p50")
+        ax.set(yscale="log", xlabel="trades/s delivered into PostgreSQL (labels: offered)",
+               ylabel="batch latency, due -> visible in PostgreSQL (ms)",
+               title=f"SF {sf:g}, batches of {size:,} trades: latency by rate (x: fell behind)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def plot(records: list[dict[str, Any]], path: str) -> None:
     """Per SF: trades/s and p50 latency against batch size for every streaming system (the
     rightmost point of sstore and reference: every TPC-DI batch as one chunk); Spark bulk as
     a line."""
     plt = _pyplot()
+    records = _closed_loop(records)
     sfs = sorted({r["scale_factor"] for r in records})
     fig, axes = plt.subplots(2, len(sfs), figsize=(6.5 * len(sfs), 8.5), squeeze=False)
     for col, sf in enumerate(sfs):
@@ -306,6 +384,7 @@ def plot_batches(records: list[dict[str, Any]], path: str) -> None:
     historical phase (``service_series_ms``, medians of consecutive buckets), to see whether
     a batch's cost stays flat as the state grows; dashed: the latency series."""
     plt = _pyplot()
+    records = _closed_loop(records)
     keys = sorted({(r["scale_factor"], r["batch_trades"]) for r in records
                    if r["system"] in STREAMING and r["batch_trades"]})
     if not keys:

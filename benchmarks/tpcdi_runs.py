@@ -6,10 +6,17 @@ from the scale factor's snapshot, ``tpcdi_setup``), Batch1's trades (the histori
 then for Batch2 and Batch3 their dimension versions and their trades (the incremental phase).
 Only the trade phases are in the throughput; dimension phases are recorded apart.
 
-Streaming runs are fed closed loop: a batch of ``batch_events`` trade events is sent, the next
-one as soon as the system has taken it (the engine: its five procedures committed, while its
-sinks, one group, move earlier batches into PostgreSQL in their thread; Spark: its micro-batch
-committed in PostgreSQL). A phase ends when everything sent is visible in PostgreSQL.
+Streaming runs are fed closed loop by default: a batch of ``batch_events`` trade events is
+sent, the next one as soon as the system has taken it (the engine: its five procedures
+committed, while its sinks, one group, move earlier batches into PostgreSQL in their thread;
+Spark: its micro-batch committed in PostgreSQL). A phase ends when everything sent is visible
+in PostgreSQL. A closed loop measures a system at its saturation, where latency is mostly
+queueing (Little's law: the batches in flight / the throughput). ``Budget.rate_trades`` feeds
+open loop instead, as a source that does not wait for its consumer does: batch ``i`` of a
+phase is due ``i * batch_trades / rate_trades`` seconds after the phase's first, is sent then
+(or at once, if the system is behind), and its latency is taken from when it was due, so a
+system that cannot keep up shows its growing backlog instead of hiding it (no coordinated
+omission).
 
 Latency, arrival -> visible in PostgreSQL, per batch and without slowing the run down:
 
@@ -60,6 +67,11 @@ SERIES_POINTS = 400  # per-batch series in the JSON are medians of at most this 
 @dataclass(frozen=True)
 class Budget:
     phase_seconds: float  # measured part of one TPC-DI batch's trades, per run
+    rate_trades: float = 0.0  # offered trades/s, open loop (module docstring); 0: closed loop
+
+    def interval(self, batch_trades: int) -> float:
+        """Seconds between two batches' due times; 0.0 in a closed loop."""
+        return batch_trades / self.rate_trades if self.rate_trades > 0 and batch_trades else 0.0
 
 
 @dataclass
@@ -88,27 +100,42 @@ class Run:
     latencies_ms: dict[int, list[float]]  # per TPC-DI batch, its measured batches in order
     result: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    offered_trades_per_s: float | None = None  # open loop (Budget.rate_trades); None: closed
 
 
 class Feed(Protocol):
     def begin(self, events: BatchEvents) -> None: ...
-    def send(self, chunk: pa.Table, measured: bool) -> None: ...
+
+    def send(self, chunk: pa.Table, measured: bool, due: float | None = None) -> None:
+        """``due``: open loop, when the batch was due (``perf_counter``), its latency's start;
+        None: closed loop, the feed takes its own arrival time."""
+
     def finish(self) -> None: ...
 
 
 def feed_phase(feed: Feed, events: BatchEvents, batch_events: int, budget: Budget,
-               tick: Tick, service_ms: list[float] | None = None) -> Phase:
-    """Send one TPC-DI batch's events closed loop in batches of ``batch_events``.
-    ``service_ms``: gets the wall time of each measured ``send`` (the per-batch cost, to see
-    whether it stays flat as the state grows)."""
+               tick: Tick, service_ms: list[float] | None = None,
+               batch_trades: int = 0) -> Phase:
+    """Send one TPC-DI batch's events in batches of ``batch_events`` (``batch_trades``
+    trades), closed loop or at ``budget.rate_trades`` (module docstring). ``service_ms``: gets
+    the wall time of each measured ``send`` (the per-batch cost, to see whether it stays flat
+    as the state grows)."""
     lines, name = events.lines, _phase_name(events.tpcdi_batch)
     began = time.perf_counter()
     feed.begin(events)
+    interval = budget.interval(batch_trades)
+    first = time.perf_counter()
     done = batches = 0
     while done < lines.num_rows and time.perf_counter() - began < budget.phase_seconds:
         chunk = lines.slice(done, batch_events)
+        due = None
+        if interval:
+            due = first + batches * interval
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
         t0 = time.perf_counter()
-        feed.send(chunk, measured=True)
+        feed.send(chunk, measured=True, due=due)
         if service_ms is not None:
             service_ms.append((time.perf_counter() - t0) * 1000)
         done, batches = done + chunk.num_rows, batches + 1
@@ -205,14 +232,14 @@ class EngineFeed:
         self._tpcdi_batch = events.tpcdi_batch
         self.pipeline.store_file_rejects(events)  # as StreamingDimTrade.stream does
 
-    def send(self, chunk: pa.Table, measured: bool) -> None:
+    def send(self, chunk: pa.Table, measured: bool, due: float | None = None) -> None:
         self._batch += 1
         self._mark = t0 = time.perf_counter()
         self.engine.ingest_and_run("trade_lines", chunk, batch_id=self._batch)
         if self.profile is not None:
             self.profile.end_batch(self._batch, time.perf_counter() - t0)
         if measured:
-            self.arrivals[self._batch] = (self._tpcdi_batch, t0)
+            self.arrivals[self._batch] = (self._tpcdi_batch, t0 if due is None else due)
 
     def close(self) -> None:
         """End the feed (nothing to end here; a coalescing feed stops its thread)."""
@@ -281,7 +308,7 @@ def run_engine(data: DataSet, url: str, schema: str, state_dir: str, batch_trade
                         dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
                     service[batch] = []
                     phases.append(feed_phase(feed, data.events[batch], batch_events, budget,
-                                             tick, service[batch]))
+                                             tick, service[batch], batch_trades))
         finally:
             try:
                 feed.close()  # a coalescer that failed raises here, after its phase did
@@ -316,10 +343,11 @@ class SparkStreamingFeed:
         self.job.store_file_rejects(events.rejects, events.tpcdi_batch,
                                     event_source(self.data, events.tpcdi_batch))
 
-    def send(self, chunk: pa.Table, measured: bool) -> None:
+    def send(self, chunk: pa.Table, measured: bool, due: float | None = None) -> None:
         times = self.job.send(chunk)
         if measured:
-            self.latencies[self._tpcdi_batch].append((times.visible - times.arrival) * 1000)
+            arrival = times.arrival if due is None else due
+            self.latencies[self._tpcdi_batch].append((times.visible - arrival) * 1000)
             self.measured.add(self.job.sent)
 
     def finish(self) -> None:
@@ -349,7 +377,7 @@ def run_spark_streaming(spark: Any, data: DataSet, url: str, schema: str, workdi
                 dims[f"lookups Batch{batch}"] = time.perf_counter() - t0
             service[batch] = []
             phases.append(feed_phase(feed, data.events[batch], batch_events, budget, tick,
-                                     service[batch]))
+                                     service[batch], batch_trades))
         extra = {"breakdown_ms_p50": job.breakdown(lambda b: b in feed.measured),
                  "micro_batches": job.sent, "replayed_batches": job.replays,
                  "spark_version": spark.version, **phase_service(service)}
