@@ -118,6 +118,17 @@ FULL = Plan((1.0, 10.0), (100, 1_000, 10_000, WHOLE), Budget(phase_seconds=100.0
 QUICK = Plan((0.1,), (100, 1_000, 10_000, WHOLE), Budget(phase_seconds=25.0))
 
 
+def _rate(text: str) -> float:
+    """An offered rate: trades/s >= 0 (0: closed loop), never a typo read as closed loop."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of trades/s: {text!r}") from None
+    if not rate >= 0 or rate == float("inf"):
+        raise argparse.ArgumentTypeError(f"a rate is trades/s >= 0 (0: closed loop), not {text}")
+    return rate
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tpcdi", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,7 +140,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="per-batch phase breakdown of the sstore runs (a little slower)")
     parser.add_argument("--phase-seconds", type=float, help="time budget of a measured phase")
-    parser.add_argument("--rates", type=float, nargs="+", metavar="TRADES_PER_S",
+    parser.add_argument("--rates", type=_rate, nargs="+", metavar="TRADES_PER_S",
                         help="also feed the streaming systems open loop, once per rate: "
                              "batches due at that many trades/s, latency from when each was "
                              "due; 0 = closed loop (the default: each batch sent once the "

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
+from benchmarks.tpcdi import make_plan, parse_args
 from benchmarks.tpcdi_reference import run_reference
 from benchmarks.tpcdi_report import add_ratios, batch_label, kept_up
 from benchmarks.tpcdi_runs import Budget, feed_phase, run_engine
@@ -73,6 +75,15 @@ def test_closed_loop_sends_at_once_without_a_due_time() -> None:
     feed_phase(feed, _events(12), 4, Budget(phase_seconds=60.0), lambda n: None,
                batch_trades=100)
     assert [due for due, _, _ in feed.sent] == [None, None, None]
+
+
+def test_rates_on_the_command_line_are_checked() -> None:
+    plan = make_plan(parse_args(["--rates", "0", "1500", "2e3", "--systems", "sstore"]))
+    assert plan.rates == (0.0, 1500.0, 2000.0)
+    assert make_plan(parse_args([])).rates == (0.0,)  # closed loop by default
+    for bad in ("-5", "nan", "inf", "fast"):
+        with pytest.raises(SystemExit):  # argparse's error: exit status 2, message on stderr
+            parse_args(["--rates", bad])
 
 
 def _record(system: str, offered: float | None, trades_per_s: float, p50: float
