@@ -1,24 +1,21 @@
 """The TPC-DI benchmark's open loop (``--rates``): batches are sent when they are due, and a
 batch's latency starts when it was due, even when the system is behind (a closed loop, or an
 open loop that waited for the system before taking the time, would hide the backlog:
-coordinated omission). And runs at different rates are never compared with each other."""
+coordinated omission). And runs at different rates are never compared with each other. The
+real systems' feeds, flooded open loop: tests/test_bench_tpcdi_reference.py (it builds the
+dimensions they need once)."""
 
 from __future__ import annotations
 
-import json
-import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from benchmarks.tpcdi import make_plan, parse_args
-from benchmarks.tpcdi_reference import run_reference
 from benchmarks.tpcdi_report import add_ratios, batch_label, kept_up
-from benchmarks.tpcdi_runs import Budget, feed_phase, run_engine
-from benchmarks.tpcdi_setup import build_dimensions, make_data
+from benchmarks.tpcdi_runs import Budget, feed_phase
 from sstore.workloads.tpcdi.streaming.events import BatchEvents
 
 
@@ -104,32 +101,3 @@ def test_runs_are_compared_at_the_same_rate_only_and_falling_behind_is_flagged()
     assert ratios[1]["batch_label"] == "100 at 2,000/s"
     assert [kept_up(r) for r in records] == [None, None, True, False]
 
-
-def test_every_streaming_feed_measures_from_the_due_time(spark: Any, pg_url: str,
-                                                         tmp_path: Path) -> None:
-    """For real (SF 0.01, Spark-built dimensions, DuckDB, PostgreSQL): the engine, the
-    coalescing engine and the reference, offered far more than they can take, show the
-    backlog growing in their latencies; paced below it, the rate sets the phase's length;
-    and every run loads the same warehouse."""
-    data = make_data(0.01, tmp_path / "data")
-    build_dimensions(spark, data, pg_url)
-    flooded = Budget(phase_seconds=600.0, rate_trades=1_000_000.0)
-    paced = Budget(phase_seconds=600.0, rate_trades=800.0)  # 20 trades per 25 ms
-    runs = [run_engine(data, pg_url, "rate_sstore", str(tmp_path / "a"), 20, 50, flooded,
-                       lambda n: None),
-            run_engine(data, pg_url, "rate_coalescing", str(tmp_path / "b"), 20, 50, flooded,
-                       lambda n: None, coalesce_events=100),
-            run_reference(data, pg_url, "rate_reference", 20, 50, flooded, lambda n: None),
-            run_engine(data, pg_url, "rate_paced", str(tmp_path / "c"), 20, 50, paced,
-                       lambda n: None)]
-    for run in runs[:3]:
-        latencies = run.latencies_ms[1]
-        assert len(latencies) == run.phases[0].batches > 40
-        half = len(latencies) // 2
-        early, late = statistics.median(latencies[:half]), statistics.median(latencies[half:])
-        assert late > early + 200, f"{run.system}: a backlog of ~{half} batches not seen " \
-                                   f"({early:.0f} -> {late:.0f} ms)"
-    hist = runs[3].phases[0]
-    assert hist.seconds >= (hist.batches - 1) * 0.025
-    assert len({json.dumps(r.result, sort_keys=True) for r in runs}) == 1
-    assert runs[0].result["dimtrade_rows"] == data.trades

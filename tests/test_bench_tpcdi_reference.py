@@ -1,17 +1,20 @@
 """The TPC-DI benchmark's hand-written reference and its sstore profile, for real (SF 0.01,
 Spark-built dimensions, DuckDB, PostgreSQL): the reference loads exactly the rows sstore loads,
 also when it is stopped half way and run again with another chunk size (exactly once by its
-watermark), and the profile attributes time to every procedure and restores what it wrapped."""
+watermark), and the profile attributes time to every procedure and restores what it wrapped.
+And every streaming feed measures open loop (``--rates``) from each batch's due time: flooded,
+the engine, the coalescing engine and the reference show their backlog in their latency."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from benchmarks.tpcdi_profile import GROUP_COMMIT, OUTSIDE, SINKS, TOTAL
-from benchmarks.tpcdi_reference import APPLY_SQL, JUDGE_SQL, ReferenceDimTrade
+from benchmarks.tpcdi_reference import APPLY_SQL, JUDGE_SQL, ReferenceDimTrade, run_reference
 from benchmarks.tpcdi_runs import Budget, run_engine
 from benchmarks.tpcdi_setup import (
     TPCDI_BATCHES,
@@ -89,6 +92,23 @@ def test_reference_loads_what_sstore_loads_exactly_once_and_the_profile_covers_i
     want, got = fingerprint(pg_url, "run_sstore"), fingerprint(pg_url, schema)
     assert want["dimtrade_rows"] == data.trades and want["dimessages_rows"] > 0
     assert got == want
+
+    # open loop, offered far more than any of them takes: the due times run ahead of the
+    # sends, and a latency taken from the due time grows with the backlog
+    flooded = Budget(phase_seconds=600.0, rate_trades=1_000_000.0)
+    runs = [run_engine(data, pg_url, "rate_sstore", str(tmp_path / "a"), 20, 50, flooded,
+                       lambda n: None),
+            run_engine(data, pg_url, "rate_coalescing", str(tmp_path / "b"), 20, 50, flooded,
+                       lambda n: None, coalesce_events=100),
+            run_reference(data, pg_url, "rate_reference", 20, 50, flooded, lambda n: None)]
+    for run in runs:
+        latencies = run.latencies_ms[1]
+        assert len(latencies) == run.phases[0].batches > 40
+        half = len(latencies) // 2
+        early, late = statistics.median(latencies[:half]), statistics.median(latencies[half:])
+        assert late > early + 200, f"{run.system}: a backlog of ~{half} batches not seen " \
+                                   f"({early:.0f} -> {late:.0f} ms)"
+        assert run.result == want, f"{run.system} loaded other rows open loop"
 
 
 def test_the_reference_query_chains_every_step() -> None:
