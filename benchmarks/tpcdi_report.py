@@ -217,7 +217,7 @@ def results_table(records: list[dict[str, Any]]) -> Table:
         rate = r.get("offered_trades_per_s")
         rate_cell = (f"{rate:,.0f}" if rate else "closed loop",) if offered else ()
         star = "*" if r["capped"] else ""
-        batch = r["batch_label"] + ("" if kept_up(r) is not False else " [red](behind)")
+        batch = r["batch_label"] + (" [red](behind)" if r.get("kept_up") is False else "")
         rss = "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}" + (
             f" (+JVM {r['peak_rss_children_mb']:,.0f})" if r.get("peak_rss_children_mb") and
             r["system"].startswith("spark") else "")
