@@ -31,7 +31,6 @@ sink, records the error in the engine (``status`` shows it) and makes ``flush`` 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -47,6 +46,7 @@ from migrators.delivery import SinkKey, TargetBehind
 from migrators.errors import IncompatibleSchemaError, MigrationError
 from migrators.read_ahead import Chunk, Converted, ReadAhead, in_batch_order
 from migrators.recent_batches import RecentBatches
+from migrators.sink_loop import feed_until_stopped, idle_seconds
 from migrators.postgres import (
     RetryPolicy,
     Session,
@@ -64,7 +64,7 @@ from sstore.backpressure import Bound
 from sstore.engine import Engine
 from sstore.errors import DeclarationError, GapError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
-from sstore.retry import Kind, call, first_line, kind_of
+from sstore.retry import first_line
 from sstore.sql import ident, qualified
 from sstore.streams import BATCH_COLUMN
 from sstore.subscriptions import Subscription
@@ -678,47 +678,6 @@ class StreamToPostgres:
         with self._mutex:
             self.close()
         self._after = None
-
-
-def idle_seconds(sinks: Sequence[StreamToPostgres]) -> float | None:
-    """How long a sink thread sleeps when no batch commits: an acknowledgement held back is
-    sent after ``ack_every`` (at least every 10 ms) even then; None: no live sink to feed."""
-    if not sinks:
-        return None
-    if any(s._unacked for s in sinks):
-        return min(1.0, max(min(s.ack_every for s in sinks), 0.01))
-    return 1.0
-
-
-def feed_until_stopped(wake: threading.Event, stopping: threading.Event, retry: RetryPolicy,
-                       what: str, deliver: Callable[[], object],
-                       idle: Callable[[], float | None],
-                       on_retry: Callable[[BaseException, int], None],
-                       on_success: Callable[[], None],
-                       on_terminal: Callable[[BaseException], None]) -> None:
-    """The loop of a sink thread (one sink's, or a sink group's): wait until woken by a
-    commit or ``idle()`` seconds pass (None: nothing left to feed, the loop ends), then
-    ``deliver``, retrying transient failures for as long as the thread runs (``retry``'s
-    delays, no limit). A terminal failure goes to ``on_terminal`` (the halt) and ends the
-    loop; a transient one while stopping just ends it."""
-    forever = RetryPolicy(attempts=None, first_delay=retry.first_delay,
-                          max_delay=retry.max_delay)
-    while not stopping.is_set():
-        timeout = idle()
-        if timeout is None:
-            return
-        wake.wait(timeout=timeout)
-        wake.clear()
-        if stopping.is_set():
-            break
-        try:
-            call(deliver, forever, what, on_retry=on_retry, stop=stopping)
-            on_success()
-        except Exception as exc:  # noqa: BLE001 - classified: terminal halts, else stopping
-            if stopping.is_set() and kind_of(exc) is Kind.TRANSIENT:
-                break
-            on_terminal(exc)
-            return
 
 
 def _no_kick() -> None:

@@ -45,11 +45,10 @@ from migrators.engine_to_postgres import (
     Chunk,
     MigrationReport,
     StreamToPostgres,
-    feed_until_stopped,
-    idle_seconds,
 )
 from migrators.errors import MigrationError
 from migrators.postgres import RetryPolicy, Session
+from migrators.sink_loop import feed_until_stopped, idle_seconds
 from sstore import interrupts
 from sstore.errors import DeclarationError
 from sstore.retry import Kind, first_line, kind_of

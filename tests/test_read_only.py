@@ -327,10 +327,10 @@ def test_postgres_reads_run_in_read_only_transactions(two_engines, pg_url: str,
     ``read_postgres`` (the migrators' read path)."""
     from migrators.errors import MigrationError
     from migrators.postgres_to_engine import read_postgres
-    from sstore.polystore import connectors
+    from sstore.polystore import connector_postgres
     ps, _engine = two_engines
     pg = ps.connector("pg")
-    monkeypatch.setattr(connectors, "check_query", lambda sql, dialect="duckdb": None)
+    monkeypatch.setattr(connector_postgres, "check_query", lambda sql, dialect="duckdb": None)
     with pytest.raises(MigrationError, match="read-only transaction"):
         pg.fetch("DELETE FROM customer")
     with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
