@@ -103,11 +103,14 @@ def single_table(sql: str) -> str | None:
 
 
 def schema_and_name(table: str, default_schema: str) -> tuple[str, str]:
+    """``schema.table`` -> (schema, table); a bare name is in ``default_schema``."""
     schema, _, name = table.rpartition(".")
     return (schema or default_schema), name
 
 
 def group_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, str]]]:
+    """``information_schema.columns`` rows -> ``discover``'s answer: (name, physical name,
+    {column: type}) per table."""
     tables: dict[str, dict[str, str]] = {}
     for row in rows:
         tables.setdefault(row["table_name"], {})[row["column_name"]] = str(row["data_type"])
