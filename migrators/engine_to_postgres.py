@@ -184,7 +184,7 @@ class StreamToPostgres:
     _loop_retries: int = field(default=0, init=False)  # retries of the sink thread's loop
     #: batches handed over by the subscription that wakes the sink thread, not yet delivered
     _recent: RecentBatches = field(default_factory=RecentBatches, init=False)
-    #: the running read-ahead's ``kick`` (``migrators.read_ahead``), called as a COPY begins
+    #: the running read-ahead's ``kick`` (``migrators.read_ahead``), called once a COPY is sent
     _kick: Callable[[], None] = field(default_factory=lambda: _no_kick, init=False)
 
     def __post_init__(self) -> None:
@@ -501,8 +501,7 @@ class StreamToPostgres:
 
         def write(cur: psycopg.Cursor, watermark: int) -> int:
             if watermark == after and self._target_types is types:
-                self._kick()  # the reader prepares the next chunk while PostgreSQL works
-                return self._write(cur, planned.data, planned.payload)
+                return self._write(cur, planned.data, planned.payload, sent=self._kick)
             return self._write(cur, self._rows_for_target(rows, watermark))
 
         done = self.session.run(
@@ -553,11 +552,15 @@ class StreamToPostgres:
             self._unchanged = (data.schema, types)
         return converted
 
-    def _write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None) -> int:
-        """Step 4: converted rows into the target (``payload``: their COPY encoding)."""
+    def _write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None,
+               sent: Callable[[], None] | None = None) -> int:
+        """Step 4: converted rows into the target (``payload``: their COPY encoding;
+        ``sent``: called as PostgreSQL starts on them, ``copy_arrow``)."""
         if self.mode == "append":
-            copy_arrow(cur, self.target, data, payload)
+            copy_arrow(cur, self.target, data, payload, sent)
         else:
+            if sent is not None:
+                sent()
             merge_rows(cur, self.target, data, self.key)
         return data.num_rows
 

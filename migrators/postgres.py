@@ -140,17 +140,22 @@ def with_retries(url: str, work: Callable[[psycopg.Connection], T], policy: Retr
 
 
 def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table,
-               payload: bytes | None = None) -> int:
+               payload: bytes | None = None, sent: Callable[[], None] | None = None) -> int:
     """Binary COPY of an Arrow table into ``table`` (its columns by name, in its order).
 
     ``payload``: ``encode_copy(rows)``, made ahead of time (a sink encodes the next chunk in
-    its reader thread while this one's COPY waits for PostgreSQL)."""
+    its reader thread while this one's COPY waits for PostgreSQL). ``sent``: called once the
+    whole stream is handed to the socket, before waiting for PostgreSQL to take it: the
+    moment a sink starts its reader thread on the next chunk. Started earlier, that thread
+    held the GIL in its encoder while this one still had data to send."""
     if rows.num_rows == 0:
         return 0
     columns = ", ".join(ident(c) for c in rows.column_names)
     with cur.copy(f"COPY {qualified(table)} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
         for part in (payload,) if payload is not None else copy_parts(rows):
             copy.write(part)
+        if sent is not None:
+            sent()
     return rows.num_rows
 
 
