@@ -133,9 +133,10 @@ class StreamToPostgres:
     ``on_delivered`` is called with a ``Delivered`` after each chunk's COMMIT (metrics).
     ``before_commit`` is a test hook called with the open connection after COPY, before COMMIT.
     ``ack_every`` (seconds): acknowledgements to the engine are grouped (each is taken in memory
-    and written with the engine's next group commit or GC); correctness does not depend on them, since the watermark decides on restart, only
-    how soon garbage collection may remove migrated batches (and how soon an ingest waiting
-    for this sink under backpressure goes on).
+    and written with the engine's next group commit or GC); correctness does not depend on
+    them, since the watermark decides on restart, only how soon garbage collection may remove
+    migrated batches (and how soon an ingest waiting for this sink under backpressure goes
+    on).
     ``max_lag``: this sink's backpressure bound (``sstore.Bound``: batches and bytes it may
     leave retained before ingests upstream wait); None: the engine's default
     (``Engine(max_lag=...)``; see ``sstore.backpressure``).

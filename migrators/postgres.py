@@ -232,6 +232,12 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
     if rows.num_rows == 0:
         return
     stage = stage_for(cur, rows.schema)
+    if cur.connection.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+        # autocommit without BEGIN: the COPY would commit on its own, the stage be emptied,
+        # and the INSERT move nothing: every row lost without an error
+        raise DeclarationError(f"merge into {table} needs an open transaction (the "
+                               f"connection is in autocommit mode): send BEGIN first or use "
+                               f"a connection with autocommit off")
     copy_arrow(cur, stage, rows)
     cols = [ident(c) for c in rows.column_names]
     names = ", ".join(cols)

@@ -15,8 +15,9 @@ once its COPY stream is in the socket and PostgreSQL works on it, the longest wa
 Kicked as the COPY began, the helper's encoder held the GIL while the delivering thread still
 had most of 700 KB to send (0.84-0.91x raw COPY at 10,000-row chunks; 1.03x kicked after the
 send). The helper's work (a chunk's encoding, or a read of a few chunks) fits in that wait and
-the helper is idle, not holding the GIL, when PostgreSQL answers. A chunk not kicked is prepared when it is reached (the delivering thread
-then just waits for it, as it would have done the work itself).
+the helper is idle, not holding the GIL, when PostgreSQL answers. A chunk not kicked is
+prepared when it is reached (the delivering thread then just waits for it, as it would have
+done the work itself).
 
 Reads go by groups of chunks (one DuckDB query, one hold of the engine's lock, per up to
 ``READ_AHEAD_ROWS`` rows); the first group is a single chunk, so delivery starts after the

@@ -72,3 +72,22 @@ def test_a_target_widened_after_the_stage_was_made(con: psycopg.Connection) -> N
         merge_rows(cur, "public.b", wide, ["id"])
     con.commit()
     assert contents(con, "b") == [(1, "x" * 30, 7)]
+
+
+def test_a_merge_outside_a_transaction_is_refused_not_lost(pg_url: str) -> None:
+    """On a connection in autocommit mode each statement commits alone: the COPY would fill
+    the stage and commit, ``ON COMMIT DELETE ROWS`` would empty it, and the INSERT would move
+    nothing. Refused with a message before any row is staged; with BEGIN sent it merges."""
+    from sstore.errors import DeclarationError
+
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute("CREATE TABLE a (id BIGINT PRIMARY KEY, v TEXT)")
+        with pytest.raises(DeclarationError, match="needs an open transaction"), \
+                con.cursor() as cur:
+            merge_rows(cur, "public.a", rows([1, 2], "a"), ["id"])
+        assert contents(con, "a") == []
+        con.execute("BEGIN")
+        with con.cursor() as cur:
+            merge_rows(cur, "public.a", rows([1, 2], "a"), ["id"])
+        con.execute("COMMIT")
+        assert contents(con, "a") == [(1, "a1"), (2, "a2")]
