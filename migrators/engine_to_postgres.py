@@ -56,9 +56,10 @@ from migrators.postgres import (
     ensure_table,
     merge_rows,
     parse_name,
+    refuse_null_keys,
     target_columns,
 )
-from migrators.typemap import for_copy, for_target
+from migrators.typemap import check_sendable, for_copy, for_target
 from sstore import interrupts
 from sstore.backpressure import Bound
 from sstore.engine import Engine
@@ -78,6 +79,7 @@ ACK_WAIT_MAX = 0.5
 def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
     """Within one chunk a key may change several times; its last row (in batch order) wins,
     as it would have if every batch had been merged on its own."""
+    refuse_null_keys(rows, key, "a merge")
     if rows.num_rows < 2:
         return rows
     numbered = rows.append_column("__pos", pa.array(range(rows.num_rows), pa.int64()))
@@ -545,6 +547,7 @@ class StreamToPostgres:
             data = data.rename_columns([self.batch_column, *data.column_names[1:]])
         if self.mode == "merge":
             data = last_per_key(data, self.key)
+        check_sendable(data)
         unchanged = self._unchanged
         if unchanged is not None and unchanged[1] is types and unchanged[0].equals(data.schema):
             return data  # the conversions would rebuild the same table (checked once)

@@ -231,6 +231,7 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
     delivery and left two catalog rows per column for autovacuum at every delivery."""
     if rows.num_rows == 0:
         return
+    refuse_null_keys(rows, key, f"a merge into {table}")
     stage = stage_for(cur, rows.schema)
     if cur.connection.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
         # autocommit without BEGIN: the COPY would commit on its own, the stage be emptied,
@@ -251,6 +252,24 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
     except psycopg.errors.InvalidColumnReference:
         raise IncompatibleSchemaError(f"merge into {table} needs a primary key or unique "
                                       f"constraint on ({', '.join(key)})") from None
+    except psycopg.errors.CardinalityViolation as exc:
+        raise MigrationError(
+            f"merge into {table}: two rows have one key ({', '.join(key)}) as PostgreSQL "
+            f"compares keys: the same key twice, or keys that differ in the engine but not to "
+            f"PostgreSQL (0.0 and -0.0, trailing blanks in a character(n) column, a "
+            f"case-insensitive collation); which row wins would be undefined, so none is "
+            f"merged ({first_line(str(exc))})") from None
+
+
+def refuse_null_keys(rows: pa.Table, key: Sequence[str], what: str) -> None:
+    """A merge key with a NULL part is refused (``MigrationError``): PostgreSQL's ON CONFLICT
+    never matches a NULL, so each such row would be appended, while the rows of one chunk
+    (``last_per_key``) would collapse into one: what lands would depend on how batches were
+    cut. A table the sink creates has the key as PRIMARY KEY, which refuses them too."""
+    for k in key:
+        if k in rows.column_names and rows.column(k).null_count:
+            raise MigrationError(f"{what}: {rows.column(k).null_count} row(s) have NULL in "
+                                 f"key column {k!r}; a merge key must not be NULL")
 
 
 def stage_for(cur: psycopg.Cursor, schema: pa.Schema) -> str:

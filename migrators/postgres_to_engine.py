@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
-from migrators.errors import MigrationError, PostgresUnavailable
+from migrators.errors import MigrationError, PostgresUnavailable, UnsupportedTypeError
 from migrators.urls import parse, with_connect_timeout
 from sstore import retry
 from sstore.engine import Engine
@@ -65,22 +65,65 @@ def fetch_arrow(con: Any, sql: str, params: Sequence[Any] = (), *,
         return _plain(cur.fetch_arrow_table())
 
 
+#: PostgreSQL's earliest timestamp and date (4713-11-24 BC), in Arrow's units since 1970. ADBC
+#: adds the 1970 -> 2000 epoch shift to PostgreSQL's values without an overflow check, so
+#: 'infinity', '-infinity' and timestamps past 294246 AD arrive wrapped around to ~290,000 BC,
+#: far below anything PostgreSQL can hold: such a value is refused, never loaded.
+_EARLIEST = {"timestamp": -210866803200 * 1_000_000, "timestamptz": -210866803200 * 1_000_000,
+             "date": -2440588}
+
+#: PostgreSQL types whose Arrow form from ADBC is not the value: money arrives as its cents in
+#: an int64 (12.34 -> 1234), and what ADBC does not know arrives as PostgreSQL's binary wire
+#: encoding (inet, timetz, ranges, geometry, bit strings, xml). Refused with the cast that keeps
+#: the value; a silent change of meaning is worse than a clear refusal.
+_CAST_FIRST = {"money": "numeric"}
+
+
 def _plain(table: pa.Table) -> pa.Table:
-    """Drop ADBC's per-field metadata (the PostgreSQL type names) from the schema, and turn
-    ``numeric`` (which ADBC hands over as text) into Arrow decimals."""
+    """Drop ADBC's per-field metadata (the PostgreSQL type names) from the schema, turn
+    ``numeric`` (which ADBC hands over as text) into Arrow decimals and ``oid`` (an int32 to
+    ADBC) into uint32, and refuse the values ADBC does not carry intact (``_CAST_FIRST``,
+    ``_EARLIEST``, opaque types) with an ``UnsupportedTypeError`` naming the column."""
     columns, fields = [], []
     for field, column in zip(table.schema, table.columns):
-        if (field.metadata or {}).get(b"POSTGRESQL:type") == b"numeric":
-            column = _numeric(column, int((field.metadata or {}).get(b"POSTGRESQL:typmod", -1)))
+        metadata = field.metadata or {}
+        pg_type = metadata.get(b"POSTGRESQL:type", b"").decode()
+        if pg_type == "numeric":
+            column = _numeric(column, int(metadata.get(b"POSTGRESQL:typmod", -1)))
+        elif pg_type == "oid":
+            column = pa.chunked_array([c.view(pa.uint32()) for c in column.chunks],
+                                      pa.uint32())
+        elif pg_type in _CAST_FIRST or isinstance(field.type, pa.BaseExtensionType) and \
+                field.type.extension_name == "arrow.opaque":
+            cast = _CAST_FIRST.get(pg_type, "text")
+            raise UnsupportedTypeError(
+                f"column {field.name!r} has PostgreSQL type {pg_type}, which does not reach "
+                f"the engine unchanged; read it as {field.name}::{cast} in a query= instead")
+        elif pg_type in _EARLIEST and column.null_count < len(column):
+            _refuse_wrapped(field.name, pg_type, column)
         columns.append(column)
         fields.append(pa.field(field.name, column.type))
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
+def _refuse_wrapped(name: str, pg_type: str, column: pa.ChunkedArray) -> None:
+    units = pa.int32() if pg_type == "date" else pa.int64()
+    earliest = pc.min(pa.chunked_array([c.view(units) for c in column.chunks], units)).as_py()
+    if earliest is not None and earliest < _EARLIEST[pg_type]:
+        raise UnsupportedTypeError(
+            f"column {name!r} ({pg_type}) holds 'infinity', '-infinity' or a value after "
+            f"294246 AD, which Arrow cannot carry (it would arrive as a date around 290,000 "
+            f"BC); replace it in a query= (e.g. NULLIF({name}, 'infinity') or "
+            f"LEAST({name}, '9999-12-31'))")
+
+
 def _numeric(column: pa.ChunkedArray, typmod: int) -> pa.ChunkedArray:
     """PostgreSQL numeric text as decimal128: numeric(p,s) keeps p and s (the type modifier
-    is ((p << 16) | s) + 4); an unconstrained numeric gets the largest scale its values use.
-    Values no decimal128 holds (NaN, more than 38 digits) leave the column as text."""
+    is ((p << 16) | s) + 4); an unconstrained numeric gets the largest scale its values use,
+    if every value's integer digits fit beside that scale in 38 digits (Arrow's rescaling
+    cast wraps around instead of failing for some that do not: 12345678901234567890 at scale
+    21 became 95513692080783205.3...). Values no decimal128 holds (NaN, more than 38 digits)
+    leave the column as text."""
     text = column.cast(pa.string()) if not isinstance(column.type, pa.ExtensionType) else \
         pa.chunked_array([c.storage for c in column.chunks], pa.string())
     if typmod >= 4:
@@ -88,6 +131,9 @@ def _numeric(column: pa.ChunkedArray, typmod: int) -> pa.ChunkedArray:
     else:
         fractions = pc.utf8_length(pc.replace_substring_regex(text, r"^[^.]*\.?", ""))
         scale = pc.max(fractions).as_py() or 0
+        whole = pc.replace_substring_regex(text, r"^-?0*([0-9]*).*$", r"\1")
+        if (pc.max(pc.utf8_length(whole)).as_py() or 0) + scale > 38:
+            return text
         precision = 38
     try:
         return text.cast(pa.decimal128(precision, scale))
@@ -102,7 +148,10 @@ def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None =
 
     ``mode``: "replace" (a full copy), "append" or "merge" (by ``key``). With ``since`` (a key
     or timestamp column that only grows), only rows whose ``since`` is greater than the largest
-    one already in ``into`` are read: an incremental refresh. Returns the number of rows read.
+    one already in ``into`` are read: an incremental refresh. In merge mode "greater or equal":
+    a row that ties with the newest one and was committed after the last refresh would
+    otherwise never be read; append needs a ``since`` whose values are unique. Returns the
+    number of rows read.
     ``retry``: how long a server that is away is tried (``read_postgres``'s ``policy``; default
     ``RetryPolicy()``, about 16 s), for callers that must fail sooner or wait longer.
     """
@@ -115,10 +164,30 @@ def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None =
             raise DeclarationError("an incremental copy (since=) appends or merges; use "
                                    "mode='append' or mode='merge'")
         newest = _newest(engine, into, since)
-        if newest is not None:
-            sql, params = f"SELECT * FROM {source} WHERE {ident(since)} > $1", [newest]
+        if newest is not None:  # merge re-reads rows that tie with the newest (see above)
+            op = ">=" if mode == "merge" else ">"
+            sql, params = f"SELECT * FROM {source} WHERE {ident(since)} {op} $1", [newest]
+            if mode == "append":
+                _refuse_late_ties(url, engine, source, into, since, newest, retry)
     rows = read_postgres(url, sql, params, policy=retry)
     return engine.load_table(into, rows, mode=mode, key=key)
+
+
+def _refuse_late_ties(url: str, engine: Engine, source: str, into: str, since: str,
+                      newest: Any, policy: RetryPolicy | None) -> None:
+    """Rows at the source that tie with the newest ``since`` copied and came after that copy
+    would never be read by an append (``table_to_postgres._refuse_late_ties``, the other
+    direction): more of them at the source than in ``into`` is a ``MigrationError``."""
+    there = read_postgres(url, f"SELECT count(*) AS n FROM {source} WHERE {ident(since)} = $1",
+                          [newest], policy=policy).column("n")[0].as_py()
+    here = engine.query(f"SELECT count(*) AS n FROM {qualified(into)} WHERE {ident(since)} = ?",
+                        params=[newest]).column("n")[0].as_py()
+    if there > here:
+        raise MigrationError(
+            f"copy into {into}: {there - here} row(s) with {since} = {newest!r} (the newest "
+            f"value already copied) came after the last copy, and an append by {since!r} "
+            f"cannot read them without reading the others twice; use a {since!r} whose values "
+            f"are unique, or mode='merge' with a key")
 
 
 def _newest(engine: Engine, table: str, column: str) -> Any:

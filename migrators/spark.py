@@ -62,8 +62,9 @@ from migrators.spark_session import get_spark
 from migrators.urls import PgUrl, parse
 from sstore import retry
 from sstore.engine import Engine
-from sstore.errors import DeclarationError
+from sstore.errors import DeclarationError, SchemaError
 from sstore.retry import Kind, RetryPolicy
+from sstore.rows import conform_columns
 from sstore.sql import ident, qualified
 
 Bound = int | float | decimal.Decimal | datetime.date | datetime.datetime | str
@@ -293,6 +294,12 @@ def dataframe_to_engine(df: DataFrame, engine: Engine, table: str,
     target, relation = qualified(table), ident(source)
     exists = bool(engine.query("SELECT 1 FROM duckdb_tables() WHERE table_name = ? AND "
                                "schema_name = current_schema()", table).num_rows)
+    if exists:  # INSERT would let DuckDB round 2.7 into an INTEGER 3: refuse what changes
+        try:
+            arrow = conform_columns(arrow, engine.query(f"SELECT * FROM {target} LIMIT 0").schema,
+                                    f"engine table {table!r}")
+        except SchemaError as exc:
+            raise IncompatibleSchemaError(str(exc)) from None
     with engine.transaction() as tx:
         tx.register(source, arrow)
         if not exists:  # DuckDB 2.0.0 loses rows of a table made empty and filled in one tx

@@ -2,7 +2,10 @@
 
 Streams carry batch-ids and move through ``engine_to_postgres``. A state table has no batches,
 so its increments are decided by a column: with ``since``, only rows whose ``since`` is greater
-than the largest one already in the target are sent. The largest value is read inside the same
+than the largest one already in the target are sent (in merge mode, greater or equal: a row that
+ties with the newest one copied and was committed after that copy is merged in, not skipped;
+append cannot tell such a row from one it sent, so append needs a column whose values are
+unique and only grow, such as a sequence). The largest value is read inside the same
 PostgreSQL transaction that loads the rows, under a lock that keeps concurrent copies of the same
 target out, so a repeated or concurrent copy never duplicates a row.
 """
@@ -21,7 +24,7 @@ from migrators.postgres import (
     ensure_table,
     merge_rows,
 )
-from migrators.typemap import for_copy
+from migrators.typemap import check_sendable, for_copy, for_target
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
 from sstore.sql import ident, qualified
@@ -46,15 +49,23 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
         raise MigrationError(f"table {source_table!r} has no column {since!r}")
 
     def load(con: psycopg.Connection) -> int:
-        ensure_table(con, table, schema, key)
+        types = ensure_table(con, table, schema, key)
         con.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
         sql, params = f"SELECT * FROM {qualified(source_table)}", []
         if since is not None:
             newest = con.execute(f"SELECT max({ident(since)}) FROM {qualified(table)}"
                                  ).fetchone()[0]
-            if newest is not None:
-                sql, params = f"{sql} WHERE {ident(since)} > ?", [newest]
-        rows = for_copy(engine.query(sql, params=params))
+            if newest is not None:  # merge re-reads the newest value: rows that tie with
+                # it and committed after the last copy are merged in, not skipped for good
+                op = ">=" if mode == "merge" else ">"
+                sql, params = f"{sql} WHERE {ident(since)} {op} ?", [newest]
+                if mode == "append":
+                    _refuse_late_ties(con, engine, source_table, table, since, newest)
+        rows = engine.query(sql, params=params)
+        check_sendable(rows)
+        # binary COPY sends exactly the column's type: rows go in the target's (widened)
+        # types, or are refused (a bigint sent into a numeric column was read as zeros)
+        rows = for_target(for_copy(rows), types)
         with con.cursor() as cur:
             if mode == "replace":
                 cur.execute(f"DELETE FROM {qualified(table)}")
@@ -70,3 +81,21 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
         return session.run(load, f"copy {source_table} to {table}")
     finally:
         session.close()
+
+
+def _refuse_late_ties(con: psycopg.Connection, engine: Engine, source_table: str, table: str,
+                      since: str, newest: object) -> None:
+    """An append by ``since`` sends rows above the newest value copied; rows that tie with it
+    and were committed after that copy would never be sent. They cannot be told apart from the
+    ones sent (no key), so more such rows at the source than in the target is a
+    ``MigrationError``, not a silent loss."""
+    there = con.execute(f"SELECT count(*) FROM {qualified(table)} WHERE {ident(since)} = %s",
+                        (newest,)).fetchone()[0]
+    here = engine.query(f"SELECT count(*) AS n FROM {qualified(source_table)} WHERE "
+                        f"{ident(since)} = ?", params=[newest]).column("n")[0].as_py()
+    if here > there:
+        raise MigrationError(
+            f"copy {source_table} to {table}: {here - there} row(s) with {since} = {newest!r} "
+            f"(the newest value already copied) came after the last copy, and an append by "
+            f"{since!r} cannot send them without sending the others twice; use a {since!r} "
+            f"whose values are unique, or mode='merge' with a key")

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as at
 
 from migrators.errors import IncompatibleSchemaError, UnsupportedTypeError
@@ -80,9 +81,11 @@ COMPATIBLE: dict[str, tuple[str, ...]] = {
     "numeric": ("numeric",),
     "real": ("real", "double precision"),
     "double precision": ("double precision",),
-    "text": ("text", "character varying", "character"),
+    "text": ("text", "character varying"),  # not character(n): it pads and trims blanks
     "bytea": ("bytea",),
-    "date": ("date", "timestamp without time zone", "timestamp with time zone"),
+    # not timestamptz: which instant a date is depends on a zone (the sink would say UTC
+    # midnight, PostgreSQL's own cast the session's midnight: two paths, two days)
+    "date": ("date", "timestamp without time zone"),
     "time": ("time without time zone",),
     "timestamp": ("timestamp without time zone",),
     "timestamptz": ("timestamp with time zone",),
@@ -110,6 +113,30 @@ def for_copy(rows: pa.Table) -> pa.Table:
         arrays.append(column if column.type == target else column.cast(target))
         fields.append(pa.field(f.name, target))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+#: DuckDB's 'infinity' and '-infinity' timestamps as Arrow hands them over (microseconds).
+#: Binary COPY has no way to send them as PostgreSQL's infinity: the encoder shifts them to
+#: the 2000 epoch, which turns 'infinity' into the finite 294247-01-10 and '-infinity' into
+#: an underflow; so both are refused, naming the column.
+_INFINITE_US = (2**63 - 1, -(2**63 - 1))
+
+
+def check_sendable(rows: pa.Table) -> None:
+    """Raise ``UnsupportedTypeError`` if a timestamp column holds 'infinity' or '-infinity'
+    (``_INFINITE_US``). One min/max per timestamp column: cheap beside the COPY."""
+    for f, column in zip(rows.schema, rows.columns):
+        if not at.is_timestamp(f.type) or column.null_count == len(column):
+            continue
+        if f.type.unit != "us":
+            continue  # DuckDB exports its infinities in microsecond columns only
+        ends = pc.min_max(pa.chunked_array([c.view(pa.int64()) for c in column.chunks],
+                                           pa.int64())).as_py()
+        if ends["max"] in _INFINITE_US or ends["min"] in _INFINITE_US:
+            raise UnsupportedTypeError(
+                f"column {f.name!r} holds 'infinity' or '-infinity', which binary COPY cannot "
+                f"send to PostgreSQL (it would arrive as a finite timestamp or not at all); "
+                f"replace it in the procedure (NULL, or a far date such as 9999-12-31)")
 
 
 def check_compatible(table: str, wanted: list[tuple[str, str]],

@@ -19,6 +19,7 @@ import pyarrow as pa
 from sstore.duck import registered, rollback_after_failure
 from sstore.errors import TransactionStateError
 from sstore.inputlog import LogRecord
+from sstore.rows import conform_columns
 from sstore.runtime import Runtime
 from sstore.sql import ident, qualified
 from sstore.table_declarations import is_same_redeclaration, split_statements
@@ -77,7 +78,7 @@ def transaction(rt: Runtime, log_it: bool) -> Iterator[Transaction]:
     statements: list[tuple[str, Any]] = []
     recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
     with rt.lock:
-        tx = Transaction(rt.con, recorder=recorder)
+        tx = Transaction(rt.con, recorder=recorder, streams=rt.stream_tables)
         logged: int | None = None
         rt.con.begin()
         try:
@@ -109,7 +110,23 @@ def replay_oltp(rt: Runtime, record: LogRecord) -> None:
 def load_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[str]) -> None:
     """``Engine.load_table``'s transaction (``mode`` and ``key`` already checked): create the
     table if missing, empty it for "replace", then INSERT (OR REPLACE, for "merge") the rows."""
-    with rt.lock, registered(rt.con, "sstore_load", rows):
+    with rt.lock:
+        rows = _conform_to_existing(rt.con, table, rows)
+        _insert_rows(rt, table, rows, mode, key)
+
+
+def _conform_to_existing(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table
+                         ) -> pa.Table:
+    """Rows in the types of ``table``'s columns if it exists (``rows.conform_columns``)."""
+    try:
+        schema = con.execute(f"SELECT * FROM {qualified(table)} LIMIT 0").to_arrow_table().schema
+    except duckdb.CatalogException:
+        return rows
+    return conform_columns(rows, schema, f"table {table!r}")
+
+
+def _insert_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[str]) -> None:
+    with registered(rt.con, "sstore_load", rows):
         rt.con.begin()
         try:
             _create_like(rt.con, table, "sstore_load", key)

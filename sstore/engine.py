@@ -22,12 +22,23 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
-from sstore import adhoc, consumers, event_windows, fusion, gc, halts, lifecycle, recovery, running
+from sstore import (
+    adhoc,
+    consumers,
+    event_windows,
+    fusion,
+    gc,
+    halts,
+    lifecycle,
+    owners,
+    recovery,
+    running,
+)
 from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
 from sstore.checkpoints import WAL_LIMIT_BYTES
 from sstore.consumers import ConsumerStatus
@@ -86,7 +97,19 @@ class Engine:
         #: a file-backed engine checkpoints after a commit once the WAL is this big, and when
         #: idle; never inside a transaction (``sstore.checkpoints``)
         self.checkpoint_wal_bytes = checkpoint_wal_bytes
-        self._con, self._input_log, self.engine_id = lifecycle.open_state(path, input_log, fsync)
+        self._owner_key = owners.claim_state(path, self)
+        self._log_lock: IO[bytes] | None = None
+        try:
+            if input_log is not None:
+                self._log_lock = owners.lock_input_log(input_log)
+            self._con, self._input_log, self.engine_id = lifecycle.open_state(
+                path, input_log, fsync)
+        except BaseException:
+            self._let_go()
+            raise
+        #: procedures the last program declared that this one retires on purpose
+        #: (``retire``; ``sstore.redeclared``)
+        self._retired: set[str] = set()
         self._graph = Graph()
         self._lock = threading.RLock()
         self._rt: Runtime | None = None
@@ -208,6 +231,17 @@ class Engine:
         self._declaring()
         self._graph.add_trigger(TriggerDecl(target, sql))
 
+    def retire(self, name: str) -> None:
+        """Say that procedure ``name``, which the program that last ran on this state file
+        declared, is gone on purpose. Without it, a new procedure on the same inputs is
+        refused at start as a probable rename (``sstore.redeclared``): run under a new name it
+        would process every kept batch again. With it, the new one does."""
+        self._declaring()
+        if name in self._graph.procedures:
+            raise DeclarationError(f"procedure {name!r} is declared by this program; only one "
+                                   f"it no longer declares can be retired")
+        self._retired.add(name)
+
     def procedure(self, input: str | Sequence[str], output: str | Sequence[str] = (), *,
                   name: str | None = None, on_error: str | ErrorPolicy = ErrorPolicy.HALT,
                   retries: int = 2, timeout: float | None = None
@@ -271,7 +305,7 @@ class Engine:
             foreign=self._foreign, subscribers=self._subscribers, lock=self._lock,
             input_log=self._input_log, observers=self._observers, path=self.path,
             checkpoint_wal_bytes=self.checkpoint_wal_bytes, interrupts=self._interrupts,
-            chain_sql=self.chain_sql)
+            chain_sql=self.chain_sql, retired=self._retired)
         self._rt = rt
         if self._input_log is not None:
             count = recovery.replay(
@@ -704,7 +738,17 @@ class Engine:
             self._server = None
         with self._lock:
             self._closed = True
-            lifecycle.close_state(self._con, self._rt, self._input_log)
+            try:
+                lifecycle.close_state(self._con, self._rt, self._input_log)
+            finally:
+                self._let_go()
+
+    def _let_go(self) -> None:
+        """Free the state file and the input log for another engine (``sstore.owners``)."""
+        owners.release_state(self._owner_key, self)
+        if self._log_lock is not None:
+            self._log_lock.close()
+            self._log_lock = None
 
     def __enter__(self) -> Engine:
         return self

@@ -98,7 +98,8 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
     con = rt.con
     guard = rt.interrupts
     pending = PendingCommit()
-    tx = Transaction(con, batch_id, decl.name, rows_in=sum(t.num_rows for t in inputs.values()))
+    tx = Transaction(con, batch_id, decl.name, rows_in=sum(t.num_rows for t in inputs.values()),
+                     streams=rt.stream_tables)
     began = time.perf_counter()
     con.begin()  # step 2
     register_inputs(con, inputs)  # left registered: the next execution's register replaces it

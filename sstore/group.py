@@ -281,7 +281,8 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
         inputs = {node: group.produced[node] if node in group.produced
                   else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
         rows_in = sum(t.num_rows for t in inputs.values())
-    member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in),
+    member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in,
+                                       streams=rt.stream_tables),
                      PendingCommit(), rows_in)
     began = time.perf_counter()
     reader = _chain_reader(rt, group, decl)

@@ -15,13 +15,13 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from sstore import consumers, recovery, systables
+from sstore import consumers, recovery, redeclared, systables
 from sstore.checkpoints import Checkpoints
 from sstore.duck import connect
 from sstore.errors import DeclarationError
@@ -113,13 +113,16 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
                   subscribers: Subscribers, lock: threading.RLock,
                   input_log: InputLog | None, observers: list[Callable[[CommitEvent], None]],
                   path: str, checkpoint_wal_bytes: int, interrupts: Interrupts,
-                  chain_sql: bool) -> Runtime:
+                  chain_sql: bool, retired: Collection[str] = ()) -> Runtime:
     """Start on the declared ``graph``: check it, create what is missing, rebuild the ledger
     from the commit records, take the consumers' holds and the halts, find each stream's
     newest batch. The arguments are the engine's own (its connection, lock, subscribers,
     observers, input log, interrupts and settings); ``foreign``: opened by ``open_existing``,
-    so the graph is not saved and every procedure is halted (``FOREIGN``)."""
+    so the graph is not saved and every procedure is halted (``FOREIGN``); ``retired``:
+    procedures of the last program retired on purpose (``sstore.redeclared``)."""
     order = graph.validate()
+    if not foreign:
+        redeclared.check(con, graph, retired)
     store = StreamStore(con, graph)
     store.create_all()
     ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
@@ -144,6 +147,9 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
     rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), subscribers,
                  lock, threading.Condition(lock), input_log)
     rt.observers = observers  # shared: observers added later are seen too
+    rt.stream_tables = frozenset(name.lower() for name in [
+        *graph.streams, *graph.windows,
+        *(out for decl in graph.procedures.values() for out in decl.outputs)])
     rt.reader = con.cursor()
     rt.load_committed()
     if path != ":memory:":

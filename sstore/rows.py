@@ -137,9 +137,56 @@ def _exact_kinds(target: pa.DataType) -> frozenset[type] | None:
 
 
 def _column(values: Sequence[Any], field: pa.Field, what: str) -> pa.Array:
+    array = _flat_column(values, field, what)
+    if pt.is_nested(field.type):
+        _check_nested(values, array, field, what)
+    return array
+
+
+def _check_nested(values: Sequence[Any], array: pa.Array, field: pa.Field, what: str) -> None:
+    """Python values of a LIST, STRUCT or MAP column read back as they were sent. Arrow
+    converts inside nested values with none of the checks above: a misspelled struct field
+    was dropped (the declared one stored NULL), 1.005 in a DECIMAL(10,2)[] became 1.00, an
+    aware datetime in a TIMESTAMP[] was shifted to UTC, an integer in it read as epoch
+    seconds. Only Python rows of nested columns pay for this read-back."""
+    for i, (sent, stored) in enumerate(zip(values, array.to_pylist())):
+        if not _same(sent, stored):
+            raise _bad(what, field, i, sent, f"reads back as {stored!r}: a nested value must "
+                       f"match the column's field names and hold values its types keep "
+                       f"exactly")
+
+
+def _same(sent: Any, stored: Any) -> bool:
+    """Whether ``stored`` (read back from Arrow) is the value ``sent``, by the rule above."""
+    if sent is None or stored is None:
+        return sent is None and stored is None
+    if isinstance(stored, dict):
+        if isinstance(sent, Mapping):
+            return set(sent) == set(stored) and all(_same(sent[k], stored[k]) for k in sent)
+        if isinstance(sent, (tuple, list)):  # a struct given by position
+            return len(sent) == len(stored) and all(
+                _same(a, b) for a, b in zip(sent, stored.values()))
+        return False
+    if isinstance(stored, (list, tuple)):  # a LIST (a MAP's entries cannot come from Python)
+        return isinstance(sent, (list, tuple)) and len(sent) == len(stored) and all(
+            _same(a, b) for a, b in zip(sent, stored))
+    if isinstance(sent, (bool, np.bool_)) != isinstance(stored, bool):
+        return False
+    if isinstance(stored, float) and isinstance(sent, float) and stored != stored:
+        return sent != sent  # NaN
+    if isinstance(stored, decimal.Decimal) and isinstance(sent, float):
+        return float(stored) == sent
+    if isinstance(stored, dt.datetime) and type(sent) is dt.date:
+        return stored.tzinfo is None and stored == dt.datetime.combine(sent, dt.time())
+    if isinstance(stored, dt.datetime) != isinstance(sent, dt.datetime):
+        return False
+    return bool(sent == stored)
+
+
+def _flat_column(values: Sequence[Any], field: pa.Field, what: str) -> pa.Array:
     target = field.type
     kinds = set(map(type, values))
-    if pt.is_timestamp(target) or pt.is_date(target):
+    if pt.is_timestamp(target) or pt.is_date(target) or pt.is_time(target):
         _check_python_temporal(values, kinds, field, what)
     exact = _exact_kinds(target)
     if kinds <= exact:  # step 1: the fast path of clean input
@@ -193,7 +240,7 @@ def _check_python_temporal(values: Sequence[Any], kinds: set[type], field: pa.Fi
     date)."""
     target = field.type
     dates_into_zone = pt.is_timestamp(target) and target.tz is not None and dt.date in kinds
-    if not dates_into_zone and not any(issubclass(k, dt.datetime) for k in kinds):
+    if not dates_into_zone and not any(issubclass(k, (dt.datetime, dt.time)) for k in kinds):
         return
     keeps_ns = pt.is_timestamp(target) and target.unit == "ns"
     for i, value in enumerate(values):
@@ -211,6 +258,8 @@ def _check_python_temporal(values: Sequence[Any], kinds: set[type], field: pa.Fi
                 continue
         elif isinstance(value, dt.date) and dates_into_zone:
             reason = "has no time zone; the column is WITH TIME ZONE (say which zone)"
+        elif isinstance(value, dt.time) and value.tzinfo is not None:
+            reason = "has a time zone; a time-of-day column has none (convert it yourself)"
         else:
             continue
         raise _bad(what, field, i, value, reason)
@@ -231,6 +280,26 @@ def _conform_table(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
     arrays = [_lossless_cast(table.column(field.name).combine_chunks(), field, what, None)
               for field in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def conform_columns(rows: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    """``rows`` with each column that ``schema`` also has in ``schema``'s type, every value
+    unchanged or a ``SchemaError`` (the rule above): for rows loaded into an existing table,
+    where an INSERT would let DuckDB's implicit casts round 2.7 into 3 or 1.2345 into 1.23.
+    Columns ``schema`` lacks, and pairs of types that are not plain numbers, text, booleans or
+    dates and times, are left to the INSERT (which refuses what it cannot convert)."""
+    arrays = []
+    for name, column in zip(rows.column_names, rows.columns):
+        index = schema.get_field_index(name)
+        if index >= 0 and column.type != schema.field(index).type and \
+                _is_plain(column.type) and _is_plain(schema.field(index).type):
+            column = _lossless_cast(column.combine_chunks(), schema.field(index), what, None)
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, names=rows.column_names)
+
+
+def _is_plain(t: pa.DataType) -> bool:
+    return _is_text(t) or _is_number(t) or _is_temporal(t) or pt.is_boolean(t)
 
 
 def _is_text(t: pa.DataType) -> bool:

@@ -91,6 +91,9 @@ class Runtime:
     #: acknowledgements taken in memory and not yet written (``sstore.consumers``): consumer
     #: -> batch-id; the next group commit, GC, status or close writes them
     pending_acks: dict[str, int] = field(default_factory=dict)
+    #: lower-case names of the dataflow's stream and window tables, which procedures must
+    #: not write with SQL (``sstore.stream_writes``); set at start
+    stream_tables: frozenset[str] = frozenset()
 
     def load_committed(self) -> None:
         """At start: the ledger's stream batches, which are all committed then."""

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore import stream_writes
 from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
@@ -42,8 +43,11 @@ class Transaction:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
                  procedure: str | None = None,
-                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0) -> None:
+                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0,
+                 streams: frozenset[str] = frozenset()) -> None:
         self._con = con
+        #: stream tables this transaction's SQL must not write (``sstore.stream_writes``)
+        self._streams = streams
         #: a TE over a large input batch likely returns large results: convert them streamed
         #: (``sstore.duck.arrow``)
         self._large = rows_in >= LARGE_ROWS
@@ -75,6 +79,7 @@ class Transaction:
             params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
         """Run a query and return its rows as an Arrow table."""
         self._require("use")
+        stream_writes.check(query, self._streams, self.procedure)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
@@ -87,6 +92,7 @@ class Transaction:
                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         """Run a statement for its effect (INSERT, UPDATE, DELETE, DDL)."""
         self._require("use")
+        stream_writes.check(statement, self._streams, self.procedure)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(statement, bound)
@@ -97,6 +103,7 @@ class Transaction:
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a query and return its rows as Python tuples (handy for small lookups)."""
         self._require("use")
+        stream_writes.check(query, self._streams, self.procedure)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)

@@ -41,6 +41,7 @@ def test_duckdb_never_checkpoints_by_itself_and_the_wal_replays(state_path: str)
     assert rt.checkpoints.wal_bytes() > 16 << 20  # past DuckDB's own 16 MiB threshold
     want = totals(engine)
     engine._con.close()  # as a crash would leave it: no checkpoint at close
+    del engine, rt  # and gone, as with its process (one engine per state file and process)
     again = Engine(state_path)
     keyed_state(again)
     assert totals(again) == want == [{"keys": 20000, "n": 100000}]

@@ -210,3 +210,43 @@ def test_mixed_python_types_in_one_column_keep_their_rows(eng: Engine) -> None:
     assert stored(eng, "i") == [1, 2, None, 3, 4, 5, -6]
     refused(eng, [row(i=v) for v in [1, "2", None, 3.0, 4.5, "7"]],
             r"column 'i' row 4: 4.5 is not a valid int32")
+
+
+NESTED = {"addr": "STRUCT(city VARCHAR, zip VARCHAR)", "ts": "TIMESTAMP[]",
+          "dec": "DECIMAL(10,2)[]", "days": "DATE[]", "ints": "INTEGER[]", "flags": "BOOLEAN[]", "at": "TIME"}
+
+
+@pytest.mark.parametrize("column, value", [
+    ("addr", {"city": "Oslo", "zipcode": "0150"}),  # a misspelled field: was dropped
+    ("addr", {"city": "Oslo"}),  # a missing field: was NULL
+    ("addr", {"city": "Oslo", "zip": "0150", "country": "NO"}),  # an extra one: was dropped
+    ("ts", [dt.datetime(2024, 1, 1, 10, tzinfo=PLUS2)]),  # was shifted to UTC
+    ("ts", [1700000000]),  # was read as epoch seconds
+    ("dec", [1.005]),  # was rounded to 1.00
+    ("days", [NOON]),  # lost its time of day
+    ("ints", [True]),  # became 1
+    ("flags", [1]),  # became true
+    ("at", dt.time(10, 0, tzinfo=PLUS2)),  # a TIME dropped the offset
+], ids=lambda v: repr(v)[:30])
+def test_values_inside_nested_columns_and_zoned_times_are_refused(column: str,
+                                                                  value: Any) -> None:
+    """Found by a hostile pass: top-level values were held to the rule, values inside
+    STRUCT, LIST and MAP columns (and a TIME's offset) were changed without an error."""
+    eng = Engine()
+    eng.stream("nested", {column: NESTED[column]})
+    with pytest.raises(SchemaError, match=f"column '{column}' row 0"):
+        eng.ingest("nested", [(value,)])
+    assert eng.query("SELECT count(*) AS n FROM nested").column("n")[0].as_py() == 0
+
+
+def test_nested_values_that_fit_are_stored_as_sent() -> None:
+    eng = Engine()
+    eng.stream("nested", NESTED)
+    row = ({"city": "Oslo", "zip": "0150"}, [NOON, dt.datetime(2024, 1, 2)], [1.5, 2.25],
+           [dt.date(2024, 1, 1)], [1, 2], [True, np.bool_(False)], dt.time(10, 0))
+    eng.ingest("nested", [row])
+    stored = eng.latest("nested")[1].to_pylist()[0]
+    assert stored == {"addr": {"city": "Oslo", "zip": "0150"},
+                      "ts": [NOON, dt.datetime(2024, 1, 2)],
+                      "dec": [Decimal("1.50"), Decimal("2.25")], "days": [dt.date(2024, 1, 1)],
+                      "ints": [1, 2], "flags": [True, False], "at": dt.time(10, 0)}

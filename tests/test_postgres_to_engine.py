@@ -61,7 +61,9 @@ def test_query_result_and_incremental_refresh(engine: Engine, customers: str) ->
         con.execute("UPDATE customers SET name = 'renamed', changed_at = '2030-01-01' "
                     "WHERE id = 3")
         con.execute("INSERT INTO customers VALUES (51, 'new', 1, '2030-01-02')")
-    assert replica.refresh() == 2  # only the changed and the new row travel
+    # the changed and the new row travel, with the row(s) at the newest changed_at already
+    # read (a merge re-reads the boundary: a row that ties with it must not be skipped)
+    assert replica.refresh() == 3
     assert local(engine, "SELECT count(*) FROM cust") == [(51,)]
     assert local(engine, "SELECT name FROM cust WHERE id = 3") == [("renamed",)]
 
