@@ -59,7 +59,7 @@ from migrators.postgres import (
     refuse_null_keys,
     target_columns,
 )
-from migrators.typemap import check_sendable, for_copy, for_target
+from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
 from sstore import interrupts
 from sstore.backpressure import Bound
 from sstore.engine import Engine
@@ -320,6 +320,7 @@ class StreamToPostgres:
         its column types (rows are converted to them before COPY)."""
         schema = self.engine.schema(self.stream)
         assert schema is not None
+        check_engine_table(self.engine, self.stream, f"stream {self.stream!r}")
         existing = target_columns(cur.connection, self.target)
         self._settle_batch_column(existing)
         if self.batch_column:

@@ -59,6 +59,7 @@ from migrators.errors import (
 )
 from migrators.pg_errors import classify_sqlstate
 from migrators.spark_session import get_spark
+from migrators.typemap import check_duckdb_types
 from migrators.urls import PgUrl, parse
 from sstore import retry
 from sstore.engine import Engine
@@ -329,6 +330,9 @@ def engine_to_dataframe(engine: Engine, sql_or_table: str, spark: SparkSession |
     text = sql_or_table.strip()
     sql = f"SELECT * FROM {qualified(text)}" if _TABLE_NAME.fullmatch(text) else sql_or_table
     rows = engine.query(sql, params=params)  # before Spark starts: a bad query fails fast
+    described = engine.query(f"DESCRIBE {sql}", params=params)  # TIMETZ, BIT look like others
+    check_duckdb_types("the query's", list(zip(described.column("column_name").to_pylist(),
+                                               described.column("column_type").to_pylist())))
     return arrow_to_spark(spark or get_spark(), rows)
 
 

@@ -24,7 +24,7 @@ from migrators.postgres import (
     ensure_table,
     merge_rows,
 )
-from migrators.typemap import check_sendable, for_copy, for_target
+from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
 from sstore.sql import ident, qualified
@@ -45,6 +45,7 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
     if since is not None and mode == "replace":
         raise DeclarationError("an incremental copy (since=) appends or merges")
     schema = engine.query(f"SELECT * FROM {qualified(source_table)} LIMIT 0").schema
+    check_engine_table(engine, source_table, f"table {source_table!r}")
     if since is not None and since not in schema.names:
         raise MigrationError(f"table {source_table!r} has no column {since!r}")
 

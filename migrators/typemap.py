@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -137,6 +138,35 @@ def check_sendable(rows: pa.Table) -> None:
                 f"column {f.name!r} holds 'infinity' or '-infinity', which binary COPY cannot "
                 f"send to PostgreSQL (it would arrive as a finite timestamp or not at all); "
                 f"replace it in the procedure (NULL, or a far date such as 9999-12-31)")
+
+
+#: DuckDB types whose Arrow form is not their value: the sink and the table copy see Arrow only,
+#: so they ask the engine for its column types once per target and refuse these by name.
+HIDDEN_IN_ARROW: dict[str, str] = {
+    "TIME WITH TIME ZONE": "Arrow carries a TIMETZ as a time of day without its offset",
+    "BIT": "Arrow carries a BIT as DuckDB's internal bytes",
+}
+
+
+def check_duckdb_types(source: str, columns: list[tuple[str, str]]) -> None:
+    """Raise ``UnsupportedTypeError`` for the first of ``columns`` (name, DuckDB type, as
+    ``information_schema.columns`` gives them) in ``HIDDEN_IN_ARROW``."""
+    for name, duck_type in columns:
+        reason = HIDDEN_IN_ARROW.get(duck_type)
+        if reason is not None:
+            raise UnsupportedTypeError(f"{source} column {name!r} is {duck_type}: {reason}; "
+                                       f"cast it in the procedure (e.g. to VARCHAR)")
+
+
+def check_engine_table(engine: Any, table: str, source: str) -> None:
+    """``check_duckdb_types`` for the columns of the engine's table ``table`` (a stream's
+    table, or a state table); ``engine`` is an ``sstore.Engine``. One catalog query: callers
+    ask once per target, not per chunk."""
+    schema, _, name = table.rpartition(".")
+    rows = engine.query("SELECT column_name, data_type FROM information_schema.columns WHERE "
+                        "table_schema = ? AND table_name = ?", schema or "main", name)
+    check_duckdb_types(source, list(zip(rows.column("column_name").to_pylist(),
+                                        rows.column("data_type").to_pylist())))
 
 
 def check_compatible(table: str, wanted: list[tuple[str, str]],

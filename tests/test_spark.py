@@ -109,6 +109,10 @@ def test_engine_query_with_parameters_and_widened_types(spark: SparkSession,
                                                 Decimal(18_446_744_073_709_551_615), 7)]
     with pytest.raises(UnsupportedTypeError, match="'iv'"):
         engine_to_dataframe(engine, "SELECT INTERVAL 1 DAY AS iv", spark)
+    for value in ("'12:00:00+05:30'::TIMETZ", "'0101'::BIT"):  # Arrow hides what they are
+        with pytest.raises(UnsupportedTypeError, match="column 'v' is .*: Arrow carries"):
+            engine_to_dataframe(engine, f"SELECT {value} AS v, ?::INTEGER AS p", spark,
+                                params=[7])
 
 
 def test_arrow_rows_enter_spark_through_one_function(spark: SparkSession) -> None:

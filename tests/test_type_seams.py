@@ -105,6 +105,21 @@ def test_the_sink_refuses_an_infinite_timestamp_and_sends_the_batches_before_it(
     engine.close()
 
 
+@pytest.mark.parametrize("duck_type, value", [("TIMETZ", "12:00:00+05:30"), ("BIT", "0101")])
+def test_types_arrow_carries_as_something_else_are_refused(state_path: str, pg_url: str,
+                                                           duck_type: str, value: str) -> None:
+    """A TIMETZ reached PostgreSQL as a time without its offset, a BIT as DuckDB's internal
+    bytes: the sink only sees Arrow, so it asks the engine for the stream's types."""
+    engine = Engine(state_path)
+    engine.stream("s", {"id": "INTEGER", "v": duck_type}, retain="all")
+    engine.execute(f"CREATE TABLE t AS SELECT 1 AS id, '{value}'::{duck_type} AS v")
+    engine.ingest("s", engine.query("SELECT * FROM t"))
+    for options in ({"stream": "s", "table": "s"}, {"source": "t", "table": "t"}):
+        with pytest.raises(UnsupportedTypeError, match="column 'v' is .*: Arrow carries"):
+            cast(engine, pg_url, **options)
+    engine.close()
+
+
 # -- merge keys -------------------------------------------------------------------------------
 
 def test_a_null_merge_key_is_refused_however_the_batches_are_cut(state_path: str,
