@@ -56,7 +56,6 @@ from migrators.postgres import (
     ensure_table,
     merge_rows,
     parse_name,
-    refuse_null_keys,
     target_columns,
 )
 from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
@@ -79,7 +78,6 @@ ACK_WAIT_MAX = 0.5
 def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
     """Within one chunk a key may change several times; its last row (in batch order) wins,
     as it would have if every batch had been merged on its own."""
-    refuse_null_keys(rows, key, "a merge")
     if rows.num_rows < 2:
         return rows
     numbered = rows.append_column("__pos", pa.array(range(rows.num_rows), pa.int64()))

@@ -19,3 +19,16 @@ class UnsupportedTypeError(TerminalError):
 
 class MigrationError(TerminalError):
     """A cast failed for a reason that retrying will not fix."""
+
+
+class LateTiesError(MigrationError):
+    """An incremental append by ``since`` found rows at the source that tie with the newest
+    ``since`` already copied and came after that copy: an append cannot take them without
+    taking the others twice (both directions: ``table_to_postgres``, ``postgres_to_engine``)."""
+
+    def __init__(self, copy: str, since: str, newest: object, count: int) -> None:
+        super().__init__(
+            f"{copy}: {count} row(s) with {since} = {newest!r} (the newest value already "
+            f"copied) came after the last copy, and an append by {since!r} cannot take them "
+            f"without taking the others twice; use a {since!r} whose values are unique, or "
+            f"mode='merge' with a key")

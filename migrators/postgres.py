@@ -231,7 +231,7 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
     delivery and left two catalog rows per column for autovacuum at every delivery."""
     if rows.num_rows == 0:
         return
-    refuse_null_keys(rows, key, f"a merge into {table}")
+    _refuse_null_keys(rows, key, f"a merge into {table}")
     stage = stage_for(cur, rows.schema)
     if cur.connection.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
         # autocommit without BEGIN: the COPY would commit on its own, the stage be emptied,
@@ -261,7 +261,7 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
             f"merged ({first_line(str(exc))})") from None
 
 
-def refuse_null_keys(rows: pa.Table, key: Sequence[str], what: str) -> None:
+def _refuse_null_keys(rows: pa.Table, key: Sequence[str], what: str) -> None:
     """A merge key with a NULL part is refused (``MigrationError``): PostgreSQL's ON CONFLICT
     never matches a NULL, so each such row would be appended, while the rows of one chunk
     (``last_per_key``) would collapse into one: what lands would depend on how batches were

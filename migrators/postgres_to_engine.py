@@ -15,7 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
-from migrators.errors import MigrationError, PostgresUnavailable, UnsupportedTypeError
+from migrators.errors import (
+    LateTiesError,
+    MigrationError,
+    PostgresUnavailable,
+    UnsupportedTypeError,
+)
 from migrators.urls import parse, with_connect_timeout
 from sstore import retry
 from sstore.engine import Engine
@@ -177,17 +182,13 @@ def _refuse_late_ties(url: str, engine: Engine, source: str, into: str, since: s
                       newest: Any, policy: RetryPolicy | None) -> None:
     """Rows at the source that tie with the newest ``since`` copied and came after that copy
     would never be read by an append (``table_to_postgres._refuse_late_ties``, the other
-    direction): more of them at the source than in ``into`` is a ``MigrationError``."""
+    direction): more of them at the source than in ``into`` is a ``LateTiesError``."""
     there = read_postgres(url, f"SELECT count(*) AS n FROM {source} WHERE {ident(since)} = $1",
                           [newest], policy=policy).column("n")[0].as_py()
     here = engine.query(f"SELECT count(*) AS n FROM {qualified(into)} WHERE {ident(since)} = ?",
                         params=[newest]).column("n")[0].as_py()
     if there > here:
-        raise MigrationError(
-            f"copy into {into}: {there - here} row(s) with {since} = {newest!r} (the newest "
-            f"value already copied) came after the last copy, and an append by {since!r} "
-            f"cannot read them without reading the others twice; use a {since!r} whose values "
-            f"are unique, or mode='merge' with a key")
+        raise LateTiesError(f"copy into {into}", since, newest, there - here)
 
 
 def _newest(engine: Engine, table: str, column: str) -> Any:

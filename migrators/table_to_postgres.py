@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from migrators.errors import MigrationError
+from migrators.errors import LateTiesError, MigrationError
 from migrators.postgres import (
     RetryPolicy,
     Session,
@@ -89,14 +89,10 @@ def _refuse_late_ties(con: psycopg.Connection, engine: Engine, source_table: str
     """An append by ``since`` sends rows above the newest value copied; rows that tie with it
     and were committed after that copy would never be sent. They cannot be told apart from the
     ones sent (no key), so more such rows at the source than in the target is a
-    ``MigrationError``, not a silent loss."""
+    ``LateTiesError``, not a silent loss."""
     there = con.execute(f"SELECT count(*) FROM {qualified(table)} WHERE {ident(since)} = %s",
                         (newest,)).fetchone()[0]
     here = engine.query(f"SELECT count(*) AS n FROM {qualified(source_table)} WHERE "
                         f"{ident(since)} = ?", params=[newest]).column("n")[0].as_py()
     if here > there:
-        raise MigrationError(
-            f"copy {source_table} to {table}: {here - there} row(s) with {since} = {newest!r} "
-            f"(the newest value already copied) came after the last copy, and an append by "
-            f"{since!r} cannot send them without sending the others twice; use a {since!r} "
-            f"whose values are unique, or mode='merge' with a key")
+        raise LateTiesError(f"copy {source_table} to {table}", since, newest, here - there)
