@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore import passing
 from sstore.duck import registered, rollback_after_failure
 from sstore.errors import TransactionStateError
 from sstore.inputlog import LogRecord
@@ -33,6 +34,7 @@ def execute_statements(con: duckdb.DuckDBPyConnection, statement: str, bound: An
     table declared again the same way, or another CREATE whose object exists, is skipped."""
     parts = [statement] if bound is not None else split_statements(con, statement)
     for part in parts:
+        passing.note(part)  # a view may change: ``sstore.passing`` reads them again
         if is_same_redeclaration(con, part):
             log.debug("table declaration already in the state file: %s", part)
             continue

@@ -42,11 +42,17 @@ What a user can get wrong here, and what happens:
   are lost: it says so on stderr and ends the process with exit status 1, never 0. "Ended"
   means the main thread and every other non-daemon thread (a producer that outlives the main
   thread is still served).
-- **``batch_id_of`` must give an int for every engine batch.** None (``pc.max`` of an offer
-  with no rows) would let the engine number the batch itself, and ``last_ingested()`` would no
-  longer be a source position: it stops the coalescer instead. An offer whose own batch-id is
-  not above the last one the engine took (a source resuming too early) runs alone, so that
-  the engine takes it as a re-send or refuses it, as one offer at a time: never doubled.
+- **``batch_id_of`` must give an int for every engine batch**, the source position of the
+  batch's last row (positions grow along the rows). None (``pc.max`` of an offer with no
+  rows) would let the engine number the batch itself, and ``last_ingested()`` would no
+  longer be a source position: it stops the coalescer instead.
+- **A source that resumes too early is never doubled** (one that commits its offset in
+  ``on_batch`` and crashed after the engine's COMMIT, before its own). The engine's
+  batches cover every source position up to its last batch-id, so until a batch goes in
+  as new: an offer whose own batch-id is not above that one runs alone, and the engine
+  takes it as a re-send (no-op) or refuses it, as one offer at a time; an offer that
+  starts at or below it and ends above it is trimmed to its rows above it (found with
+  ``batch_id_of`` on prefixes of the offer; logged). Rows are never taken twice.
 - **What would wait forever raises ``RuntimeError`` instead**: ``drain``/``close`` from
   ``on_batch``, an ``offer`` that must wait while its thread holds the engine's lock
   (``engine.transaction()``), any call in a forked child (the thread is the parent's).
@@ -54,6 +60,7 @@ What a user can get wrong here, and what happens:
 
 from __future__ import annotations
 
+import logging
 import operator
 import os
 import sys
@@ -71,6 +78,8 @@ from sstore.engine import Engine
 from sstore.errors import SchemaError, TerminalError
 from sstore.runtime import Runtime
 
+
+log = logging.getLogger("sstore")
 
 #: how often an idle coalescer looks whether the program's main thread has ended
 EXIT_POLL = 0.2
@@ -105,9 +114,10 @@ class Coalescer:
     def __init__(self, engine: Engine, stream: str, batch_id_of: Callable[[pa.Table], int], *,
                  max_pending: int = 8, max_rows: int | None = None,
                  on_batch: Callable[[Coalesced], None] | None = None) -> None:
-        """``batch_id_of(rows)``: the engine batch-id of a coalesced batch (for example the
-        source position of its last row, so that a restart knows where to resume); it must grow
-        from one engine batch to the next. ``max_pending``: offers that may wait before
+        """``batch_id_of(rows)``: the engine batch-id of a coalesced batch, the source position
+        of its last row (so that a restart knows where to resume, and an offer that overlaps
+        what the engine has can be trimmed: it is also called on prefixes of an offer); it
+        must grow from one engine batch to the next. ``max_pending``: offers that may wait before
         ``offer`` blocks. ``max_rows``: at most this many rows per engine batch (at least one
         offer each), and ``offer`` also waits while its rows would make more than this many
         pending (the bound on how long an offer waits: at most one engine batch ahead of it).
@@ -309,8 +319,8 @@ class Coalescer:
             try:
                 started = time.perf_counter()
                 before = self._engine_last()
-                if len(taken) > 1 and not self._caught_up:
-                    taken = self._alone_if_stale(taken, before)
+                if before and not self._caught_up:  # positions, not replays' ids
+                    taken = self._new_only(taken, self.last_ingested())
                 table = pa.concat_tables([t for t, _ in taken]) if len(taken) > 1 else taken[0][0]
                 batch_id = self._batch_id(table)
                 ingested = self.engine.ingest_and_run(self.stream, table, batch_id=batch_id)
@@ -349,21 +359,54 @@ class Coalescer:
             raise TypeError(f"batch_id_of returned {raw!r} ({type(raw).__name__}) for a batch "
                             f"of {table.num_rows} row(s); it must return an int") from None
 
-    def _alone_if_stale(self, taken: list[tuple[pa.Table, Any]], last: int
-                        ) -> list[tuple[pa.Table, Any]]:
-        """Run the first offer alone when its own batch-id is not above ``last``, the last one
-        the engine took (a source that resumed before ``last_ingested()``, e.g. from an offset it
-        commits in ``on_batch``): alone, the engine takes an exact re-send as a no-op and
-        refuses any other (``OutOfOrderBatchError``, ``ResendMismatchError``), as it would one
-        offer at a time; joined with newer offers under a newer id, its rows would go in twice.
-        The others go back to the front of the queue. Only until a batch went in as new (so
-        a ``batch_id_of`` that counts is called once more at most at a start)."""
-        if self._batch_id(taken[0][0]) > last:
-            return taken
-        with self._cond:
-            self._pending[0:0] = taken[1:]
-            self._running = 1
-        return taken[:1]
+    def _new_only(self, taken: list[tuple[pa.Table, Any]], last: int
+                  ) -> list[tuple[pa.Table, Any]]:
+        """What of ``taken`` is new to the engine, whose last batch-id from the source is
+        ``last`` (``last_ingested()``: a dead-letter replay's id is no source position), for a
+        source that may have resumed before ``last_ingested()`` (e.g. from an offset it
+        commits in ``on_batch``, which a crash after the engine's COMMIT did not reach).
+        Batch-ids are source positions and the engine's batches cover every position up to
+        ``last``, so a row at a position at or below ``last`` is either in already or can
+        never go in (out of order):
+
+        - the first offer's own batch-id is not above ``last``: it runs alone, and the engine
+          takes an exact re-send as a no-op and refuses any other (``OutOfOrderBatchError``,
+          ``ResendMismatchError``), as one offer at a time; the others go back to the front
+          of the queue;
+        - it is above ``last`` but its first rows are not (a poll that starts before
+          ``last`` and ends after it): those rows are trimmed off (``_first_new_row``), the
+          rest goes in. Taken whole under the newer id they went in twice.
+
+        Only until a batch went in as new (so ``batch_id_of`` is called a few times more at a
+        start only, on prefixes of the first offer)."""
+        rows, token = taken[0]
+        if self._batch_id(rows) <= last:
+            with self._cond:
+                self._pending[0:0] = taken[1:]
+                self._running = 1
+            return taken[:1]
+        first = self._first_new_row(rows, last)
+        if first:
+            log.warning("coalescer of stream %s: an offer's first %d row(s) are at source "
+                        "positions the engine already has (up to batch-id %d): trimmed, not "
+                        "ingested again", self.stream, first, last)
+            taken = [(rows.slice(first), token), *taken[1:]]
+        return taken
+
+    def _first_new_row(self, rows: pa.Table, last: int) -> int:
+        """The index of the first row of ``rows`` whose source position is above ``last``
+        (the last row's is): ``batch_id_of`` of a prefix is the position of its last row.
+        A binary search, so a few calls even for a large offer."""
+        low, high = 0, rows.num_rows - 1  # position of row ``high`` > last
+        if high <= 0 or self._batch_id(rows.slice(0, 1)) > last:
+            return 0
+        while high - low > 1:  # position of row ``low`` <= last < position of row ``high``
+            middle = (low + high) // 2
+            if self._batch_id(rows.slice(0, middle + 1)) > last:
+                high = middle
+            else:
+                low = middle
+        return high
 
     def _started(self) -> Runtime:
         """The engine's runtime, starting the engine if nothing did yet: before it starts it

@@ -122,6 +122,9 @@ class Chaining:
     exact: set[str] = field(default_factory=set)
     #: stream -> (batch-id, reader) of its newest batch when that one was chained away
     unmaterialized: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: streams whose table a statement of a group read (``sstore.passing``): their batches
+    #: must be stored, so they are never chained away again
+    stored: set[str] = field(default_factory=set)
 
     def learn(self, procedure: str, result: object, conformed: pa.Table) -> None:
         if isinstance(result, pa.Table) and exact_schema(result, conformed):

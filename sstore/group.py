@@ -35,13 +35,14 @@ runs alone (``executor.run_te``), with its retries and error policy, exactly as 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sstore import consumers, executor, fusion, systables
+from sstore import consumers, executor, fusion, passing, systables
 from sstore.faults import crash_point
 from sstore.graph import ProcedureDecl
 from sstore.interrupts import Reason, Stopped, TimedOut
@@ -78,6 +79,8 @@ class _Group:
     chain_rows: int = 0  # rows of the chain's first input
     #: (stream, reader) of every batch chained away in this group: never materialized
     chained_away: list[tuple[str, str]] = field(default_factory=list)
+    #: a member's statement may read a chained-away batch: run the group again unchained
+    unchain: bool = False
 
     def names(self) -> set[str]:
         return {m.decl.name for m in self.members}
@@ -282,7 +285,8 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
                   else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
         rows_in = sum(t.num_rows for t in inputs.values())
     member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in,
-                                       streams=rt.stream_tables),
+                                       streams=rt.stream_tables,
+                                       before=functools.partial(_before_statement, rt, group)),
                      PendingCommit(), rows_in)
     began = time.perf_counter()
     reader = _chain_reader(rt, group, decl)
@@ -311,6 +315,8 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
                                  else dict(inputs))
         if member.tx.failure is not None:  # it caught a failed statement: DuckDB aborted
             raise member.tx.failure
+        if group.unchain:
+            raise _Unchain(f"{decl.name!r} read a chained-away batch from its table")
         outputs = executor.check_outputs(rt, decl, batch_id, result)
         if decl.sql is not None and chained_in is None:
             rt.chaining.learn(decl.name, result, outputs[decl.outputs[0]])
@@ -352,7 +358,7 @@ def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None
         return None
     stream = decl.outputs[0]
     readers = rt.graph.consumers_of(stream)
-    if len(readers) != 1:
+    if len(readers) != 1 or stream in rt.chaining.stored:
         return None
     reader = rt.graph.procedures[readers[0]]
     order = rt.scheduler.order
@@ -367,17 +373,29 @@ def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None
 
 
 def _can_hold_back(rt: Runtime, stream: str) -> bool:
-    """Whether the rows of ``stream`` may wait in memory until the group ends: only procedures
-    read it (no sink holds it, no subscriber, no trigger, no window, not ``retain="all"``) and
-    its table has no constraint to check them against (rows never inserted are never checked:
-    a row breaking a CHECK must halt the procedure that wrote it, as without groups)."""
-    graph = rt.graph
-    decl = graph.streams.get(stream)
-    return (stream in rt.store.schemas and stream not in rt.store.constrained
-            and bool(graph.consumers_of(stream))
-            and not graph.triggers_on(stream) and not graph.windows_on(stream)
-            and not rt.ledger.holders.get(stream) and not rt.subscribers.wants(stream)
-            and (decl is None or decl.retain != "all"))
+    """Whether the rows of ``stream`` may wait in memory until the group ends: decided by
+    ``sstore.passing`` (only procedures read it, nothing checks its rows, no trigger's SQL
+    reads its table); a member's statement that may read its table stores it first
+    (``_before_statement``)."""
+    return passing.eligible(rt, stream)
+
+
+def _before_statement(rt: Runtime, group: _Group, statement: str) -> None:
+    """Each statement a member runs, before it runs (``Transaction``): store the held-back
+    batches it may read from their tables, and if it may read a chained-away batch (never
+    computed), mark the group to run again unchained (``_Unchain`` once the member returns:
+    raised here, a procedure that catches errors could swallow it)."""
+    if not group.held_back and not group.chained_away:
+        return
+    held = {name.lower(): name for name in group.held_back}
+    chained = {name.lower(): name for name, _ in group.chained_away}
+    read = rt.passing.reads(rt.con, statement, held.keys() | chained.keys())
+    for name in read & held.keys():
+        stream = held[name]
+        rt.store.insert(stream, group.batch_id, group.held_back.pop(stream))
+    for name in read & chained.keys():
+        rt.chaining.stored.add(chained[name])
+        group.unchain = True
 
 
 def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None) -> str | None:

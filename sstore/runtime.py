@@ -25,6 +25,7 @@ from sstore.graph import Graph
 from sstore.inputlog import InputLog
 from sstore.interrupts import Interrupts
 from sstore.ledger import Ledger, NodeBatches
+from sstore.passing import Passing
 from sstore.scheduler import Scheduler
 from sstore.streams import PendingCommit, StreamStore
 from sstore.subscriptions import Subscribers
@@ -78,6 +79,8 @@ class Runtime:
     interrupts: Interrupts = field(default_factory=Interrupts)  # stops and timeouts of TEs
     checkpoints: Checkpoints | None = None  # a file-backed engine's (sstore.checkpoints)
     chaining: Chaining = field(default_factory=Chaining)  # SQL procedures (sstore.fusion)
+    #: which batches a group may pass in memory (``sstore.passing``)
+    passing: Passing = field(default_factory=Passing)
     #: a cursor for ``Engine.query`` (read-only snapshots, concurrent with the engine's
     #: transactions), used by one query at a time
     reader: duckdb.DuckDBPyConnection | None = None

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import stream_writes
+from sstore import passing, stream_writes
 from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
@@ -44,8 +44,12 @@ class Transaction:
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
                  procedure: str | None = None,
                  recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0,
-                 streams: frozenset[str] = frozenset()) -> None:
+                 streams: frozenset[str] = frozenset(),
+                 before: Callable[[str], None] | None = None) -> None:
         self._con = con
+        #: called with each statement before it runs: a group commit stores a batch it
+        #: passes in memory when the statement may read it from its table (``sstore.passing``)
+        self._before = before
         #: stream tables this transaction's SQL must not write (``sstore.stream_writes``)
         self._streams = streams
         #: a TE over a large input batch likely returns large results: convert them streamed
@@ -79,7 +83,7 @@ class Transaction:
             params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
         """Run a query and return its rows as an Arrow table."""
         self._require("use")
-        stream_writes.check(query, self._streams, self.procedure)
+        self._check(query)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
@@ -92,7 +96,7 @@ class Transaction:
                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         """Run a statement for its effect (INSERT, UPDATE, DELETE, DDL)."""
         self._require("use")
-        stream_writes.check(statement, self._streams, self.procedure)
+        self._check(statement)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(statement, bound)
@@ -103,7 +107,7 @@ class Transaction:
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a query and return its rows as Python tuples (handy for small lookups)."""
         self._require("use")
-        stream_writes.check(query, self._streams, self.procedure)
+        self._check(query)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
@@ -114,6 +118,15 @@ class Transaction:
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
         rows = self.fetchall(query, *args, params=params)
         return rows[0] if rows else None
+
+    def _check(self, statement: str) -> None:
+        """What every statement passes before it runs: it must not write a stream's table
+        (``sstore.stream_writes``), and a batch it may read must be in its table
+        (``sstore.passing``)."""
+        stream_writes.check(statement, self._streams, self.procedure)
+        passing.note(statement)
+        if self._before is not None:
+            self._before(statement)
 
     def register(self, name: str, table: pa.Table) -> None:
         """Make an Arrow table the SQL relation ``name`` until this transaction ends."""

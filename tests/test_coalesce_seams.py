@@ -457,3 +457,47 @@ def test_a_failure_after_the_main_thread_ended_still_ends_the_process_loudly(tmp
     engine = Engine(state)
     assert engine.query("SELECT n FROM seen").column("n").to_pylist() == [5]
     engine.close()
+
+
+def test_a_source_that_resumes_at_its_own_offset_with_a_bigger_poll_is_not_doubled(
+        tmp_path) -> None:
+    """Issue 34, item 2: a source that commits its offset in ``on_batch`` and crashed after
+    the engine's COMMIT of rows 11..15 (batch-id 15) but before its own resumes after offset
+    10; its poll now returns rows 11..20, one offer with batch-id 20 > 15, which was taken
+    whole: rows 11..15 went in twice (25 rows, 20 distinct, exit status 0). The rows at
+    positions the engine already has are trimmed: 16..20 go in, once."""
+    state = str(tmp_path / "s.duckdb")
+    engine = engine_of(state)
+    committed: list[int] = []
+    coalescer = Coalescer(engine, "numbers", last_row,
+                          on_batch=lambda done: committed.append(done.batch_id))
+    for low, high in ((1, 10), (11, 15)):
+        coalescer.offer(numbers(*range(low, high + 1)))
+        assert coalescer.drain(timeout=60)
+    coalescer.close()
+    engine.close()
+    assert committed == [10, 15]  # the source's offset commit of 15 is what the crash lost
+    engine = engine_of(state)  # the program again, resuming at its own offset, 10
+    coalescer = Coalescer(engine, "numbers", last_row,
+                          on_batch=lambda done: committed.append(done.batch_id))
+    with coalescer._cond:  # reentrant: both polls wait together, as after a long stop
+        coalescer.offer(numbers(*range(11, 21)))
+        coalescer.offer(numbers(*range(21, 26)))
+    coalescer.close()
+    assert seen(engine) == list(range(1, 26))
+    assert committed[2:] == [25]  # the overlap trimmed, the rest one engine batch
+    engine.close()
+
+
+def test_a_resumed_poll_that_overlaps_alone_is_trimmed_too(tmp_path) -> None:
+    """The same with the resumed poll alone (nothing waiting with it): trimmed to 16..20."""
+    state = str(tmp_path / "s.duckdb")
+    engine = engine_of(state)
+    deliver_one_at_a_time(engine)  # batch-ids 10 and 20
+    engine.close()
+    engine = engine_of(state)
+    coalescer = Coalescer(engine, "numbers", last_row)
+    coalescer.offer(numbers(*range(16, 31)))
+    coalescer.close()
+    assert seen(engine) == list(range(1, 31))
+    engine.close()

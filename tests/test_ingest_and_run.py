@@ -213,3 +213,67 @@ def test_a_stop_during_the_group_keeps_the_batch_and_runs_it_later(tmp_path) -> 
     engine.run_until_idle()
     assert engine.query("SELECT x FROM seen ORDER BY x").column("x").to_pylist() == [1, 2]
     engine.close()
+
+
+def orders_and_ids(engine: Engine, second: str) -> None:
+    """``orders`` -> pick -> ``ids`` -> a second procedure that joins ``ids`` back to the table
+    of ``orders`` (or of ``ids``): a procedure's SQL may read any stream's table, and must
+    find the batch there whatever path brought it in. ``second``: "python" (a function
+    procedure), "sql" (a SQL procedure, chained with pick), "view" (a function procedure
+    reading ``orders`` through a view), "ids" (a function procedure reading the table of its
+    own input ``ids``), "trigger" (a trigger on ``ids`` that reads ``orders``)."""
+    engine.stream("orders", {"id": "INTEGER", "amount": "INTEGER"})
+    engine.stream("ids", {"id": "INTEGER"})
+    engine.stream("joined", {"id": "INTEGER", "amount": "INTEGER"})
+    engine.execute("CREATE TABLE IF NOT EXISTS landed (id INTEGER, amount INTEGER)")
+    engine.sql_procedure("pick", "SELECT id FROM batch", input="orders", output="ids")
+    join = {"python": "orders", "view": "all_orders", "ids": "orders"}
+    if second == "sql":
+        engine.sql_procedure("join_back", "SELECT o.id, o.amount FROM batch b JOIN orders o "
+                             "ON o._batch_id = (SELECT max(_batch_id) FROM orders) "
+                             "AND o.id = b.id", input="ids", output="joined")
+    elif second == "trigger":
+        engine.trigger("ids", "INSERT INTO landed SELECT o.id, o.amount FROM new_rows n "
+                              "JOIN orders o ON o._batch_id = $batch_id AND o.id = n.id")
+        engine.sql_procedure("join_back", "SELECT id, NULL::INTEGER AS amount FROM batch",
+                             input="ids", output="joined")
+    else:
+        source = "ids i JOIN batch b ON b.id = i.id" if second == "ids" else "batch b"
+        on = "i._batch_id = ? AND " if second == "ids" else ""
+
+        @engine.procedure(input="ids", output="joined")
+        def join_back(tx, batch):
+            return tx.sql(f"SELECT o.id, o.amount FROM {source} JOIN {join[second]} o "
+                          f"ON {on}o._batch_id = ? AND o.id = b.id ORDER BY o.id",
+                          *([tx.batch_id] * (2 if second == "ids" else 1)))
+
+    @engine.procedure(input="joined")
+    def land(tx, batch):
+        if second != "trigger":
+            tx.execute("INSERT INTO landed SELECT id, amount FROM batch")
+
+    engine.run_until_idle()  # starts the engine: the stream tables exist from now on
+    engine.execute("CREATE VIEW IF NOT EXISTS all_orders AS SELECT * FROM orders")
+
+
+@pytest.mark.parametrize("second", ["python", "sql", "view", "ids", "trigger"])
+@pytest.mark.parametrize("path", ["ingest", "ingest_and_run", "no_group_commit"])
+def test_a_procedure_that_reads_a_streams_table_finds_the_batch_on_every_path(
+        tmp_path, second: str, path: str) -> None:
+    """Issue 34, item 1: the batch of ``orders`` was "passed in memory" by ``ingest_and_run``
+    (and the batch of ``ids`` by any group commit) and never written where a procedure's SQL
+    reads it: 6 rows after ``ingest`` + ``run_until_idle``, 0 after ``ingest_and_run``."""
+    engine = Engine(str(tmp_path / "state.duckdb"), group_commit=path != "no_group_commit")
+    orders_and_ids(engine, second)
+    for batch in (1, 2):  # the second: SQL procedures may be chained from then on
+        rows = [(i, i * 10) for i in range(batch * 10, batch * 10 + 6)]
+        if path == "ingest_and_run":
+            engine.ingest_and_run("orders", rows)
+        else:
+            engine.ingest("orders", rows)
+            engine.run_until_idle()
+        landed = engine.query("SELECT id, amount FROM landed WHERE id >= ? ORDER BY id",
+                              batch * 10)
+        assert [tuple(r.values()) for r in landed.to_pylist()] == rows, (second, path, batch)
+    assert not [p for p in engine.status().procedures if p.halted]
+    engine.close()

@@ -1,0 +1,171 @@
+"""Which batches a group commit may pass in memory instead of storing them: decided here only.
+
+A group commit (``sstore.group``, and ``Engine.ingest_and_run``, whose ingest leads one)
+saves work by not writing a batch into its stream's table: the rows of a stream that only
+the group's procedures read are *held back* and handed to them as Arrow tables, and a batch
+between two chained SQL procedures (``sstore.fusion``) is *chained away*, never computed on
+its own. That is an optimisation, and it must never be visible: ``ingest`` +
+``run_until_idle``, ``ingest_and_run`` and ``group_commit=False`` give every procedure the
+same rows. A procedure's SQL may read any table, a stream's too (``JOIN orders o ON
+o._batch_id = ?``), so a batch may be passed in memory only where the engine can show that
+nothing reads it from its table; when in doubt, it is stored.
+
+Two checks, both here:
+
+1. From the declared dataflow (``eligible``): only procedures read the stream (no consumer
+   holds it, no subscriber, no trigger on it, no window, not ``retain="all"``), its table
+   checks nothing (a row must be inserted to be checked), and no trigger's SQL may read its
+   table (triggers run inside the group, outside any procedure).
+2. At run time, statement by statement (``reads``): a procedure's SQL is known only when it
+   runs (a function procedure may run any SQL), so every statement a member of a group runs
+   goes through its ``Transaction``, which asks first. A held-back batch whose table the
+   statement may read is stored right then, in the group's transaction, before the
+   statement runs; a chained-away batch cannot be (it was never computed), so the group runs
+   again unchained and that stream is never chained again (``fusion.Chaining.stored``).
+
+"May read" is decided from the statement's tokens (DuckDB's tokenizer, cached per text):
+the stream's name as an identifier or as a word of a string literal (``query_table('orders')``,
+``query('...')``), or a view whose definition may read it (views are read from the catalog,
+again after any DDL the engine ran), or a call of a function that is not one of DuckDB's
+own (a macro may read anything). A statement the tokenizer refuses may read anything.
+What the engine cannot see: SQL run outside the procedure's ``Transaction`` (a procedure
+that calls ``Engine.query`` reads committed state only, never its own batch on any path).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import duckdb
+
+if TYPE_CHECKING:
+    from sstore.runtime import Runtime
+
+#: bumped whenever the engine runs DDL (``note``): the views read from the catalog are stale
+_generation = 0
+_DDL = frozenset({"CREATE", "DROP", "ALTER", "ATTACH", "DETACH", "IMPORT", "USE"})
+_WORD = re.compile(r"[\w$]+")
+#: DuckDB's own function names (the same for every connection of this process), read once
+_builtins: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class Mentions:
+    """What a statement's text names: identifiers and words of string literals (lower case),
+    the functions it calls, and whether it is (or contains) DDL."""
+
+    names: frozenset[str]
+    calls: frozenset[str]
+    ddl: bool
+
+
+@functools.lru_cache(maxsize=4096)
+def mentions(sql: str) -> Mentions | None:
+    """The names in ``sql``, from DuckDB's tokenizer (no catalog, no binding: a statement that
+    would fail to bind is still read, and nothing touches the open transaction); None when
+    it cannot be tokenized."""
+    try:
+        tokens = duckdb.tokenize(sql)
+    except Exception:  # noqa: BLE001 (any failure: cannot tell, so it may read anything)
+        return None
+    names: set[str] = set()
+    calls: set[str] = set()
+    ddl = False
+    kinds = duckdb.token_type
+    for i, (start, kind) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        text = sql[start:end].strip()
+        if kind == kinds.identifier:
+            name = text[1:-1].replace('""', '"') if text.startswith('"') else text
+            names.add(name.lower())
+            if i + 1 < len(tokens) and tokens[i + 1][1] == kinds.operator \
+                    and sql[tokens[i + 1][0]:].startswith("("):
+                calls.add(name.lower())
+        elif kind == kinds.string_const:
+            names.update(w.lower() for w in _WORD.findall(text))
+        elif kind == kinds.keyword and text.upper() in _DDL:
+            ddl = True
+    return Mentions(frozenset(names), frozenset(calls), ddl)
+
+
+def note(sql: str) -> None:
+    """Called for every statement the engine runs for a procedure, an ad hoc transaction or
+    ``Engine.execute``: DDL may create or change a view, so the views read from the catalog
+    are read again before the next decision."""
+    global _generation
+    found = mentions(sql)
+    if found is None or found.ddl:
+        _generation += 1
+
+
+class Passing:
+    """One engine's view of the catalog for ``reads``: its views (name -> what their
+    definitions name), read when first needed and again after DDL (``note``)."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, Mentions | None] = {}
+        self._generation = -1
+
+    def reads(self, con: duckdb.DuckDBPyConnection, sql: str, streams: Iterable[str]
+              ) -> set[str]:
+        """Which of ``streams`` (lower-case names) the statement ``sql`` may read from their
+        tables (all of them when that cannot be told)."""
+        wanted = set(streams)
+        if not wanted:
+            return wanted
+        found = mentions(sql)
+        if found is None:
+            return wanted
+        builtins = _builtin_functions(con)
+        self._refresh(con)
+        seen: set[str] = set()
+        todo = [found]
+        hit: set[str] = set()
+        while todo:
+            current = todo.pop()
+            if current.calls - builtins:
+                return wanted  # a macro (or a function unknown here): may read anything
+            hit |= current.names & wanted
+            for name in current.names & self._views.keys() - seen:
+                seen.add(name)
+                view = self._views[name]
+                if view is None:
+                    return wanted
+                todo.append(view)
+        return hit
+
+    def _refresh(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self._generation != _generation:
+            generation = _generation
+            self._views = {str(name).lower(): mentions(str(sql)) for name, sql in con.execute(
+                "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()}
+            self._generation = generation
+
+
+def _builtin_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    global _builtins
+    if _builtins is None:
+        _builtins = frozenset(str(name).lower() for (name,) in con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE internal").fetchall())
+    return _builtins
+
+
+def eligible(rt: Runtime, stream: str) -> bool:
+    """Check 1 of the module docstring: whether the rows of ``stream`` may be passed in memory
+    for the length of a group, as far as the declared dataflow tells (each statement of the
+    group is checked again at run time: ``reads``)."""
+    graph = rt.graph
+    decl = graph.streams.get(stream)
+    if not (stream in rt.store.schemas and stream not in rt.store.constrained
+            and bool(graph.consumers_of(stream))
+            and not graph.triggers_on(stream) and not graph.windows_on(stream)
+            and not rt.ledger.holders.get(stream) and not rt.subscribers.wants(stream)
+            and (decl is None or decl.retain != "all")):
+        return False
+    name = stream.lower()
+    return not any(rt.passing.reads(rt.con, trigger.sql, (name,))
+                   for trigger in graph.triggers)
