@@ -43,11 +43,13 @@ class Transaction:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
                  procedure: str | None = None,
-                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0,
-                 streams: frozenset[str] = frozenset()) -> None:
+                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0, *,
+                 streams: frozenset[str]) -> None:
         self._con = con
-        #: stream tables this transaction's SQL must not write (``sstore.stream_writes``)
+        #: stream tables this transaction's SQL must not write (``sstore.stream_writes``);
+        #: no default, so that no path that hands out a transaction can forget them
         self._streams = streams
+        self._who = f"procedure {procedure!r}" if procedure else "this transaction"
         #: a TE over a large input batch likely returns large results: convert them streamed
         #: (``sstore.duck.arrow``)
         self._large = rows_in >= LARGE_ROWS
@@ -79,7 +81,7 @@ class Transaction:
             params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
         """Run a query and return its rows as an Arrow table."""
         self._require("use")
-        stream_writes.check(query, self._streams, self.procedure)
+        stream_writes.check(query, self._streams, self._who)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
@@ -92,7 +94,7 @@ class Transaction:
                 params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         """Run a statement for its effect (INSERT, UPDATE, DELETE, DDL)."""
         self._require("use")
-        stream_writes.check(statement, self._streams, self.procedure)
+        stream_writes.check(statement, self._streams, self._who)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(statement, bound)
@@ -103,7 +105,7 @@ class Transaction:
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """Run a query and return its rows as Python tuples (handy for small lookups)."""
         self._require("use")
-        stream_writes.check(query, self._streams, self.procedure)
+        stream_writes.check(query, self._streams, self._who)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
