@@ -16,9 +16,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import passing
+from sstore import passing, stream_writes, systables
 from sstore.duck import registered, rollback_after_failure
 from sstore.errors import TransactionStateError
+from sstore.graph import Graph
 from sstore.inputlog import LogRecord
 from sstore.rows import conform_columns
 from sstore.runtime import Runtime
@@ -29,10 +30,17 @@ from sstore.transaction import Transaction
 log = logging.getLogger("sstore")
 
 
-def execute_statements(con: duckdb.DuckDBPyConnection, statement: str, bound: Any) -> None:
+def execute_statements(con: duckdb.DuckDBPyConnection, statement: str, bound: Any,
+                       rt: Runtime | None, graph: Graph) -> None:
     """``Engine.execute``'s statements, each on its own (caller holds the engine's lock): a
-    table declared again the same way, or another CREATE whose object exists, is skipped."""
+    table declared again the same way, or another CREATE whose object exists, is skipped.
+    None runs if any writes a stream's table (``sstore.stream_writes``)."""
     parts = [statement] if bound is not None else split_statements(con, statement)
+    writing = [part for part in parts if stream_writes.may_write(part)]
+    if writing:
+        streams = stream_tables(con, rt, graph)
+        for part in writing:
+            stream_writes.check(part, streams, "Engine.execute")
     for part in parts:
         passing.note(part)  # a view may change: ``sstore.passing`` reads them again
         if is_same_redeclaration(con, part):
@@ -44,6 +52,16 @@ def execute_statements(con: duckdb.DuckDBPyConnection, statement: str, bound: An
             if not (part.lstrip()[:6].upper() == "CREATE" and "already exists" in str(exc)):
                 raise
             log.debug("declaration already in the state file: %s", exc)
+
+
+def stream_tables(con: duckdb.DuckDBPyConnection, rt: Runtime | None, graph: Graph
+                  ) -> frozenset[str]:
+    """The tables ad hoc SQL may not write: the started engine's streams; before the start,
+    those declared so far and those the last program declared (their tables exist already)."""
+    if rt is not None:
+        return rt.stream_tables
+    return (stream_writes.stream_tables(graph)
+            | stream_writes.saved_stream_tables(systables.load_graph(con)))
 
 
 def read_committed(rt: Runtime, bound: Any,
@@ -128,16 +146,17 @@ def _conform_to_existing(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Ta
 
 
 def _insert_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[str]) -> None:
+    verb = "INSERT OR REPLACE" if mode == "merge" else "INSERT"
+    names = ", ".join(ident(c) for c in rows.column_names)
+    insert = f"{verb} INTO {qualified(table)} ({names}) SELECT {names} FROM sstore_load"
+    stream_writes.check(insert, rt.stream_tables, "Engine.load_table")
     with registered(rt.con, "sstore_load", rows):
         rt.con.begin()
         try:
             _create_like(rt.con, table, "sstore_load", key)
             if mode == "replace":
                 rt.con.execute(f"DELETE FROM {qualified(table)}")
-            verb = "INSERT OR REPLACE" if mode == "merge" else "INSERT"
-            names = ", ".join(ident(c) for c in rows.column_names)
-            rt.con.execute(f"{verb} INTO {qualified(table)} ({names}) "
-                           f"SELECT {names} FROM sstore_load")
+            rt.con.execute(insert)
             rt.con.commit()
         except BaseException:
             rt.con.rollback()

@@ -235,7 +235,9 @@ class Engine:
         """Say that procedure ``name``, which the program that last ran on this state file
         declared, is gone on purpose. Without it, a new procedure on the same inputs is
         refused at start as a probable rename (``sstore.redeclared``): run under a new name it
-        would process every kept batch again. With it, the new one does."""
+        would process every kept batch again. With it, the new one does. It does not hand
+        over the old one's output stream: a new procedure writing it from a batch at or below
+        its last is refused at start (a stream's batch-ids are written once, in order)."""
         self._declaring()
         if name in self._graph.procedures:
             raise DeclarationError(f"procedure {name!r} is declared by this program; only one "
@@ -437,10 +439,12 @@ class Engine:
         is skipped; with other columns (names, types, order) it raises ``DeclarationError``
         naming the table and both column lists. Any other CREATE whose object already exists
         (view, sequence, index, schema...) is taken as that declaration and skipped.
+        Statements that write a stream's table are refused (``StreamWriteError``), before
+        any of them runs: a stream's batches come from ingests and procedures.
         """
         bound = bind(args, params)
         with self._lock:
-            adhoc.execute_statements(self._con, statement, bound)
+            adhoc.execute_statements(self._con, statement, bound, self._rt, self._graph)
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:

@@ -140,7 +140,7 @@ def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
     try:
         rt.store.append(stream, batch_id, table, pending, fingerprint=sent)
         if along is not None:
-            tx = Transaction(rt.con, batch_id)
+            tx = Transaction(rt.con, batch_id, streams=rt.stream_tables)
             along(tx)
             if tx.failure is not None:  # caught inside along: DuckDB aborted the transaction
                 raise TransactionStateError(f"a statement of ingest's along failed "

@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import consumers, recovery, redeclared, systables
+from sstore import consumers, recovery, redeclared, stream_writes, systables
 from sstore.checkpoints import Checkpoints
 from sstore.duck import connect
 from sstore.errors import DeclarationError
@@ -147,9 +147,7 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
     rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), subscribers,
                  lock, threading.Condition(lock), input_log)
     rt.observers = observers  # shared: observers added later are seen too
-    rt.stream_tables = frozenset(name.lower() for name in [
-        *graph.streams, *graph.windows,
-        *(out for decl in graph.procedures.values() for out in decl.outputs)])
+    rt.stream_tables = stream_writes.stream_tables(graph)
     rt.reader = con.cursor()
     rt.load_committed()
     if path != ":memory:":

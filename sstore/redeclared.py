@@ -18,6 +18,13 @@ break that meaning without any other sign, and each was found losing or doubling
 3. **A tuple or batch window resized** (``rows=``, ``slide=``, ``batches=``): its first slide
    would mix tuples counted under both sizes. Refused, as event windows already refuse a
    changed declaration.
+4. **A procedure writing a stream that already has later batches** (a retired procedure's
+   output taken over by a new one, a border stream turned into an output): its first batch
+   would be written below the stream's last, which a stream cannot take (its batch-ids are
+   written once, in order); it halted on an internal assertion that ``resume`` could not get
+   past. Refused unless its first batch comes after the stream's last (its inputs' older
+   batches were collected): declare it under the old producer's name to carry on its
+   progress, or give it an output stream of its own.
 
 The last run's declarations are ``sstore_sys.graph`` (saved at every start); a state file
 that has none (new, or from before the graph was saved) has nothing to check.
@@ -36,7 +43,7 @@ from sstore.graph import Graph
 
 
 def check(con: duckdb.DuckDBPyConnection, graph: Graph, retired: Collection[str]) -> None:
-    """Raise ``DeclarationError`` for the first of the three edits above in ``graph``."""
+    """Raise ``DeclarationError`` for the first of the four edits above in ``graph``."""
     saved = systables.load_graph(con)
     if not saved:
         return
@@ -51,6 +58,13 @@ def check(con: duckdb.DuckDBPyConnection, graph: Graph, retired: Collection[str]
                          progress[name])
         if before is None and not progress.get(name):
             _not_a_rename(name, list(decl.inputs), procedures, graph, progress, retired)
+    collected = systables.load_collected(con)
+    for name, decl in graph.procedures.items():
+        start = progress.get(name) or max((collected.get(i, 0) for i in decl.inputs), default=0)
+        for out in decl.outputs:
+            last = max(progress.get(out) or 0, collected.get(out, 0))
+            if last > start:
+                _taken_output(name, out, start, last, saved)
     for name, window in graph.windows.items():
         before = windows.get(name)
         if before is None or not progress.get(name):
@@ -88,6 +102,26 @@ def _not_a_rename(name: str, inputs: list[str], procedures: dict[str, dict[str, 
                 f"it as name={old!r} (its progress then carries on); if {old!r} is retired and "
                 f"{name!r} must process every kept batch again, call engine.retire({old!r}) "
                 f"before the first ingest or run")
+
+
+def _taken_output(name: str, out: str, start: int, last: int,
+                  saved: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """Refuse procedure ``name``, which would write ``out`` from batch ``start + 1`` while
+    ``out`` has batches through ``last`` (rule 4), naming who wrote them and what to do."""
+    writers = [old for old, kind, spec in saved
+               if kind == "procedure" and old != name and out in spec["outputs"]]
+    border = any(kind == "stream" and old == out and spec.get("border")
+                 for old, kind, spec in saved)
+    who = (f"written by procedure {writers[0]!r}" if writers else
+           "ingested as a border stream" if border else "written by an earlier program")
+    carry = (f"to carry on where {writers[0]!r} stopped, declare this procedure as "
+             f"name={writers[0]!r} (retire() does not hand a stream's batch-ids over); "
+             if writers else "")
+    raise DeclarationError(
+        f"procedure {name!r} writes stream {out!r}, which already has batches through batch "
+        f"{last} ({who}); {name!r} would write it from batch {start + 1} on, but a stream's "
+        f"batch-ids are written once, in order, so it could not commit. {carry.capitalize()}"
+        f"to process the kept batches again, give it an output stream of its own")
 
 
 def _shape(spec: dict[str, Any]) -> str:

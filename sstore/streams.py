@@ -17,6 +17,7 @@ from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
 from sstore.sql import ident
+from sstore.table_declarations import column_types
 from sstore.windows import (
     WindowState,
     WindowUpdate,
@@ -71,6 +72,9 @@ class StreamStore:
     # -- setup ---------------------------------------------------------------------------------
     def create_all(self) -> None:
         con = self.con
+        for decl in self.graph.streams.values():  # all checked before anything is created
+            if decl.columns is not None and self._table_exists(decl.name):
+                self._check_declared(decl.name, decl.columns)
         for decl in self.graph.streams.values():
             if decl.columns is not None:
                 cols = ", ".join(f"{ident(c)} {t}" for c, t in decl.columns.items())
@@ -82,8 +86,6 @@ class StreamStore:
                                         f"FROM {ident(decl.name)}").fetchall()[0]
                 self.stored_from[decl.name] = None if low is None else int(low)
                 self.stored_through[decl.name] = 0 if high is None else int(high)
-                if decl.columns is not None:
-                    self._check_declared(decl.name, decl.columns)
         self.constrained = {str(name) for (name,) in con.execute(
             "SELECT DISTINCT table_name FROM duckdb_constraints() WHERE database_name = "
             "current_database() AND schema_name = 'main' AND constraint_column_names <> "
@@ -110,10 +112,24 @@ class StreamStore:
                             ).to_arrow_table().schema
 
     def _check_declared(self, name: str, columns: dict[str, str]) -> None:
-        existing = self.schemas[name].names
-        if existing != list(columns):
+        """Refuse a declaration of an existing stream table with other column names, order or
+        types: a type changed on the program's side only (``VARCHAR -> INTEGER``) went on
+        with the stored type, so ``max`` compared text and ``REAL -> DOUBLE`` kept float
+        rounding, with no error (issue 34). Types are compared as the catalog spells them."""
+        stored = [(str(c), str(t)) for c, t, *_ in self.con.execute(
+            f"DESCRIBE {ident(name)}").fetchall() if c != BATCH_COLUMN]
+        if [c for c, _t in stored] != list(columns):
             raise DeclarationError(f"stream {name!r} is declared with columns {list(columns)} but "
-                                   f"the state file has {existing}")
+                                   f"the state file has {[c for c, _t in stored]}")
+        if all(t.upper() == columns[c].strip().upper() for c, t in stored):
+            return  # spelled as the catalog spells it: no scratch table needed
+        for (column, was), (_c, now) in zip(stored, column_types(self.con, name, columns)):
+            if was != now:
+                raise DeclarationError(
+                    f"stream {name!r}: column {column!r} is stored as {was} in the state file "
+                    f"but this program declares it {columns[column]} ({now}); its stored rows "
+                    f"keep the old type and new ones would be cast to it. Declare it as "
+                    f"before ({was}), or declare a stream of another name with the new type")
 
     def schema(self, stream: str) -> pa.Schema | None:
         return self.schemas.get(stream)

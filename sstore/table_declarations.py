@@ -16,6 +16,7 @@ Constraints, defaults and the like are not compared.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import duckdb
@@ -106,6 +107,15 @@ def is_same_redeclaration(con: duckdb.DuckDBPyConnection, statement: str) -> boo
             f"table has {_show(existing)}; a table is declared once: change an existing one "
             f"with ALTER TABLE (or CREATE OR REPLACE TABLE, which drops its rows)")
     return True
+
+
+def column_types(con: duckdb.DuckDBPyConnection, name: str, columns: Mapping[str, str]
+                 ) -> Columns:
+    """The columns ``name (column definition, ...)`` declares, as DuckDB's catalog spells
+    their types (``int NOT NULL`` is INTEGER, ``text`` VARCHAR): learned, like a CREATE TABLE's,
+    from a scratch table in a rolled-back transaction, so that no alias list is kept here."""
+    definition = "(" + ", ".join(f"{ident(c)} {t}" for c, t in columns.items()) + ")"
+    return _declared_columns(con, TableDeclaration(ident(name), definition))
 
 
 def _is_view(con: duckdb.DuckDBPyConnection, decl: TableDeclaration) -> bool:

@@ -43,15 +43,17 @@ class Transaction:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
                  procedure: str | None = None,
-                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0,
-                 streams: frozenset[str] = frozenset(),
+                 recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0, *,
+                 streams: frozenset[str],
                  before: Callable[[str], None] | None = None) -> None:
         self._con = con
         #: called with each statement before it runs: a group commit stores a batch it
         #: passes in memory when the statement may read it from its table (``sstore.passing``)
         self._before = before
-        #: stream tables this transaction's SQL must not write (``sstore.stream_writes``)
+        #: stream tables this transaction's SQL must not write (``sstore.stream_writes``);
+        #: no default, so that no path that hands out a transaction can forget them
         self._streams = streams
+        self._who = f"procedure {procedure!r}" if procedure else "this transaction"
         #: a TE over a large input batch likely returns large results: convert them streamed
         #: (``sstore.duck.arrow``)
         self._large = rows_in >= LARGE_ROWS
@@ -123,7 +125,7 @@ class Transaction:
         """What every statement passes before it runs: it must not write a stream's table
         (``sstore.stream_writes``), and a batch it may read must be in its table
         (``sstore.passing``)."""
-        stream_writes.check(statement, self._streams, self.procedure)
+        stream_writes.check(statement, self._streams, self._who)
         passing.note(statement)
         if self._before is not None:
             self._before(statement)

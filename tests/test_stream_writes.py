@@ -75,6 +75,10 @@ def test_an_ad_hoc_transaction_cannot_write_a_stream_table(engine: Engine) -> No
     ("COPY alerts TO 'out.csv'", set()),  # reads the table
     ("COPY alerts FROM 'in.csv'", {"alerts"}),
     ("DROP TABLE IF EXISTS alerts", {"alerts"}),
+    ("CREATE OR REPLACE TABLE main.alerts AS SELECT 1 AS v", {"alerts"}),
+    ('create or replace table "Alerts" (v INTEGER)', {"alerts"}),
+    ("CREATE OR REPLACE VIEW alerts_view AS SELECT 1", set()),
+    ("CREATE TABLE IF NOT EXISTS alerts (v INTEGER)", set()),  # a no-op or an error
     ("ALTER TABLE alerts ADD COLUMN x INTEGER", {"alerts"}),
     ("INSERT INTO other.alerts SELECT 1", set()),  # another schema's table
     ("INSERT INTO revenue SELECT v FROM alerts", {"revenue"}),
@@ -82,3 +86,73 @@ def test_an_ad_hoc_transaction_cannot_write_a_stream_table(engine: Engine) -> No
 ])
 def test_which_tables_a_statement_writes(statement: str, written: set[str]) -> None:
     assert written_tables(statement) == written
+
+
+def _count(engine: Engine, table: str) -> int:
+    return engine.query(f"SELECT count(*) AS n FROM {table}").column("n")[0].as_py()
+
+
+@pytest.mark.parametrize("statement", [
+    "INSERT INTO readings VALUES (1, 99)",  # a row no procedure would ever process
+    "DELETE FROM readings WHERE _batch_id = 1",  # a batch the consumer has not acknowledged
+    "UPDATE readings SET v = 0",
+    "CREATE OR REPLACE TABLE readings AS SELECT 1 AS _batch_id, 7 AS v",
+    "CREATE TABLE IF NOT EXISTS notes (v INTEGER); DELETE FROM readings",  # nothing runs
+])
+def test_execute_cannot_write_a_stream_table_before_or_after_start(
+        state_path: str, statement: str) -> None:
+    """Issue 34, item 6: ``Engine.execute`` took ``INSERT INTO <stream>`` (a row never
+    processed) and ``DELETE`` of batches a consumer had not acknowledged, which
+    ``transaction()`` refuses. The same guard, before and after the engine starts."""
+    with Engine(state_path) as engine:
+        engine.stream("readings", {"v": "INTEGER"})
+        engine.consumer("readings", "sink")
+        engine.ingest("readings", [(5,)])
+        with pytest.raises(StreamWriteError, match="writes stream 'readings'"):
+            engine.execute(statement)
+        assert _count(engine, "readings") == 1
+        assert engine.query("SELECT v FROM readings").column("v").to_pylist() == [5]
+    with Engine(state_path) as engine:  # not started yet: the state file's streams count
+        with pytest.raises(StreamWriteError, match="writes stream 'readings'"):
+            engine.execute(statement)
+        engine.stream("readings", {"v": "INTEGER"})
+        engine.consumer("readings", "sink")
+        assert _count(engine, "readings") == 1
+        assert engine.query("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = "
+                            "'notes'").column("n")[0].as_py() == 0
+
+
+def test_load_table_cannot_write_a_stream_table(engine: Engine) -> None:
+    import pyarrow as pa
+    engine.stream("readings", {"v": "INTEGER"})
+    engine.ingest("readings", [(5,)])
+    with pytest.raises(StreamWriteError, match="writes stream 'readings'"):
+        engine.load_table("readings", pa.table({"_batch_id": [1], "v": [7]}), "replace")
+    assert engine.query("SELECT v FROM readings").column("v").to_pylist() == [5]
+
+
+def test_execute_still_declares_and_writes_state_tables(state_path: str) -> None:
+    with Engine(state_path) as engine:
+        engine.execute("CREATE TABLE totals (k INTEGER, n INTEGER)")
+        engine.execute("INSERT INTO totals VALUES (1, 0)")
+        engine.stream("readings", {"v": "INTEGER"})
+        engine.execute("CREATE TABLE IF NOT EXISTS totals (k INTEGER, n INTEGER); "
+                       "UPDATE totals SET n = n + 1")
+        engine.ingest("readings", [(5,)])
+        engine.execute("INSERT INTO totals SELECT v, 0 FROM readings")  # reads a stream
+        engine.execute("CREATE INDEX IF NOT EXISTS totals_k ON totals (k)")
+        engine.execute("DELETE FROM totals WHERE k = 5")
+        assert engine.query("SELECT k, n FROM totals").to_pylist() == [{"k": 1, "n": 1}]
+
+
+def test_ingest_along_cannot_write_another_stream_table(engine: Engine) -> None:
+    """``ingest(along=...)`` hands out a transaction too: same guard, nothing ingested."""
+    engine.stream("readings", {"v": "INTEGER"})
+    engine.stream("alerts", {"v": "INTEGER"})
+    engine.execute("CREATE TABLE notes (v INTEGER)")
+    engine.ingest("alerts", [(1,)])
+    with pytest.raises(StreamWriteError, match="this transaction writes stream 'alerts'"):
+        engine.ingest("readings", [(5,)], along=lambda tx: tx.execute("DELETE FROM alerts"))
+    engine.ingest("readings", [(6,)], along=lambda tx: tx.execute("INSERT INTO notes VALUES (6)"))
+    assert engine.query("SELECT v FROM readings").column("v").to_pylist() == [6]
+    assert _count(engine, "alerts") == 1 and _count(engine, "notes") == 1
