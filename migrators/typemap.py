@@ -286,6 +286,11 @@ def for_target(rows: pa.Table, columns: dict[str, tuple[str, int | None, int | N
             target = f.type  # unconstrained numeric takes the rows' own precision and scale
         if target != f.type:
             try:
+                if at.is_integer(f.type) and at.is_decimal(target):
+                    # Arrow sizes an integer's cast for every value of its type (7 from an
+                    # int64 into decimal(5,2) was refused): through a decimal wide enough
+                    # for any of them, each value is then checked against the column's
+                    column = column.cast(pa.decimal256(76, target.scale), safe=True)
                 column = column.cast(target, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise IncompatibleSchemaError(f"column {f.name!r}: values do not fit the "

@@ -61,6 +61,26 @@ def test_a_table_copy_refuses_to_round_into_a_narrower_numeric(engine: Engine, p
     assert pg(pg_url, "SELECT count(*) FROM p") == [(0,)]
 
 
+@pytest.mark.parametrize("engine_type, pg_type", [
+    ("BIGINT", "NUMERIC(5,2)"), ("INTEGER", "NUMERIC(4,0)"), ("SMALLINT", "NUMERIC(33,30)"),
+    ("UBIGINT", "NUMERIC(5,2)")])
+def test_integers_that_fit_a_narrow_numeric_go_in_and_the_others_are_refused(
+        engine: Engine, pg_url: str, engine_type: str, pg_type: str) -> None:
+    """7 from a BIGINT into numeric(5,2) was refused ("precision is not great enough for
+    the result"): Arrow sized the cast for every int64, not for the values. Now each value
+    goes in exactly or the copy is refused by the column's name."""
+    engine.execute(f"CREATE TABLE i (id INTEGER, n {engine_type})")
+    engine.execute("INSERT INTO i VALUES (1, 7), (2, 12)")
+    pg(pg_url, f"CREATE TABLE i (id INTEGER, n {pg_type})")
+    assert cast(engine, pg_url, source="i", table="i", mode="append") == 2
+    assert pg(pg_url, "SELECT n FROM i ORDER BY id") == [(decimal.Decimal(7),),
+                                                         (decimal.Decimal(12),)]
+    engine.execute("INSERT INTO i VALUES (3, 10000)")
+    with pytest.raises(IncompatibleSchemaError, match="column 'n': values do not fit"):
+        cast(engine, pg_url, source="i", table="i", mode="replace")
+    assert pg(pg_url, "SELECT count(*) FROM i") == [(2,)]
+
+
 def test_text_into_char_n_and_a_date_into_timestamptz_are_refused(engine: Engine,
                                                                  pg_url: str) -> None:
     """char(n) pads and trims blanks; which instant a date is depends on a zone (the sink
