@@ -58,7 +58,13 @@ from migrators.postgres import (
     parse_name,
     target_columns,
 )
-from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
+from migrators.typemap import (
+    check_engine_table,
+    check_sendable,
+    checks_values,
+    for_copy,
+    for_target,
+)
 from sstore import interrupts
 from sstore.backpressure import Bound
 from sstore.engine import Engine
@@ -169,7 +175,8 @@ class StreamToPostgres:
         default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
     # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
-    # nothing; the dict, not its id(): a new dict may get a freed one's id
+    # nothing and check no value (``checks_values``); the dict, not its id(): a new dict may
+    # get a freed one's id
     _unchanged: tuple[pa.Schema, TargetColumns] | None = field(default=None, init=False)
     _unacked: int = field(default=0, init=False)
     _unacked_since: float = field(default=0.0, init=False)  # when _unacked last left 0
@@ -324,7 +331,7 @@ class StreamToPostgres:
         if self.batch_column:
             schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
         self._target_types = ensure_table(cur.connection, self.target, schema, self.key,
-                                          existing)
+                                          existing, f"stream {self.stream!r}")
 
     def _settle_batch_column(self, existing: TargetColumns) -> None:
         """A target with a ``_batch_id`` column (a sink with ``batch_column`` made it) and a
@@ -551,7 +558,7 @@ class StreamToPostgres:
         if unchanged is not None and unchanged[1] is types and unchanged[0].equals(data.schema):
             return data  # the conversions would rebuild the same table (checked once)
         converted = for_target(for_copy(data), types)
-        if converted.schema.equals(data.schema):
+        if converted.schema.equals(data.schema) and not checks_values(types):
             self._unchanged = (data.schema, types)
         return converted
 

@@ -178,13 +178,14 @@ TargetColumns = dict[str, tuple[str, int | None, int | None]]
 
 
 def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
-                 key: Sequence[str] = (), existing: TargetColumns | None = None
-                 ) -> TargetColumns:
+                 key: Sequence[str] = (), existing: TargetColumns | None = None,
+                 source: str = "the rows") -> TargetColumns:
     """Create ``table`` from an Arrow schema (with ``key`` as primary key) if it is missing;
     if it exists, check that every column can take the rows (``IncompatibleSchemaError``).
     Returns the target's columns: name -> (data type, numeric precision, numeric scale), so
     rows can be converted to a column that was widened (``typemap.for_target``).
-    ``existing``: those columns, when the caller asked them already in this transaction."""
+    ``existing``: those columns, when the caller asked them already in this transaction.
+    ``source``: what the rows are, for errors (``stream 'x'``, ``table 'y'``)."""
     wanted = postgres_columns(schema)
     missing = [k for k in key if k not in schema.names]
     if missing:
@@ -193,7 +194,7 @@ def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
     if existing is None:
         existing = target_columns(con, table)
     if existing:
-        check_compatible(table, wanted, {c: t[0] for c, t in existing.items()})
+        check_compatible(table, schema, existing, source)
         return existing
     cols = ", ".join(f"{ident(c)} {t}" for c, t in wanted)
     if key:
@@ -206,10 +207,14 @@ def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
 def target_columns(con: psycopg.Connection, table: str) -> TargetColumns:
     """The columns of ``table`` as ``ensure_table`` returns them (none: no such table), in
     the caller's transaction: a writer asks them before it decides what its rows carry
-    (a batch column the table has, ``engine_to_postgres``)."""
+    (a batch column the table has, ``engine_to_postgres``). Each is (data type, precision,
+    scale); the precision is the declared one of whichever kind the type has: digits of a
+    numeric, fractional-second digits of a timestamp or time (``timestamp(0)``: 0), length of
+    a character type (``varchar(2)``: 2); NULL where none is declared."""
     pg_schema, name = split_name(table)
     return {column: (data_type, precision, scale) for column, data_type, precision, scale in
-            con.execute("SELECT column_name, data_type, numeric_precision, numeric_scale "
+            con.execute("SELECT column_name, data_type, COALESCE(numeric_precision, "
+                        "datetime_precision, character_maximum_length), numeric_scale "
                         "FROM information_schema.columns WHERE table_schema = %s AND "
                         "table_name = %s", (pg_schema, name)).fetchall()}
 

@@ -50,7 +50,7 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
         raise MigrationError(f"table {source_table!r} has no column {since!r}")
 
     def load(con: psycopg.Connection) -> int:
-        types = ensure_table(con, table, schema, key)
+        types = ensure_table(con, table, schema, key, source=f"table {source_table!r}")
         con.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
         sql, params = f"SELECT * FROM {qualified(source_table)}", []
         if since is not None:

@@ -20,6 +20,12 @@ worse than a clear refusal.
 | TIME | time64 | time |
 | TIMESTAMP (any precision) | timestamp[*] | timestamp (microseconds) |
 | TIMESTAMPTZ | timestamp[*, tz] | timestamptz (microseconds) |
+
+An existing target may have a wider column (``COMPATIBLE``, ``WIDENED``); never one that
+changes a value silently: a timestamp or time column of fewer fractional-second digits than
+the rows' type is refused up front (``check_compatible``), text longer than a
+``character varying(n)`` column and a numeric whose digits do not fit are refused by value
+(``for_target``), ``character(n)`` (it pads and trims blanks) is refused.
 """
 
 from __future__ import annotations
@@ -107,11 +113,22 @@ def postgres_columns(schema: pa.Schema) -> list[tuple[str, str]]:
 
 
 def for_copy(rows: pa.Table) -> pa.Table:
-    """Convert columns to the Arrow types the binary COPY encoder writes as the mapped type."""
+    """Convert columns to the Arrow types the binary COPY encoder writes as the mapped type.
+    A conversion that would change a value is refused naming the column
+    (``UnsupportedTypeError``): a TIMESTAMP_NS value with a fraction of a microsecond, which
+    no PostgreSQL type holds."""
     arrays, fields = [], []
     for f, column in zip(rows.schema, rows.columns):
         target = mapping_for(f).arrow_type(f.type)
-        arrays.append(column if column.type == target else column.cast(target))
+        if column.type != target:
+            try:
+                column = column.cast(target)  # safe: what would change a value raises
+            except pa.ArrowInvalid as exc:
+                raise UnsupportedTypeError(
+                    f"column {f.name!r} ({duckdb_name(f.type)}) holds a value PostgreSQL's "
+                    f"{mapping_for(f).pg_type(f.type)} cannot hold exactly ({exc}); round it "
+                    f"in the procedure (e.g. CAST(... AS TIMESTAMP))") from None
+        arrays.append(column)
         fields.append(pa.field(f.name, target))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
@@ -169,20 +186,71 @@ def check_engine_table(engine: Any, table: str, source: str) -> None:
                                         rows.column("data_type").to_pylist())))
 
 
-def check_compatible(table: str, wanted: list[tuple[str, str]],
-                     existing: dict[str, str]) -> None:
-    """Raise ``IncompatibleSchemaError`` naming the first column that cannot take the rows.
+#: Fractional-second digits a value of each Arrow time unit carries as binary COPY sends it
+#: (in microseconds: a nanosecond column is cast to microseconds first, by ``for_copy``).
+_FRACTION_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 6}
 
-    ``existing`` maps column name to ``information_schema.columns.data_type``.
-    """
-    for name, pg_type in wanted:
-        if name not in existing:
-            raise IncompatibleSchemaError(f"target {table} has no column {name!r} (it has "
+#: PostgreSQL types that round a value with more fractional-second digits than the column's
+#: declared precision (``timestamp(0)``, ``time(3)``, ...), without an error.
+_ROUNDING = ("timestamp without time zone", "timestamp with time zone",
+             "time without time zone")
+
+
+def check_compatible(table: str, schema: pa.Schema,
+                     existing: dict[str, tuple[str, int | None, int | None]],
+                     source: str = "the rows") -> None:
+    """Raise ``IncompatibleSchemaError`` naming the first column that cannot take the rows
+    of ``schema`` (``source`` names them: ``stream 'x'``, ``table 'y'``).
+
+    ``existing``: the target's columns as ``postgres.target_columns`` gives them, name ->
+    (``information_schema.columns.data_type``, precision, scale). A column must be the type
+    the rows map to or a wider one (``COMPATIBLE``), and a timestamp or time column must keep
+    as many fractional-second digits as the rows' type can carry: PostgreSQL rounds the rest
+    away (2024-12-31 23:59:59.6 into ``timestamp(0)`` is 2025-01-01 00:00:00), so such a
+    column is refused up front, before any row is read, not at the first value that would
+    round (a sink would then halt weeks later, at a value nobody chose)."""
+    for f in schema:
+        pg_type = mapping_for(f).pg_type(f.type)
+        if f.name not in existing:
+            raise IncompatibleSchemaError(f"target {table} has no column {f.name!r} (it has "
                                           f"{sorted(existing)})")
-        base = pg_type.split("(")[0]
-        if existing[name] not in COMPATIBLE[base]:
-            raise IncompatibleSchemaError(f"target {table} column {name!r} is "
-                                          f"{existing[name]}, which cannot take {pg_type}")
+        data_type, precision, _scale = existing[f.name]
+        if data_type not in COMPATIBLE[pg_type.split("(")[0]]:
+            raise IncompatibleSchemaError(f"target {table} column {f.name!r} is "
+                                          f"{data_type}, which cannot take {pg_type}")
+        digits = _fraction_digits(f.type)
+        if data_type in _ROUNDING and precision is not None and precision < digits:
+            shown = data_type.replace(" ", f"({precision}) ", 1)
+            raise IncompatibleSchemaError(
+                f"target {table} column {f.name!r} is {shown} and {source} has "
+                f"{duckdb_name(f.type)} ({digits} fractional-second digits): a value with "
+                f"more than {precision} would be rounded by PostgreSQL, without an error "
+                f"(2024-12-31 23:59:59.6 into timestamp(0) lands as 2025-01-01 00:00:00). "
+                f"Nothing was written. Widen the column (ALTER TABLE {table} ALTER COLUMN "
+                f"{f.name} TYPE {data_type}: {digits} digits), or give the rows a type no "
+                f"finer than the column (TIMESTAMP_S for whole seconds, TIMESTAMP_MS for "
+                f"milliseconds)")
+
+
+def _fraction_digits(t: pa.DataType) -> int:
+    """Fractional-second digits the values of ``t`` can have as sent (0 for a date)."""
+    if at.is_timestamp(t) or at.is_time(t):
+        return _FRACTION_DIGITS[t.unit]
+    return 0
+
+
+def duckdb_name(t: pa.DataType) -> str:
+    """The DuckDB type an Arrow time type comes from, for messages (else the Arrow type)."""
+    if at.is_timestamp(t):
+        if t.tz is not None:
+            return "TIMESTAMPTZ"
+        return {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "ns": "TIMESTAMP_NS"}.get(
+            t.unit, "TIMESTAMP")
+    if at.is_time(t):
+        return "TIME"
+    if at.is_date(t):
+        return "DATE"
+    return str(t)
 
 
 #: Arrow types for an existing target column of a wider type than the one the rows map to:
@@ -205,6 +273,7 @@ def for_target(rows: pa.Table, columns: dict[str, tuple[str, int | None, int | N
     """Convert columns to the types of an existing target whose columns were widened (the
     check in ``check_compatible`` allows only lossless widenings; a value that would still not
     fit, such as a numeric whose declared scale is smaller, is an ``IncompatibleSchemaError``).
+    Text into a ``character varying(n)`` column is checked too (``_check_length``).
     ``columns``: name -> (information_schema data type, precision, scale); empty: no change."""
     if not columns:
         return rows
@@ -217,10 +286,43 @@ def for_target(rows: pa.Table, columns: dict[str, tuple[str, int | None, int | N
             target = f.type  # unconstrained numeric takes the rows' own precision and scale
         if target != f.type:
             try:
+                if at.is_integer(f.type) and at.is_decimal(target):
+                    # Arrow sizes an integer's cast for every value of its type (7 from an
+                    # int64 into decimal(5,2) was refused): through a decimal wide enough
+                    # for any of them, each value is then checked against the column's
+                    column = column.cast(pa.decimal256(76, target.scale), safe=True)
                 column = column.cast(target, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise IncompatibleSchemaError(f"column {f.name!r}: values do not fit the "
                                               f"target's {data_type}: {exc}") from None
+        if data_type == "character varying" and precision is not None:
+            _check_length(f.name, column, precision)
         arrays.append(column)
         fields.append(pa.field(f.name, target))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def checks_values(columns: dict[str, tuple[str, int | None, int | None]]) -> bool:
+    """Whether ``for_target`` looks at the values for ``columns`` even where it converts no
+    type (a ``character varying(n)`` column): a caller that skips ``for_target`` for rows of
+    a schema it found unchanged before must not skip it then."""
+    return any(t == "character varying" and n is not None for t, n, _ in columns.values())
+
+
+def _check_length(name: str, column: pa.ChunkedArray, limit: int) -> None:
+    """Refuse text longer than ``limit`` characters for a ``character varying(limit)`` column
+    (``IncompatibleSchemaError``): PostgreSQL cuts blanks past the limit without an error
+    ('ab   ' into varchar(2) lands as 'ab') and refuses the rest with its own error. One
+    length per value, as PostgreSQL counts them (characters, not bytes)."""
+    if column.null_count == len(column):
+        return
+    lengths = pc.utf8_length(column)
+    longest = pc.max(lengths).as_py()
+    if longest is not None and longest > limit:
+        over = pc.sum(pc.greater(lengths, limit)).as_py()
+        raise IncompatibleSchemaError(
+            f"column {name!r} is character varying({limit}) and {over} value(s) are longer "
+            f"(the longest has {longest} characters): PostgreSQL would cut trailing blanks "
+            f"without an error or refuse the row. Nothing was written. Widen the column "
+            f"(ALTER TABLE ... ALTER COLUMN {name} TYPE varchar({longest}), or text), or cut "
+            f"the values in the procedure (left({name}, {limit}))")

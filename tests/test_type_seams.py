@@ -9,6 +9,10 @@ incremental copy's newest value never sent."""
 from __future__ import annotations
 
 import decimal
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import psycopg
 import pyarrow as pa
@@ -57,6 +61,26 @@ def test_a_table_copy_refuses_to_round_into_a_narrower_numeric(engine: Engine, p
     assert pg(pg_url, "SELECT count(*) FROM p") == [(0,)]
 
 
+@pytest.mark.parametrize("engine_type, pg_type", [
+    ("BIGINT", "NUMERIC(5,2)"), ("INTEGER", "NUMERIC(4,0)"), ("SMALLINT", "NUMERIC(33,30)"),
+    ("UBIGINT", "NUMERIC(5,2)")])
+def test_integers_that_fit_a_narrow_numeric_go_in_and_the_others_are_refused(
+        engine: Engine, pg_url: str, engine_type: str, pg_type: str) -> None:
+    """7 from a BIGINT into numeric(5,2) was refused ("precision is not great enough for
+    the result"): Arrow sized the cast for every int64, not for the values. Now each value
+    goes in exactly or the copy is refused by the column's name."""
+    engine.execute(f"CREATE TABLE i (id INTEGER, n {engine_type})")
+    engine.execute("INSERT INTO i VALUES (1, 7), (2, 12)")
+    pg(pg_url, f"CREATE TABLE i (id INTEGER, n {pg_type})")
+    assert cast(engine, pg_url, source="i", table="i", mode="append") == 2
+    assert pg(pg_url, "SELECT n FROM i ORDER BY id") == [(decimal.Decimal(7),),
+                                                         (decimal.Decimal(12),)]
+    engine.execute("INSERT INTO i VALUES (3, 10000)")
+    with pytest.raises(IncompatibleSchemaError, match="column 'n': values do not fit"):
+        cast(engine, pg_url, source="i", table="i", mode="replace")
+    assert pg(pg_url, "SELECT count(*) FROM i") == [(2,)]
+
+
 def test_text_into_char_n_and_a_date_into_timestamptz_are_refused(engine: Engine,
                                                                  pg_url: str) -> None:
     """char(n) pads and trims blanks; which instant a date is depends on a zone (the sink
@@ -69,6 +93,132 @@ def test_text_into_char_n_and_a_date_into_timestamptz_are_refused(engine: Engine
         cast(engine, pg_url, source="c", table="c1", mode="append")
     with pytest.raises(IncompatibleSchemaError, match="'day' is timestamp with time zone"):
         cast(engine, pg_url, source="c", table="c2", mode="append")
+
+
+#: (target column, engine type, a value the column would round): seen (issue 34) landing
+#: rounded, 2024-12-31 23:59:59.6 as 2025-01-01 00:00:00, through the sink, `sstore migrate`
+#: and table copies alike, exit 0.
+ROUNDING_TARGETS = [
+    ("timestamp(0)", "TIMESTAMP", "TIMESTAMP '2024-12-31 23:59:59.6'"),
+    ("timestamptz(0)", "TIMESTAMPTZ", "TIMESTAMPTZ '2024-12-31 23:59:59.6+00'"),
+    ("time(0)", "TIME", "TIME '23:59:59.6'"),
+    ("timestamp(3)", "TIMESTAMP", "TIMESTAMP '2024-12-31 23:59:59.1234'"),
+    ("timestamp(3)", "TIMESTAMP_NS", "TIMESTAMP_NS '2024-12-31 23:59:59.1234'"),
+]
+
+
+@pytest.mark.parametrize("pg_type, duck_type, value", ROUNDING_TARGETS)
+def test_a_timestamp_column_of_lower_precision_is_refused_up_front(
+        state_path: str, pg_url: str, pg_type: str, duck_type: str, value: str) -> None:
+    """Refused before any row is read, naming the table, the column, its type and the
+    engine's type, by the table copy and by the sink; nothing lands, nothing is
+    acknowledged."""
+    engine = Engine(state_path)
+    engine.stream("s", {"id": "INTEGER", "ts": duck_type}, retain="all")
+    engine.execute(f"CREATE TABLE t AS SELECT 1 AS id, {value} AS ts")
+    engine.ingest("s", engine.query("SELECT * FROM t"))
+    pg(pg_url, f"CREATE TABLE t (id INTEGER, ts {pg_type})")
+    pg(pg_url, f"CREATE TABLE s (id INTEGER, ts {pg_type})")
+    shown = pg(pg_url, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                       "attrelid = 't'::regclass AND attname = 'ts'")[0][0]
+    for options, source in (({"source": "t", "table": "t"}, "table 't'"),
+                            ({"stream": "s", "table": "s"}, "stream 's'")):
+        with pytest.raises(IncompatibleSchemaError) as refused:
+            cast(engine, pg_url, **options)
+        said = str(refused.value)
+        assert f"column 'ts' is {shown}" in said, said
+        assert f"{source} has {duck_type}" in said, said
+        assert "would be rounded" in said, said
+    assert pg(pg_url, "SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM s)") == [(0,)]
+    assert engine.acknowledged("migrator:s") == 0
+    engine.close()
+
+
+def test_sstore_migrate_refuses_a_timestamp_0_target(tmp_path: Path, pg_url: str) -> None:
+    """The case as seen, through the real CLI: exit 1, the reason, no row."""
+    state = str(tmp_path / "s.duckdb")
+    engine = Engine(state)
+    engine.stream("s", {"id": "INTEGER", "ts": "TIMESTAMP"})
+    engine.ingest("s", [(1, "2024-12-31 23:59:59.6")])
+    engine.close()
+    pg(pg_url, "CREATE TABLE s (id INTEGER, ts timestamp(0))")
+    done = subprocess.run([sys.executable, "-m", "sstore.cli", "migrate", state, "--stream",
+                           "s", "--postgres", pg_url, "--table", "s"], capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 1, done.stdout
+    said = " ".join(done.stderr.split())
+    assert "column 'ts' is timestamp(0) without time zone" in said, said
+    assert pg(pg_url, "SELECT count(*) FROM s") == [(0,)]
+
+
+@pytest.mark.parametrize("pg_type, duck_type, value, landed", [
+    ("timestamp(0)", "TIMESTAMP_S", "TIMESTAMP_S '2024-12-31 23:59:59'",
+     "2024-12-31 23:59:59"),
+    ("timestamp(3)", "TIMESTAMP_MS", "TIMESTAMP_MS '2024-12-31 23:59:59.123'",
+     "2024-12-31 23:59:59.123"),
+    ("timestamp(0)", "DATE", "DATE '2024-12-31'", "2024-12-31 00:00:00"),
+    ("timestamp(6)", "TIMESTAMP", "TIMESTAMP '2024-12-31 23:59:59.654321'",
+     "2024-12-31 23:59:59.654321"),
+    ("time(6)", "TIME", "TIME '23:59:59.654321'", "23:59:59.654321"),
+])
+def test_a_column_that_holds_every_value_exactly_still_takes_them(
+        state_path: str, pg_url: str, pg_type: str, duck_type: str, value: str,
+        landed: str) -> None:
+    """What the engine's type cannot carry finer than the column is not refused."""
+    engine = Engine(state_path)
+    engine.stream("s", {"id": "INTEGER", "ts": duck_type}, retain="all")
+    engine.execute(f"CREATE TABLE t AS SELECT 1 AS id, {value} AS ts")
+    engine.ingest("s", engine.query("SELECT * FROM t"))
+    for table in ("t", "s"):
+        pg(pg_url, f"CREATE TABLE {table} (id INTEGER, ts {pg_type})")
+    assert cast(engine, pg_url, source="t", table="t", mode="append") == 1
+    assert cast(engine, pg_url, stream="s", table="s").rows == 1
+    assert pg(pg_url, "SELECT t.ts::text, s.ts::text FROM t, s") == [(landed, landed)]
+    engine.close()
+
+
+def test_a_nanosecond_no_postgresql_type_holds_is_refused_by_the_column_name(
+        engine: Engine, pg_url: str) -> None:
+    """A TIMESTAMP_NS value with a fraction of a microsecond raised Arrow's bare ArrowInvalid
+    (no column, no way out); whole microseconds still go in."""
+    engine.execute("CREATE TABLE n AS SELECT 1 AS id, "
+                   "TIMESTAMP_NS '2024-12-31 23:59:59.123456' AS ts")
+    assert cast(engine, pg_url, source="n", table="n", mode="append") == 1
+    engine.execute("INSERT INTO n VALUES (2, TIMESTAMP_NS '2024-12-31 23:59:59.123456789')")
+    with pytest.raises(UnsupportedTypeError, match="column 'ts' \\(TIMESTAMP_NS\\) holds a "
+                                                   "value PostgreSQL's timestamp cannot hold"):
+        cast(engine, pg_url, source="n", table="n", mode="replace")
+    assert pg(pg_url, "SELECT id, ts::text FROM n") == [(1, "2024-12-31 23:59:59.123456")]
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_text_a_varchar_n_column_would_cut_is_refused_and_text_that_fits_goes_in(
+        state_path: str, pg_url: str, mode: str) -> None:
+    """PostgreSQL cuts blanks past n without an error ('ab   ' into varchar(2) landed as
+    'ab'); anything else too long it refuses with its own error. Both are refused by the
+    column's name, before COPY; text of at most n characters goes in as it is."""
+    engine = Engine(state_path)
+    engine.stream("s", {"id": "INTEGER", "code": "VARCHAR"}, retain="all")
+    engine.execute("CREATE TABLE t (id INTEGER, code VARCHAR)")
+    engine.execute("INSERT INTO t VALUES (1, 'ab'), (2, 'éü'), (3, NULL)")
+    engine.ingest("s", engine.query("SELECT * FROM t"))
+    for table in ("t", "s"):
+        pg(pg_url, f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, code varchar(2))")
+    assert cast(engine, pg_url, source="t", table="t", mode=mode, key=["id"]) == 3
+    key = {"key": ["id"]} if mode == "merge" else {}
+    assert cast(engine, pg_url, stream="s", table="s", mode=mode, **key).rows == 3
+    engine.execute("INSERT INTO t VALUES (4, 'ab   ')")
+    engine.ingest("s", [(4, "ab   ")])
+    for options in ({"source": "t", "table": "t", "mode": mode, "key": ["id"]},
+                    {"stream": "s", "table": "s", "mode": mode, **key}):
+        with pytest.raises(IncompatibleSchemaError,
+                           match=r"column 'code' is character varying\(2\).* 5 characters"):
+            cast(engine, pg_url, **options)
+    expected = [(1, "ab"), (2, "éü"), (3, None)]
+    assert pg(pg_url, "SELECT id, code FROM t ORDER BY id") == expected
+    assert pg(pg_url, "SELECT id, code FROM s ORDER BY id") == expected
+    engine.close()
 
 
 @pytest.mark.parametrize("value", ["infinity", "-infinity"])
