@@ -114,14 +114,14 @@ def _taken_output(name: str, out: str, start: int, last: int,
                  for old, kind, spec in saved)
     who = (f"written by procedure {writers[0]!r}" if writers else
            "ingested as a border stream" if border else "written by an earlier program")
-    carry = (f"to carry on where {writers[0]!r} stopped, declare this procedure as "
-             f"name={writers[0]!r} (retire() does not hand a stream's batch-ids over); "
-             if writers else "")
+    carry = (f"To carry on where {writers[0]!r} stopped, declare this procedure as "
+             f"name={writers[0]!r} (retire() does not hand a stream's batch-ids over); to "
+             if writers else "To ")
     raise DeclarationError(
         f"procedure {name!r} writes stream {out!r}, which already has batches through batch "
         f"{last} ({who}); {name!r} would write it from batch {start + 1} on, but a stream's "
-        f"batch-ids are written once, in order, so it could not commit. {carry.capitalize()}"
-        f"to process the kept batches again, give it an output stream of its own")
+        f"batch-ids are written once, in order, so it could not commit. {carry}process the "
+        f"kept batches again, give it an output stream of its own")
 
 
 def _shape(spec: dict[str, Any]) -> str:

@@ -125,9 +125,10 @@ class StreamStore:
             return  # spelled as the catalog spells it: no scratch table needed
         for (column, was), (_c, now) in zip(stored, column_types(self.con, name, columns)):
             if was != now:
+                spelled = "" if now == columns[column].strip().upper() else f" ({now})"
                 raise DeclarationError(
-                    f"stream {name!r}: column {column!r} is stored as {was} in the state file "
-                    f"but this program declares it {columns[column]} ({now}); its stored rows "
+                    f"stream {name!r}: column {column!r} is stored as {was} (its table in the "
+                    f"state) but this program declares it {columns[column]}{spelled}; its rows "
                     f"keep the old type and new ones would be cast to it. Declare it as "
                     f"before ({was}), or declare a stream of another name with the new type")
 

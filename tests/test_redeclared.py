@@ -243,3 +243,19 @@ def test_a_procedure_taking_over_an_output_after_its_last_batch_runs(state_path:
     with Engine.open_existing(state_path) as engine:
         ids = [b for b, _n in engine.batches("booked")]
         assert ids[-1] == 6 and ids == sorted(set(ids))
+
+
+def test_a_border_stream_turned_into_an_output_is_refused_not_wedged(state_path: str) -> None:
+    """The same wedge without retire: ``booked`` was ingested through batch 2, and a procedure
+    declared to write it would write batch 1 again."""
+    with Engine(state_path) as engine:
+        engine.stream("orders", {"id": "INTEGER"})
+        engine.stream("booked", {"id": "INTEGER"})
+        for i in range(2):
+            engine.ingest("orders", [(i,)])
+            engine.ingest("booked", [(i,)])
+    with pytest.raises(DeclarationError, match=r"procedure 'book' writes stream 'booked', which "
+                                               r"already has batches through batch 2 \(ingested"):
+        output_program(state_path, "book", ingest=1)
+    with Engine.open_existing(state_path) as engine:
+        assert [b for b, _n in engine.batches("booked")] == [1, 2]  # as it was
