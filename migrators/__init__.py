@@ -14,6 +14,7 @@ from migrators.errors import (
                               IncompatibleSchemaError,
                               MigrationError,
                               PostgresUnavailable,
+                              ResetRefused,
                               UnsupportedTypeError,
 )
 from migrators.registry import MIGRATORS, cast
@@ -25,6 +26,7 @@ __all__ = [
                               "MigrationError",
                               "MigrationReport",
                               "PostgresUnavailable",
+                              "ResetRefused",
                               "SinkGroup",
                               "StreamToPostgres",
                               "UnsupportedTypeError",

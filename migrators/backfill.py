@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import psycopg
 import pyarrow as pa
 
+from migrators.errors import ResetRefused
 from migrators.postgres import Session, copy_arrow
 from sstore.errors import TerminalError
 from sstore.sql import ident, qualified
@@ -294,10 +295,6 @@ def check_overlaps(con: psycopg.Connection, pieces: Sequence[Slice]) -> None:
                 _check_overlap(cur, piece)
     finally:
         con.rollback()
-
-
-class ResetRefused(TerminalError):
-    """A sink reset would deliver again rows of intervals the warehouse has versions of."""
 
 
 def check_reset(con: psycopg.Connection, table: str) -> int:

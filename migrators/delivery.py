@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from migrators.errors import MigrationError
+from migrators.errors import MigrationError, ResetRefused
 from migrators.postgres import parse_name
 from sstore.errors import TerminalError
 from sstore.sql import ident, qualified
@@ -521,18 +521,71 @@ def read(con: psycopg.Connection, key: SinkKey) -> int | None:
     return int(row[0]) if row else None
 
 
-def reset(con: psycopg.Connection, stream: str, target: str) -> int:
+def reset(con: psycopg.Connection, stream: str, target: str,
+          merge_key: Sequence[str] = ()) -> int:
     """Forget every source's watermark of ``stream`` in ``target`` (committed), under any
     spelling of its name (``_spellings``) or written for the table now under it; the rows
-    in the target are left as they are. Returns the number of watermarks removed."""
+    in the target are left as they are. Returns the number of watermarks removed.
+
+    What follows a reset delivers every batch the engine still has again, over the rows the
+    target holds. ``merge_key``: the key columns the next delivery merges by (empty: it
+    appends). A target holding rows is refused (``ResetRefused``, nothing forgotten) unless
+    that delivery merges by a key the table has a primary key or unique constraint on:
+    appended again, each row still there would be there twice (a user who deleted 1 of 9
+    rows and reset got 17 rows, 9 distinct); merged without such a constraint, the delivery
+    fails after the reset, and the next plain run appends from batch 0. The table is locked
+    against writes until the reset commits, so no row lands between the check and it."""
     with con.cursor() as cur:
         found = canonical_target(cur, target)
+        if found.oid is not None:
+            _check_redeliverable(cur, found.name, found.oid, merge_key)
         cur.execute(f"DELETE FROM {WATERMARKS} WHERE stream = %s AND (target = ANY(%s) OR "
                     f"(%s::oid IS NOT NULL AND target_oid = %s))",
                     (stream, _spellings(found, target), found.oid, found.oid))
         removed = cur.rowcount
     con.commit()
     return removed
+
+
+def _check_redeliverable(cur: psycopg.Cursor, table: str, oid: int,
+                         merge_key: Sequence[str]) -> None:
+    """``reset``'s refusal: ``table`` (OID ``oid``) holds rows and the batches delivered again
+    would not merge into them by ``merge_key``."""
+    cur.execute(f"LOCK TABLE {qualified(table)} IN SHARE MODE")
+    if not _has_rows(cur, table):
+        return
+    if merge_key:
+        if _unique_on(cur, oid, merge_key):
+            return
+        reason = (f"the next delivery merges by ({', '.join(merge_key)}), and {table} has no "
+                  f"primary key or unique constraint on ({', '.join(merge_key)}): the merge "
+                  f"would fail after the reset, and the next plain run would append every "
+                  f"batch over the rows there")
+    else:
+        row = cur.execute(f"SELECT count(*) FROM {qualified(table)}").fetchone()
+        reason = (f"it holds {row[0] if row else 0} row(s), and a reset delivers every batch "
+                  f"the engine still has again: appended over them, each row still there "
+                  f"would be there twice")
+    raise ResetRefused(
+        f"refusing to reset the sink of {table}: {reason}. Nothing was forgotten. To deliver "
+        f"every batch again (rows deleted by hand put back): empty the table first "
+        f"(TRUNCATE {table}), then reset; the engine must still hold every batch (sstore "
+        f"status). Or reset a sink that merges by key (--mode merge --key COLUMNS, "
+        f"StreamToPostgres(mode='merge', key=...)) into a table with a primary key or unique "
+        f"constraint on those columns: it puts back what is missing and leaves the rest")
+
+
+def _unique_on(cur: psycopg.Cursor, oid: int, columns: Sequence[str]) -> bool:
+    """Whether table ``oid`` has a valid unique index (a primary key or unique constraint)
+    on exactly ``columns``, in any order: the one ``INSERT ... ON CONFLICT`` needs."""
+    row = cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = %s AND i.indisunique "
+        "AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL AND "
+        "i.indnkeyatts = cardinality(%s::text[]) AND (SELECT array_agg(a.attname::text) "
+        "FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a "
+        "ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE k.n <= i.indnkeyatts) "
+        "@> %s::text[])", (oid, list(columns), list(columns))).fetchone()
+    return bool(row and row[0])
 
 
 def _plain(target: str) -> bool:
@@ -583,8 +636,9 @@ def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fre
                 f"{key.stream!r} from another source ({other[0]}, last delivered {when}); "
                 f"this source ({key.source}) is a different one (a rebuilt or "
                 f"second state file?). Nothing was written. To let this source replace it, "
-                f"empty or drop the target first, or reset the sink (sstore migrate --reset); "
-                f"to feed one table from several sources on purpose, use shared_target=True")
+                f"drop the target, or empty it (TRUNCATE) and reset the sink (sstore "
+                f"migrate --reset); to feed one table from several sources on purpose, use "
+                f"shared_target=True")
     cur.execute(f"UPDATE {WATERMARKS} SET target_oid = %s, batch_id = CASE WHEN target_oid IS "
                 f"NULL THEN batch_id ELSE 0 END, rows_total = CASE WHEN target_oid IS NULL THEN "
                 f"rows_total ELSE 0 END, updated_at = now() WHERE source = %s AND "

@@ -41,7 +41,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import delivery
+from migrators import backfill, delivery
 from migrators.delivery import SinkKey, TargetBehind
 from migrators.errors import IncompatibleSchemaError, MigrationError
 from migrators.read_ahead import Chunk, Converted, ReadAhead, in_batch_order
@@ -57,6 +57,7 @@ from migrators.postgres import (
     merge_rows,
     parse_name,
     target_columns,
+    with_retries,
 )
 from migrators.typemap import (
     check_engine_table,
@@ -363,6 +364,32 @@ class StreamToPostgres:
                         (after, self.sink_key.source, self.sink_key.stream, self.target,
                          watermark))
         con.commit()
+
+    def reset(self) -> int:
+        """Forget what the target was given, so that every batch the engine still has is
+        delivered again (``sstore migrate --reset``): the target's watermarks of the stream
+        (every source's: ``delivery.reset``), then this consumer's acknowledgement. Returns
+        the watermarks forgotten.
+
+        Refused (``ResetRefused``), nothing forgotten, while the target holds rows that the
+        batches delivered again would not merge into (an append: ``delivery.reset``), or
+        rows of intervals sealed by a stream or replaced by a backfill
+        (``backfill.check_reset``). The intervals are looked up under the table's canonical
+        name (as a backfill records it) and the spelling given. One transaction."""
+        def forget(con: psycopg.Connection) -> int:
+            delivery.ensure_watermarks(con)
+            with con.cursor() as cur:
+                canonical = delivery.canonical_target(cur, self.table).name
+            for name in dict.fromkeys((canonical, self.table)):
+                backfill.check_reset(con, name)
+            return delivery.reset(con, self.stream, self.table,
+                                  self.key if self.mode == "merge" else ())
+
+        with self._mutex:
+            forgotten = with_retries(self.url, forget, self.retry, f"reset {self.table}")
+            self.engine.rewind(self.consumer, 0)
+            self._after = None  # a running sink plans again from the watermark
+        return forgotten
 
     def close(self) -> None:
         """Acknowledge what is pending and close the PostgreSQL connection."""

@@ -21,6 +21,12 @@ class MigrationError(TerminalError):
     """A cast failed for a reason that retrying will not fix."""
 
 
+class ResetRefused(TerminalError):
+    """Forgetting what a target was given (``sstore migrate --reset``,
+    ``StreamToPostgres.reset``) would make the next delivery write rows a second time over
+    the ones the target holds; nothing was forgotten."""
+
+
 class LateTiesError(MigrationError):
     """An incremental append by ``since`` found rows at the source that tie with the newest
     ``since`` already copied and came after that copy: an append cannot take them without

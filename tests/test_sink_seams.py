@@ -382,3 +382,84 @@ def test_a_sink_with_a_terminal_error_halts_and_says_so(state_path: str, pg_url:
     with Engine.open_existing(state_path) as again:
         assert StreamToPostgres(again, "out", pg_url, "s.out").run_once().rows == 1
     assert pg_rows(pg_url, "SELECT id FROM s.out ORDER BY id") == [(1,), (500,)]
+
+
+# -- 9. `--reset` re-delivers, never appends the same batches twice ---------------------------
+def delivered_then_one_row_deleted(tmp_path: Path, pg_url: str, mode: str = "append"
+                                   ) -> str:
+    """A state file whose 9 batches of one row each went into ``s.out`` (``mode``; merge by
+    ``id``), after which a user deleted one row by hand."""
+    state = str(tmp_path / "s.duckdb")
+    eng = out_engine(state, 9, 1)
+    key = ("id",) if mode == "merge" else ()
+    assert StreamToPostgres(eng, "out", pg_url, "s.out", mode, key).run_once().rows == 9
+    eng.close()
+    with psycopg.connect(pg_url) as con:
+        con.execute("DELETE FROM s.out WHERE id = 4")
+    return state
+
+
+def test_migrate_reset_onto_an_append_target_with_rows_is_refused(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    """Seen following docs/migrators.md ("re-deliver with `sstore migrate --reset`") after
+    deleting 1 of 9 rows: every batch appended again, 17 rows, 9 distinct, exit 0. Refused,
+    nothing forgotten; the way the error gives (TRUNCATE, then --reset) loads each row once."""
+    state = delivered_then_one_row_deleted(tmp_path, pg_url)
+    refused = sstore_cli("migrate", state, "--stream", "out", "--postgres", pg_url, "--table",
+                         "s.out", "--reset")
+    assert refused.returncode == 1, refused.stdout
+    said = " ".join(refused.stderr.split())
+    assert "refusing to reset the sink of s.out: it holds 8 row(s)" in said, said
+    assert "TRUNCATE s.out" in said and "--mode merge" in said, said
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id) FROM s.out") == [(8, 8)]
+    assert pg_rows(pg_url, "SELECT batch_id FROM sstore.watermarks") == [(9,)]
+    again = sstore_cli("migrate", state, "--stream", "out", "--postgres", pg_url, "--table",
+                       "s.out")
+    assert again.returncode == 0, again.stderr
+    assert "Moved 0 rows" in again.stdout  # the watermark was kept: nothing appended
+    with psycopg.connect(pg_url) as con:
+        con.execute("TRUNCATE s.out")
+    done = sstore_cli("migrate", state, "--stream", "out", "--postgres", pg_url, "--table",
+                      "s.out", "--reset")
+    assert done.returncode == 0, done.stderr
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id) FROM s.out") == [(9, 9)]
+
+
+def test_migrate_reset_merging_by_key_puts_the_deleted_row_back_once(tmp_path: Path,
+                                                                     pg_url: str) -> None:
+    state = delivered_then_one_row_deleted(tmp_path, pg_url, "merge")
+    done = sstore_cli("migrate", state, "--stream", "out", "--postgres", pg_url, "--table",
+                      "s.out", "--mode", "merge", "--key", "id", "--reset")
+    assert done.returncode == 0, done.stderr
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id) FROM s.out") == [(9, 9)]
+
+
+def test_migrate_reset_merging_by_a_key_the_target_cannot_merge_on_is_refused(
+        tmp_path: Path, pg_url: str) -> None:
+    """A merge into a table without a unique key on its columns fails at the first delivery:
+    had the reset been committed before, the next plain run (append, watermark 0) appended
+    every batch again. Refused before anything is forgotten."""
+    state = delivered_then_one_row_deleted(tmp_path, pg_url)  # appended: no primary key
+    refused = sstore_cli("migrate", state, "--stream", "out", "--postgres", pg_url, "--table",
+                         "s.out", "--mode", "merge", "--key", "id", "--reset")
+    assert refused.returncode == 1, refused.stdout
+    said = " ".join(refused.stderr.split())
+    assert "has no primary key or unique constraint on (id)" in said, said
+    assert pg_rows(pg_url, "SELECT batch_id FROM sstore.watermarks") == [(9,)]
+    assert pg_rows(pg_url, "SELECT count(*) FROM s.out") == [(8,)]
+
+
+def test_the_python_reset_refuses_as_the_cli_does(tmp_path: Path, pg_url: str) -> None:
+    from migrators import ResetRefused
+
+    state = delivered_then_one_row_deleted(tmp_path, pg_url)
+    with Engine.open_existing(state) as eng:
+        sink = StreamToPostgres(eng, "out", pg_url, "s.out")
+        with pytest.raises(ResetRefused, match="it holds 8 row"):
+            sink.reset()
+        assert eng.acknowledged(sink.consumer) == 9  # not rewound
+        with psycopg.connect(pg_url) as con:
+            con.execute("TRUNCATE s.out")
+        assert sink.reset() == 1
+        assert sink.run_once().rows == 9
+    assert pg_rows(pg_url, "SELECT count(*), count(DISTINCT id) FROM s.out") == [(9, 9)]

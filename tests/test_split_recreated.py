@@ -391,17 +391,17 @@ def test_a_truncated_target_refuses_also_after_the_sinks_gap_error(collected,
 
 
 def test_a_reset_watermark_then_the_sinks_gap_error(collected, pg_url: str) -> None:
-    """``sstore migrate --reset`` forgets the watermark (here with the rows, as a user who
+    """``sstore migrate --reset`` forgets the watermark (after the rows, as a user who
     starts over does): the plan made with it refuses, planning finds the objects unlinked
     until a sink runs again, which writes a new watermark at 0 and refuses with the gap;
     the split object then names the lost batches."""
     from migrators import delivery
     from sstore.polystore.delivered import UnlinkedFragmentsError
     ps, engine = collected
-    with psycopg.connect(pg_url) as con:
+    pg(pg_url, f"TRUNCATE {TARGET}")  # first: a reset onto its rows is refused (appended
+    with psycopg.connect(pg_url) as con:  # again, each would be there twice)
         assert delivery.reset(con, "orders_in", TARGET) == 1
     engine.rewind(CONSUMER, 0)
-    pg(pg_url, f"TRUNCATE {TARGET}")
     with pytest.raises(DeliveryLostError, match="is gone"):
         answer(ps)  # the reused plan
     with pytest.raises(UnlinkedFragmentsError):

@@ -305,9 +305,11 @@ def query_command(args: tuple[str, ...], catalog: str, explain: bool, analyze: b
 @click.option("--reset", is_flag=True,
               help="Forget what this target was given (its watermarks and this consumer's "
                    "acknowledgements) and deliver every batch the engine still has again. "
-                   "The target's rows are left as they are: empty it first if it should "
-                   "hold this state file's rows only. Refused while the target holds rows "
-                   "of intervals sealed by a stream or replaced by `sstore backfill`.")
+                   "Refused, nothing forgotten, while the table holds rows that would be "
+                   "appended twice: TRUNCATE it first, or reset with --mode merge --key "
+                   "COLUMNS (a primary key or unique constraint on them) to put back only "
+                   "what is missing; and while it holds rows of intervals sealed by a stream "
+                   "or replaced by `sstore backfill`.")
 @json_option
 def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key: str,
             chunk_rows: int, attempts: int, batch_column: str | None, accept_gap: bool,
@@ -329,7 +331,6 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
     there too, never NULL: split objects, cached copies and backfills read it.
     """
     from migrators import StreamToPostgres  # PostgreSQL clients load only when needed
-    from migrators.postgres import with_retries
 
     console = Console(highlight=False, stderr=as_json)
     keys = tuple(k.strip() for k in key.split(",") if k.strip())
@@ -344,9 +345,7 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
                                         retry=RetryPolicy(attempts=attempts),
                                         accept_gap=accept_gap)
             if reset:
-                forgotten = with_retries(url, lambda con: _reset(con, stream, table),
-                                         migrator.retry, f"reset {table}")
-                engine.rewind(migrator.consumer, 0)
+                forgotten = migrator.reset()
                 console.print(f"Reset {table}: forgot {forgotten} watermark(s); every batch "
                               f"the engine still has is delivered again.")
             with _progress(console) as bar:
@@ -367,20 +366,6 @@ def migrate(state: str, stream: str, url: str | None, table: str, mode: str, key
     console.print(f"Moved {report.rows:,} rows in {report.batches:,} batches "
                   f"({report.chunks} chunks, {report.retries} retries) to {table} in "
                   f"{report.seconds:.2f} s; watermark at batch {report.watermark}.")
-
-
-def _reset(con: object, stream: str, table: str) -> int:
-    """Forget the watermarks, unless the target holds rows of versioned intervals (refused:
-    ``migrators.backfill.check_reset``); one transaction. The intervals are looked up under
-    the table's canonical name (``schema.table``, as a backfill records it) and the spelling
-    given, the watermarks under every spelling of it (``delivery.reset``)."""
-    from migrators import backfill, delivery
-    delivery.ensure_watermarks(con)  # type: ignore[arg-type]
-    with con.cursor() as cur:  # type: ignore[attr-defined]
-        canonical = delivery.canonical_target(cur, table).name
-    for name in dict.fromkeys((canonical, table)):  # intervals recorded under either name
-        backfill.check_reset(con, name)  # type: ignore[arg-type]
-    return delivery.reset(con, stream, table)  # type: ignore[arg-type]
 
 
 @main.group(context_settings=CONTEXT)
