@@ -98,6 +98,7 @@ def transaction(rt: Runtime, log_it: bool) -> Iterator[Transaction]:
                 rt.input_log.undo(logged)
             tx._mark_rolled_back()
             raise
+        checkpoint_if_due(rt)
 
 
 def replay_oltp(rt: Runtime, record: LogRecord) -> None:
@@ -113,6 +114,15 @@ def load_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[
     with rt.lock:
         rows = _conform_to_existing(rt.con, table, rows)
         _insert_rows(rt, table, rows, mode, key)
+        checkpoint_if_due(rt)
+
+
+def checkpoint_if_due(rt: Runtime) -> None:
+    """After an ad hoc commit, the same checkpoint decision as after a TE or an ingest
+    (``Checkpoints.after_commit``): DuckDB's own is off, so a WAL that only ad hoc work
+    grows would otherwise grow without bound. Caller holds the lock, no transaction open."""
+    if rt.checkpoints is not None:
+        rt.checkpoints.after_commit()
 
 
 def _conform_to_existing(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table

@@ -441,6 +441,8 @@ class Engine:
         bound = bind(args, params)
         with self._lock:
             adhoc.execute_statements(self._con, statement, bound)
+            if self._rt is not None:  # before the start DuckDB's own checkpoints are on
+                adhoc.checkpoint_if_due(self._rt)
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
