@@ -308,11 +308,16 @@ class Engine:
             chain_sql=self.chain_sql, retired=self._retired)
         self._rt = rt
         if self._input_log is not None:
-            count = recovery.replay(
-                rt, self._input_log,
-                lambda most: running.run_one(rt, self.group_commit, self.gc_every,
-                                             self.gc_min_seconds, most),
-                functools.partial(replay_ingest, rt), functools.partial(adhoc.replay_oltp, rt))
+            try:
+                count = recovery.replay(
+                    rt, self._input_log,
+                    lambda most: running.run_one(rt, self.group_commit, self.gc_every,
+                                                 self.gc_min_seconds, most),
+                    functools.partial(replay_ingest, rt),
+                    functools.partial(adhoc.replay_oltp, rt))
+            except BaseException:
+                self.close()  # never serve a state replayed halfway (the log is untouched)
+                raise
             log.info("replayed %d input-log records", count)
 
     # ------------------------------------------------------------------ input

@@ -282,7 +282,8 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
                   else rt.input_batch(node, batch_id) for node in decl.inputs}  # a.
         rows_in = sum(t.num_rows for t in inputs.values())
     member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in,
-                                       streams=rt.stream_tables),
+                                       streams=rt.stream_tables,
+                                       digests=rt.input_log is not None),
                      PendingCommit(), rows_in)
     began = time.perf_counter()
     reader = _chain_reader(rt, group, decl)
@@ -312,6 +313,7 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
         if member.tx.failure is not None:  # it caught a failed statement: DuckDB aborted
             raise member.tx.failure
         outputs = executor.check_outputs(rt, decl, batch_id, result)
+        member.tx._note_outputs(outputs)
         if decl.sql is not None and chained_in is None:
             rt.chaining.learn(decl.name, result, outputs[decl.outputs[0]])
         for stream, table in outputs.items():  # c.
@@ -429,6 +431,7 @@ def _apply(rt: Runtime, group: _Group, lead: Lead | None = None) -> None:
         member.tx._mark_committed()
         rt.te_seq += 1
         rt.since_gc += 1
+        executor.note_te(rt, member.decl.name, group.batch_id, member.tx)
         rt.finish(member.pending, recorded=True, consumed=consumed)
         if rt.observers:
             rt.observe(CommitEvent("te", member.decl.name, group.batch_id, member.rows_out, now,

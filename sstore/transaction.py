@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import stream_writes
+from sstore import digest, stream_writes
 from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
@@ -44,8 +44,11 @@ class Transaction:
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_id: int | None = None,
                  procedure: str | None = None,
                  recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0,
-                 streams: frozenset[str] = frozenset()) -> None:
+                 streams: frozenset[str] = frozenset(), digests: bool = False) -> None:
         self._con = con
+        #: weak durability: one digest per statement run, and of the outputs
+        #: (``sstore.digest``), that the input log records and replay compares; None: not kept
+        self.digests: list[int] | None = [] if digests else None
         #: stream tables this transaction's SQL must not write (``sstore.stream_writes``)
         self._streams = streams
         #: a TE over a large input batch likely returns large results: convert them streamed
@@ -84,7 +87,10 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return arrow(self._con, query, bound, large=self._large)
+            found = arrow(self._con, query, bound, large=self._large)
+        if self.digests is not None:
+            self.digests.append(digest.statement(query, bound, found.num_rows))
+        return found
 
     query = sql
 
@@ -97,7 +103,9 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(statement, bound)
         with self._watch():
-            execute(self._con, statement, bound).fetchall()  # DuckDB wants every result consumed
+            found = execute(self._con, statement, bound).fetchall()  # DuckDB wants every
+        if self.digests is not None:                                    # result consumed
+            self.digests.append(digest.statement(statement, bound, digest.answer_of(found)))
 
     def fetchall(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -108,7 +116,10 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return execute(self._con, query, bound).fetchall()
+            found = execute(self._con, query, bound).fetchall()
+        if self.digests is not None:
+            self.digests.append(digest.statement(query, bound, len(found)))
+        return found
 
     def fetchone(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -134,6 +145,18 @@ class Transaction:
             raise
 
     # -- what the engine calls -----------------------------------------------------------------
+    def _note_outputs(self, outputs: Mapping[str, pa.Table]) -> None:
+        """A TE's output batches join its digest (weak durability only)."""
+        if self.digests is not None:
+            self.digests.append(digest.outputs(outputs))
+
+    def _digest(self) -> int:
+        """Everything this transaction's digests say, as one number (0: none kept)."""
+        acc = 0
+        for one in self.digests or ():
+            acc = digest.combine(acc, one)
+        return acc
+
     def _mark_committed(self) -> None:
         self._move("commit", TxState.COMMITTED)
         self._release()
