@@ -54,13 +54,24 @@ def statement(sql: str, bound: Any, answer: int) -> int:
                    answer & _M64)
 
 
-def answer_of(rows: list[tuple[Any, ...]]) -> int:
-    """What a statement answered: the count of a DML statement (one row, one integer), else
-    the number of rows."""
-    if len(rows) == 1 and len(rows[0]) == 1 and isinstance(rows[0][0], int) \
+def answer_of(rows: list[tuple[Any, ...]], names: list[str]) -> int:
+    """What a statement answered: the count of an INSERT, UPDATE or DELETE (DuckDB answers one
+    row, one integer column "Count"), else the number of rows. ``names``: its columns."""
+    if names == ["Count"] and len(rows) == 1 and isinstance(rows[0][0], int) \
             and not isinstance(rows[0][0], bool):
         return rows[0][0]
     return len(rows)
+
+
+def answer_of_table(table: pa.Table) -> int:
+    """``answer_of`` for an Arrow answer (``Transaction.sql``): the same number, whichever
+    method ran the statement (replay runs every ad hoc statement with ``execute``)."""
+    if table.column_names == ["Count"] and table.num_rows == 1 \
+            and pt.is_integer(table.schema[0].type):
+        value = table.column(0)[0].as_py()
+        if value is not None:
+            return int(value)
+    return table.num_rows
 
 
 def outputs(tables: Mapping[str, pa.Table]) -> int:

@@ -89,7 +89,7 @@ class Transaction:
         with self._watch():
             found = arrow(self._con, query, bound, large=self._large)
         if self.digests is not None:
-            self.digests.append(digest.statement(query, bound, found.num_rows))
+            self.digests.append(digest.statement(query, bound, digest.answer_of_table(found)))
         return found
 
     query = sql
@@ -103,9 +103,11 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(statement, bound)
         with self._watch():
-            found = execute(self._con, statement, bound).fetchall()  # DuckDB wants every
-        if self.digests is not None:                                    # result consumed
-            self.digests.append(digest.statement(statement, bound, digest.answer_of(found)))
+            answer = execute(self._con, statement, bound)
+            found = answer.fetchall()  # DuckDB wants every result consumed
+        if self.digests is not None:
+            self.digests.append(digest.statement(statement, bound,
+                                                 digest.answer_of(found, _names(answer))))
 
     def fetchall(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -116,9 +118,11 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            found = execute(self._con, query, bound).fetchall()
+            answer = execute(self._con, query, bound)
+            found = answer.fetchall()
         if self.digests is not None:
-            self.digests.append(digest.statement(query, bound, len(found)))
+            self.digests.append(digest.statement(query, bound,
+                                                 digest.answer_of(found, _names(answer))))
         return found
 
     def fetchone(self, query: str, *args: Any,
@@ -172,3 +176,8 @@ class Transaction:
             except duckdb.Error:
                 pass
         self._registered.clear()
+
+
+def _names(answer: duckdb.DuckDBPyConnection) -> list[str]:
+    """The column names of a statement's answer (for ``sstore.digest.answer_of``)."""
+    return [d[0] for d in answer.description or ()]

@@ -205,3 +205,43 @@ def test_deterministic_work_replays_without_a_word(tmp_path: Path) -> None:
     again.run_until_idle()
     assert again.query("SELECT * FROM t ORDER BY k").to_pylist() == want
     again.close()
+
+
+def test_ad_hoc_queries_replay_without_a_word(tmp_path: Path) -> None:
+    """Replay runs every logged statement with ``execute``; a query the block ran with ``sql``
+    or ``fetchall`` answers the same there (an aggregate's one integer included)."""
+    log = str(tmp_path / "in.log")
+
+    def declare(engine: Engine) -> None:
+        engine.execute("CREATE TABLE IF NOT EXISTS t (k INTEGER, v VARCHAR)")
+
+    engine = Engine(":memory:", input_log=log)
+    declare(engine)
+    with engine.transaction() as tx:
+        tx.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        n = tx.sql("SELECT count(*) AS n FROM t").column("n")[0].as_py()
+        rows = tx.fetchall("SELECT k FROM t WHERE k > ?", 1)
+        one = tx.fetchone("SELECT max(k) FROM t")
+        tx.execute("INSERT INTO t VALUES (?, ?)", n + len(rows) + one[0], "d")
+    del engine
+    again = Engine(":memory:", input_log=log)
+    declare(again)
+    assert again.query("SELECT max(k) AS k FROM t").to_pylist() == [{"k": 8}]
+    again.close()
+
+
+def test_a_hugeint_aggregate_read_with_sql_replays_without_a_word(tmp_path: Path) -> None:
+    """``sum`` of a BIGINT is a HUGEINT: an Arrow decimal through ``sql``, a Python int
+    through ``execute`` at replay; both answer one row."""
+    log = str(tmp_path / "in.log")
+    engine = Engine(":memory:", input_log=log)
+    engine.execute("CREATE TABLE IF NOT EXISTS t (k BIGINT)")
+    with engine.transaction() as tx:
+        tx.execute("INSERT INTO t VALUES (1), (2)")
+        total = tx.sql("SELECT sum(k) AS total FROM t").column("total")[0].as_py()
+        tx.execute("INSERT INTO t VALUES (?)", int(total))
+    del engine
+    again = Engine(":memory:", input_log=log)
+    again.execute("CREATE TABLE IF NOT EXISTS t (k BIGINT)")
+    assert again.query("SELECT sum(k) AS s FROM t").to_pylist() == [{"s": 6}]
+    again.close()
