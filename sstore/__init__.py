@@ -22,7 +22,7 @@ _EXPORTS = {
     **{name: "sstore.errors" for name in (
         "BackpressureError", "BatchIdTakenError", "ConsumerStalledError", "DeclarationError",
         "IngestTimeoutError", "InputLogError", "OutOfOrderBatchError", "ProcedureError",
-        "ResendMismatchError", "SchemaError", "SStoreError", "TerminalError",
+        "ReplayMismatchError", "ResendMismatchError", "SchemaError", "SStoreError", "TerminalError",
         "TransactionStateError", "TransientError", "UnknownStreamError")},
     "ErrorPolicy": "sstore.graph",
     "CommitEvent": "sstore.runtime",
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         InputLogError,
         OutOfOrderBatchError,
         ProcedureError,
+        ReplayMismatchError,
         ResendMismatchError,
         SchemaError,
         SStoreError,

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from sstore import passing, stream_writes, systables
 from sstore.duck import registered, rollback_after_failure
-from sstore.errors import TransactionStateError
+from sstore.errors import ReplayMismatchError, TransactionStateError
 from sstore.graph import Graph
 from sstore.inputlog import LogRecord
 from sstore.rows import conform_columns
@@ -98,7 +98,8 @@ def transaction(rt: Runtime, log_it: bool) -> Iterator[Transaction]:
     statements: list[tuple[str, Any]] = []
     recorder = (lambda sql, params: statements.append((sql, params))) if log_it else None
     with rt.lock:
-        tx = Transaction(rt.con, recorder=recorder, streams=rt.stream_tables)
+        tx = Transaction(rt.con, recorder=recorder, streams=rt.stream_tables,
+                         digests=rt.input_log is not None)
         logged: int | None = None
         rt.con.begin()
         try:
@@ -109,7 +110,7 @@ def transaction(rt: Runtime, log_it: bool) -> Iterator[Transaction]:
                     f"was caught inside the block; DuckDB aborted the transaction, so "
                     f"nothing was committed") from tx.failure
             if log_it and statements and rt.input_log is not None:
-                logged = rt.input_log.append_oltp(statements, rt.te_seq)
+                logged = rt.input_log.append_oltp(statements, rt.te_seq, tx.digests)
             rt.con.commit()
             tx._mark_committed()
         except BaseException:
@@ -118,13 +119,27 @@ def transaction(rt: Runtime, log_it: bool) -> Iterator[Transaction]:
                 rt.input_log.undo(logged)
             tx._mark_rolled_back()
             raise
+        checkpoint_if_due(rt)
 
 
 def replay_oltp(rt: Runtime, record: LogRecord) -> None:
-    """Run an ad hoc transaction of the input log again (``recovery.replay``), not logging it."""
+    """Run an ad hoc transaction of the input log again (``recovery.replay``), not logging it,
+    and refuse it (``ReplayMismatchError``, rolled back) if a statement answers otherwise than
+    live (``sstore.digest``: the row count of an INSERT, UPDATE or DELETE)."""
     with transaction(rt, log_it=False) as tx:
-        for sql, params in record.statements or []:
+        for i, (sql, params) in enumerate(record.statements or [], start=1):
             tx.execute(sql, params=params)
+            live, replayed = record.digests, tx.digests
+            if live is not None and replayed is not None and live[i - 1] != replayed[-1]:
+                raise ReplayMismatchError(
+                    f"record {record.lsn}: ad hoc transaction of {len(live)} statement(s), "
+                    f"statement {i} ({sql.strip()[:80]!r}) did not do at replay what it did "
+                    f"live (another row count: it read what the input log does not hold, "
+                    f"e.g. rows garbage collection or load_table changed, or called random() "
+                    f"or the clock); weak durability replays only deterministic transactions "
+                    f"(docs/engine.md, \"Durability modes\"), so the engine refuses to start "
+                    f"from a state other than the one committed live. The snapshot and the "
+                    f"log are untouched")
 
 
 def load_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[str]) -> None:
@@ -133,6 +148,15 @@ def load_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[
     with rt.lock:
         rows = _conform_to_existing(rt.con, table, rows)
         _insert_rows(rt, table, rows, mode, key)
+        checkpoint_if_due(rt)
+
+
+def checkpoint_if_due(rt: Runtime) -> None:
+    """After an ad hoc commit, the same checkpoint decision as after a TE or an ingest
+    (``Checkpoints.after_commit``): DuckDB's own is off, so a WAL that only ad hoc work
+    grows would otherwise grow without bound. Caller holds the lock, no transaction open."""
+    if rt.checkpoints is not None:
+        rt.checkpoints.after_commit()
 
 
 def _conform_to_existing(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table

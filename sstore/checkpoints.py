@@ -8,8 +8,9 @@ table took 2.8 s for 60 batches with DuckDB's own checkpoints (a COMMIT of up to
 
 So a file-backed engine turns DuckDB's automatic checkpoint off and runs ``CHECKPOINT`` itself:
 
-- after a commit (an ingest, a group of TEs, GC), when the WAL holds ``wal_limit`` bytes or
-  more: the WAL, and so the replay after a crash, stays bounded;
+- after a commit (an ingest, a group of TEs, GC, an ad hoc transaction, ``Engine.execute``,
+  ``Engine.load_table``: ``adhoc.checkpoint_if_due``), when the WAL holds ``wal_limit``
+  bytes or more: the WAL, and so the replay after a crash, stays bounded;
 - when the engine is idle (``Engine.run`` waiting for input) and the WAL holds ``idle_bytes``
   or more: the work is done while nothing waits for it.
 

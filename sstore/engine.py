@@ -310,11 +310,16 @@ class Engine:
             chain_sql=self.chain_sql, retired=self._retired)
         self._rt = rt
         if self._input_log is not None:
-            count = recovery.replay(
-                rt, self._input_log,
-                lambda most: running.run_one(rt, self.group_commit, self.gc_every,
-                                             self.gc_min_seconds, most),
-                functools.partial(replay_ingest, rt), functools.partial(adhoc.replay_oltp, rt))
+            try:
+                count = recovery.replay(
+                    rt, self._input_log,
+                    lambda most: running.run_one(rt, self.group_commit, self.gc_every,
+                                                 self.gc_min_seconds, most),
+                    functools.partial(replay_ingest, rt),
+                    functools.partial(adhoc.replay_oltp, rt))
+            except BaseException:
+                self.close()  # never serve a state replayed halfway (the log is untouched)
+                raise
             log.info("replayed %d input-log records", count)
 
     # ------------------------------------------------------------------ input
@@ -445,6 +450,8 @@ class Engine:
         bound = bind(args, params)
         with self._lock:
             adhoc.execute_statements(self._con, statement, bound, self._rt, self._graph)
+            if self._rt is not None:  # before the start DuckDB's own checkpoints are on
+                adhoc.checkpoint_if_due(self._rt)
 
     def query(self, sql: str, *args: Any,
               params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:

@@ -101,6 +101,11 @@ class InputLogError(TerminalError):
     """The input log of a weak-durability engine is unreadable beyond a torn tail."""
 
 
+class ReplayMismatchError(InputLogError):
+    """Weak durability's replay did not do what the logged transaction did live (its digest,
+    ``sstore.digest``, differs): the restart stops rather than go on from another state."""
+
+
 class GapError(TerminalError):
     """A consumer would start after batches that garbage collection already removed.
 

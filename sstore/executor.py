@@ -34,7 +34,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import retry, systables
+from sstore import digest, retry, systables
 from sstore.duck import registered
 from sstore.errors import ProcedureError
 from sstore.faults import crash_point
@@ -99,7 +99,7 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
     guard = rt.interrupts
     pending = PendingCommit()
     tx = Transaction(con, batch_id, decl.name, rows_in=sum(t.num_rows for t in inputs.values()),
-                     streams=rt.stream_tables)
+                     streams=rt.stream_tables, digests=rt.input_log is not None)
     began = time.perf_counter()
     con.begin()  # step 2
     register_inputs(con, inputs)  # left registered: the next execution's register replaces it
@@ -110,6 +110,7 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
             result = decl.fn(tx, inputs[decl.inputs[0]] if len(inputs) == 1
                              else dict(inputs))  # step 3
         outputs = check_outputs(rt, decl, batch_id, result)  # step 4
+        tx._note_outputs(outputs)
         for stream, table in outputs.items():  # step 5
             rt.store.append(stream, batch_id, table, pending)
         pending.records.append((decl.name, batch_id, sum(t.num_rows for t in outputs.values())))
@@ -137,6 +138,7 @@ def _attempt(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, 
     crash_point("te.after_commit")
     rt.te_seq += 1
     rt.since_gc += 1
+    note_te(rt, decl.name, batch_id, tx)
     rt.finish(pending)  # step 8
     if rt.observers:
         now = time.perf_counter()
@@ -235,4 +237,13 @@ def _dead_letter(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[s
         rt.store.forget(pending)
         raise
     rt.te_seq += 1
+    note_te(rt, decl.name, batch_id, None)
     rt.finish(pending)
+
+
+def note_te(rt: Runtime, procedure: str, batch_id: int, tx: Transaction | None) -> None:
+    """Weak durability: tell the input log what this committed TE did (``sstore.digest``;
+    ``tx`` None: the batch was dead-lettered), for replay to check."""
+    if rt.input_log is not None:
+        rt.input_log.note_te(procedure, batch_id,
+                             digest.te(procedure, batch_id, tx._digest() if tx else 1))

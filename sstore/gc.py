@@ -49,8 +49,14 @@ def due(rt: Runtime, every: int, min_seconds: float) -> bool:
             or time.monotonic() - rt.gc_at >= min_seconds)
 
 
-def collect(rt: Runtime) -> int:
-    """Remove what no reader needs any more. Returns the number of statements it ran."""
+def collect(rt: Runtime, keep: dict[str, int] | None = None) -> int:
+    """Remove what no reader needs any more. Returns the number of statements it ran.
+
+    Weak durability logs each GC with ``bounds`` (stream -> lowest batch-id kept) before its
+    COMMIT, and its replay passes them back as ``keep``: the bounds depend on consumers'
+    acknowledgements and on when GC ran (the clock), neither of which replay has, and a
+    stream's table must hold at replay what it held live (an ad hoc transaction reading it
+    would otherwise do something else)."""
     rt.gc_at = time.monotonic()
     plan: list[tuple[str, list[object]]] = []
     trims: list[tuple[str, int]] = []
@@ -59,15 +65,22 @@ def collect(rt: Runtime) -> int:
     deleted: list[tuple[str, int]] = []
     commit_trims: list[tuple[str, int]] = []  # (stream, keep_from): one statement for all
     graph, ledger = rt.graph, rt.ledger
+    bounds: dict[str, int] = {}
     for name in graph.streams:
         if rt.store.schema(name) is None:
             continue
         batches = ledger.node_batches(name)
-        keep_from = ledger.retain_from(name)
-        if keep_from is None:
-            keep_from = ledger.frontier(name) + 1
+        if keep is not None:
+            if name not in keep:
+                continue
+            keep_from = keep[name]
+        else:
+            keep_from = ledger.retain_from(name)
+            if keep_from is None:
+                keep_from = ledger.frontier(name) + 1
         if not batches.ids or batches.ids[0] >= keep_from:
             continue
+        bounds[name] = keep_from
         if rt.store.may_hold_rows_before(name, keep_from):  # else: all passed in memory
             plan.append((f"DELETE FROM {ident(name)} WHERE _batch_id < ?", [keep_from]))
             deleted.append((name, keep_from))
@@ -120,14 +133,19 @@ def collect(rt: Runtime) -> int:
     if not plan:
         return 0
     con = rt.con
+    logged: int | None = None
     con.begin()
     try:
         for sql, params in plan:
             con.execute(sql, params)
+        if rt.input_log is not None and not rt.replaying:
+            logged = rt.input_log.append_gc(bounds, rt.te_seq)
         crash_point("gc.before_commit")
         con.commit()
     except BaseException:
         con.rollback()
+        if logged is not None and rt.input_log is not None:
+            rt.input_log.undo(logged)
         raise
     consumers.acks_written(rt.pending_acks, acks)
     for name, keep_from in trims:

@@ -286,7 +286,8 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
         rows_in = sum(t.num_rows for t in inputs.values())
     member = _Member(decl, Transaction(con, batch_id, decl.name, rows_in=rows_in,
                                        streams=rt.stream_tables,
-                                       before=functools.partial(_before_statement, rt, group)),
+                                       before=functools.partial(_before_statement, rt, group),
+                                       digests=rt.input_log is not None),
                      PendingCommit(), rows_in)
     began = time.perf_counter()
     reader = _chain_reader(rt, group, decl)
@@ -318,6 +319,7 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
         if group.unchain:
             raise _Unchain(f"{decl.name!r} read a chained-away batch from its table")
         outputs = executor.check_outputs(rt, decl, batch_id, result)
+        member.tx._note_outputs(outputs)
         if decl.sql is not None and chained_in is None:
             rt.chaining.learn(decl.name, result, outputs[decl.outputs[0]])
         for stream, table in outputs.items():  # c.
@@ -447,6 +449,7 @@ def _apply(rt: Runtime, group: _Group, lead: Lead | None = None) -> None:
         member.tx._mark_committed()
         rt.te_seq += 1
         rt.since_gc += 1
+        executor.note_te(rt, member.decl.name, group.batch_id, member.tx)
         rt.finish(member.pending, recorded=True, consumed=consumed)
         if rt.observers:
             rt.observe(CommitEvent("te", member.decl.name, group.batch_id, member.rows_out, now,

@@ -153,7 +153,9 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
     if path != ":memory:":
         rt.checkpoints = Checkpoints(con, path, checkpoint_wal_bytes)
     rt.interrupts = interrupts
-    rt.chaining.enabled = chain_sql
+    # weak durability checks each TE's outputs at replay (``sstore.digest``): a chained-away
+    # batch has none, and whether a batch is chained depends on what this process learned
+    rt.chaining.enabled = chain_sql and input_log is None
     systables.create_halts(con)
     for name, (batch_id, error) in systables.load_halts(con).items():
         if name in graph.procedures:  # halted until resumed, across restarts

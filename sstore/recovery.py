@@ -8,8 +8,16 @@ crash it is rebuilt here:
 2. ``replay`` (when the engine starts, after the program declared its graph): for each log record
    newer than the snapshot, first run transaction executions until as many have committed as had
    when the record was first applied (``run_one(most)`` runs at most that many more, a group
-   commit included), then apply the record. Procedures are deterministic, so
-   this reproduces the state the crashed process had, batch for batch.
+   commit included), then apply the record: an ingest, an ad hoc transaction, a garbage
+   collection (at the same point and with the same bounds as live, so that a stream's table
+   holds what it held live), or nothing (a record of TE digests).
+3. Check, at each record, that replay did what was done live: the digests
+   (``sstore.digest``) of the TEs run since the previous record, and of an ad hoc
+   transaction's statements, must equal the ones the record carries. A difference (a
+   procedure calling ``random()`` or reading the clock, an ad hoc transaction reading what was
+   not logged) raises ``ReplayMismatchError`` naming the transaction: the engine refuses to
+   start rather than go on from another state (``Engine._start`` closes it), and neither the
+   snapshot nor the log is touched.
 
 ``checkpoint`` writes a new snapshot (to a temporary file, then renamed over the old one, so a
 crash leaves either the old or the new snapshot) and empties the log; the snapshot remembers the
@@ -24,8 +32,8 @@ from collections.abc import Callable
 
 import duckdb
 
-from sstore import systables
-from sstore.errors import InputLogError
+from sstore import gc, systables
+from sstore.errors import InputLogError, ReplayMismatchError
 from sstore.faults import crash_point
 from sstore.inputlog import InputLog, LogRecord
 from sstore.runtime import Runtime
@@ -66,11 +74,16 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
             while rt.te_seq < record.te_seq:
                 if not run_one(record.te_seq - rt.te_seq):  # a group must not run past it
                     break
+            _check_tes(log, record)
             try:
                 if record.kind == "ingest":
                     apply_ingest(record)
-                else:
+                elif record.kind == "oltp":
                     apply_oltp(record)
+                elif record.kind == "gc":
+                    gc.collect(rt, keep=record.keep or {})
+            except ReplayMismatchError:
+                raise
             except Exception as exc:
                 raise InputLogError(
                     f"{log.path}: record {record.lsn} ({_describe(record)}) was accepted when it "
@@ -82,9 +95,46 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
     return applied
 
 
+def _check_tes(log: InputLog, record: LogRecord) -> None:
+    """The TEs replayed since the previous record must be the ones ``record`` says ran live
+    before it, each with the same digest (a log from before digests says nothing: no check)."""
+    replayed = log.take_tes()
+    if record.tes is None:
+        return
+    for i, (procedure, batch_id, digest) in enumerate(replayed):
+        if i >= len(record.tes):
+            raise ReplayMismatchError(
+                f"{log.path}: before record {record.lsn} ({_describe(record)}) replay ran "
+                f"procedure {procedure!r} on batch {batch_id}, which had not run live at that "
+                f"point{_REFUSED}")
+        if record.tes[i] != digest:
+            raise ReplayMismatchError(
+                f"{log.path}: before record {record.lsn} ({_describe(record)}), procedure "
+                f"{procedure!r} on batch {batch_id} did not do at replay what it did live: "
+                f"its statements, their parameters, their row counts or its output rows "
+                f"differ (random(), the clock, or a read of what the log does not hold)"
+                f"{_REFUSED}")
+    if len(record.tes) > len(replayed):
+        raise ReplayMismatchError(
+            f"{log.path}: before record {record.lsn} ({_describe(record)}) live committed "
+            f"{len(record.tes)} transaction execution(s) since the previous record, replay "
+            f"only {len(replayed)} (a procedure that failed or halted at replay only)"
+            f"{_REFUSED}")
+
+
+#: what every replay mismatch says next
+_REFUSED = ("; weak durability replays only deterministic procedures and ad hoc transactions "
+            "(docs/engine.md, \"Durability modes\"), so the engine refuses to start from a "
+            "state other than the one committed live. The snapshot and the log are untouched")
+
+
 def _describe(record: LogRecord) -> str:
     if record.kind == "ingest":
         return f"batch {record.batch_id} of stream {record.stream!r}"
+    if record.kind == "gc":
+        return "a garbage collection"
+    if record.kind == "te":
+        return "the digests of the last transaction executions"
     return f"ad hoc transaction of {len(record.statements or [])} statement(s)"
 
 

@@ -35,6 +35,8 @@ def run_one(rt: Runtime, group_commit: bool, gc_every: int, gc_min_seconds: floa
         following = rt.scheduler.next()
         if following is None or following[1] != nxt[1]:  # between batches, not inside one
             gc.collect(rt)
+    if rt.input_log is not None and not rt.replaying and rt.input_log.pending_tes():
+        rt.input_log.append_tes(rt.te_seq)  # what these TEs did, for replay to check
     if rt.checkpoints is not None:
         rt.checkpoints.after_commit()
     return True

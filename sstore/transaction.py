@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import passing, stream_writes
+from sstore import digest, passing, stream_writes
 from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
@@ -45,11 +45,14 @@ class Transaction:
                  procedure: str | None = None,
                  recorder: Callable[[str, Any], None] | None = None, rows_in: int = 0, *,
                  streams: frozenset[str],
-                 before: Callable[[str], None] | None = None) -> None:
+                 before: Callable[[str], None] | None = None, digests: bool = False) -> None:
         self._con = con
         #: called with each statement before it runs: a group commit stores a batch it
         #: passes in memory when the statement may read it from its table (``sstore.passing``)
         self._before = before
+        #: weak durability: one digest per statement run, and of the outputs
+        #: (``sstore.digest``), that the input log records and replay compares; None: not kept
+        self.digests: list[int] | None = [] if digests else None
         #: stream tables this transaction's SQL must not write (``sstore.stream_writes``);
         #: no default, so that no path that hands out a transaction can forget them
         self._streams = streams
@@ -90,7 +93,10 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return arrow(self._con, query, bound, large=self._large)
+            found = arrow(self._con, query, bound, large=self._large)
+        if self.digests is not None:
+            self.digests.append(digest.statement(query, bound, digest.answer_of_table(found)))
+        return found
 
     query = sql
 
@@ -103,7 +109,11 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(statement, bound)
         with self._watch():
-            execute(self._con, statement, bound).fetchall()  # DuckDB wants every result consumed
+            answer = execute(self._con, statement, bound)
+            found = answer.fetchall()  # DuckDB wants every result consumed
+        if self.digests is not None:
+            self.digests.append(digest.statement(statement, bound,
+                                                 digest.answer_of(found, _names(answer))))
 
     def fetchall(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -114,7 +124,12 @@ class Transaction:
         if self._recorder is not None:
             self._recorder(query, bound)
         with self._watch():
-            return execute(self._con, query, bound).fetchall()
+            answer = execute(self._con, query, bound)
+            found = answer.fetchall()
+        if self.digests is not None:
+            self.digests.append(digest.statement(query, bound,
+                                                 digest.answer_of(found, _names(answer))))
+        return found
 
     def fetchone(self, query: str, *args: Any,
                  params: Sequence[Any] | Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
@@ -149,6 +164,18 @@ class Transaction:
             raise
 
     # -- what the engine calls -----------------------------------------------------------------
+    def _note_outputs(self, outputs: Mapping[str, pa.Table]) -> None:
+        """A TE's output batches join its digest (weak durability only)."""
+        if self.digests is not None:
+            self.digests.append(digest.outputs(outputs))
+
+    def _digest(self) -> int:
+        """Everything this transaction's digests say, as one number (0: none kept)."""
+        acc = 0
+        for one in self.digests or ():
+            acc = digest.combine(acc, one)
+        return acc
+
     def _mark_committed(self) -> None:
         self._move("commit", TxState.COMMITTED)
         self._release()
@@ -164,3 +191,8 @@ class Transaction:
             except duckdb.Error:
                 pass
         self._registered.clear()
+
+
+def _names(answer: duckdb.DuckDBPyConnection) -> list[str]:
+    """The column names of a statement's answer (for ``sstore.digest.answer_of``)."""
+    return [d[0] for d in answer.description or ()]

@@ -80,3 +80,39 @@ def test_an_idle_engine_checkpoints(state_path: str) -> None:
     assert totals(engine) == [{"keys": 10000, "n": 10000}]
     engine.close()
     assert not os.path.exists(state_path + ".wal") or os.path.getsize(state_path + ".wal") < 1 << 20
+
+
+def test_ad_hoc_transactions_execute_and_loads_checkpoint_too(state_path: str) -> None:
+    """Issue 34, item 8: with DuckDB's own checkpoint off, only the engine checkpoints; it did
+    so after ingests and TEs only, so 300 ad hoc transactions grew the WAL to 73 MiB. Every
+    commit under the engine's lock now asks the same question (``Checkpoints.after_commit``)."""
+    import pyarrow as pa
+
+    engine = Engine(state_path, checkpoint_wal_bytes=1 << 20)
+    keyed_state(engine)
+    engine.execute("CREATE TABLE IF NOT EXISTS notes (k BIGINT, v VARCHAR)")
+    rt = engine._runtime()
+    assert rt.checkpoints is not None
+    wal = state_path + ".wal"
+    text = "x" * 2000
+
+    def on_disk() -> int:
+        return os.path.getsize(wal) if os.path.exists(wal) else 0
+
+    for i in range(300):
+        with engine.transaction() as tx:
+            tx.execute("INSERT INTO notes SELECT range, ? FROM range(?, ? + 100)", text, i * 100,
+                       i * 100)
+    assert on_disk() < 2 << 20, f"WAL of {on_disk()} bytes after 300 ad hoc transactions"
+    for i in range(100):
+        engine.execute(f"INSERT INTO notes SELECT range, '{text}' FROM range({i} * 100, "
+                       f"{i} * 100 + 100)")
+    assert on_disk() < 2 << 20, f"WAL of {on_disk()} bytes after 100 execute calls"
+    rows = pa.table({"k": list(range(1000)), "v": [text] * 1000})
+    for _ in range(20):
+        engine.load_table("replica", rows, mode="append")
+    assert on_disk() < 2 << 20, f"WAL of {on_disk()} bytes after 20 table loads"
+    assert rt.checkpoints.count >= 3
+    assert engine.query("SELECT count(*) AS n FROM notes").to_pylist() == [{"n": 40000}]
+    assert engine.query("SELECT count(*) AS n FROM replica").to_pylist() == [{"n": 20000}]
+    engine.close()
