@@ -357,17 +357,13 @@ class Engine:
         the two calls."""
         rt = self._runtime()
         before = rt.te_seq
-        if rt.input_log is not None or not self.group_commit:
+        try:  # the ingest path decides whether the batch leads the group (``_may_lead``)
             ingested = ingest_batch(rt, self.backpressure, self._replayed, stream, rows,
-                                    batch_id)
-        else:
-            try:
-                ingested = ingest_batch(rt, self.backpressure, self._replayed, stream, rows,
-                                        batch_id, run=True)
-            except Stopped:  # the batch is in (committed alone); one request, one Stopped,
-                self._interrupts.stop_requested.clear()  # as from run_until_idle
-                rt.subscribers.publish(rt.take_outbox())
-                raise
+                                    batch_id, run=self.group_commit)
+        except Stopped:  # the batch is in (committed alone); one request, one Stopped,
+            self._interrupts.stop_requested.clear()  # as from run_until_idle
+            rt.subscribers.publish(rt.take_outbox())
+            raise
         self.run_until_idle()
         return Ingested(ingested, ingested.duplicate, ingested.rows, rt.te_seq - before)
 
