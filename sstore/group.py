@@ -81,6 +81,8 @@ class _Group:
     chained_away: list[tuple[str, str]] = field(default_factory=list)
     #: a member's statement may read a chained-away batch: run the group again unchained
     unchain: bool = False
+    #: the group ended before every runnable TE of its batch ran (``_next_member``)
+    cut: bool = False
 
     def names(self) -> set[str]:
         return {m.decl.name for m in self.members}
@@ -399,13 +401,15 @@ def _before_statement(rt: Runtime, group: _Group, statement: str) -> None:
 
 
 def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None) -> str | None:
-    if len(group.members) >= most:
-        return None
+    """The next member, or None: the group ends. ``group.cut`` says it ended while TEs of its
+    batch may still run after it, in another transaction (``_store_held_back``)."""
     last = group.members[-1].pending
-    if last.created or last.window_updates:
-        return None  # their in-memory state is applied after COMMIT only
+    if len(group.members) >= most or last.created or last.window_updates \
+            or (fixed is not None and len(group.members) >= len(fixed)):
+        group.cut = True  # created/window: their in-memory state is applied after COMMIT only
+        return None
     if fixed is not None:
-        return fixed[len(group.members)] if len(group.members) < len(fixed) else None
+        return fixed[len(group.members)]
     nxt = rt.scheduler.next()
     if nxt is None or nxt[1] != group.batch_id:
         return None
@@ -413,13 +417,15 @@ def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None)
 
 
 def _store_held_back(rt: Runtime, group: _Group) -> None:
-    """Store the held-back batches that a reader outside the group still needs; the others
-    are never stored, so they are recorded as collected (``sstore_sys.collected``), exactly
-    as garbage collection records what it removes: a consumer that starts on the stream
-    later must get ``GapError`` for them, never an empty batch in their place."""
+    """Store the held-back batches that a reader outside the group still needs, and all of
+    them when the group was cut short (a TE of the batch that runs later, in a transaction
+    of its own, may read any stream's table: ``sstore.passing``); the others are never
+    stored, so they are recorded as collected (``sstore_sys.collected``), exactly as garbage
+    collection records what it removes: a consumer that starts on the stream later must get
+    ``GapError`` for them, never an empty batch in their place."""
     ran = group.names()
     for stream, table in group.held_back.items():
-        if not set(rt.graph.consumers_of(stream)) <= ran:
+        if group.cut or not set(rt.graph.consumers_of(stream)) <= ran:
             rt.store.insert(stream, group.batch_id, table)
         else:
             group.unstored.append(stream)
