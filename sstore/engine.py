@@ -347,7 +347,7 @@ class Engine:
         """``ingest`` followed by ``run_until_idle``, faster: the batch and the transaction
         executions of that batch that it makes runnable commit as one DuckDB transaction (a
         group commit led by the ingest, ``sstore.group.ingest_and_run``), and its rows are not
-        stored when only those procedures read them. Same outcome, same guarantees, same
+        stored when nothing can read them from the table (``sstore.passing``). Same outcome, same guarantees, same
         errors as the two calls: a refused batch raises and changes nothing; if a procedure
         fails, the batch is committed on its own and the procedures run as they would after
         ``ingest``. A caller that feeds and runs in one thread (a loader, a benchmark) saves a

@@ -13,14 +13,17 @@ runnable TEs of batch b in schedule order inside one transaction and commits the
    a. its inputs: a batch produced earlier in the group comes from memory, any other one as in
       a single TE (``Runtime.input_batch``);
    b. call the procedure, check its outputs;
-   c. append its outputs (triggers, windows). The rows of a stream read only by procedures are
-      held back in memory (``StreamStore.append(store_rows=False)``);
+   c. append its outputs (triggers, windows). The rows of a stream that nothing can read from
+      its table are held back in memory (``StreamStore.append(store_rows=False)``), as
+      ``sstore.passing`` decides; a later statement of a member that may read them stores
+      them first (``_before_statement``);
    d. record its commits in the ledger's journal, so the scheduler sees it done and can pick
       the next member. The group ends when the next runnable TE belongs to another batch, at
       ``limit`` members, or after a member that created a stream or moved a window (their
       in-memory state is applied only after COMMIT).
-3. Store the held-back rows of every stream that has a reader outside the group; record the
-   others as collected (a consumer that starts on such a stream later gets ``GapError``).
+3. Store the held-back rows of every stream that has a reader outside the group (of every
+   stream, if the group was cut short); record the others as collected (a consumer that
+   starts on such a stream later gets ``GapError``).
 4. Insert all members' commit records in one statement, with the consumers' acknowledgements
    taken since the last such statement (``sstore.consumers``, step 3).
 5. COMMIT; close the journal.
