@@ -354,7 +354,7 @@ class Engine:
         """``ingest`` followed by ``run_until_idle``, faster: the batch and the transaction
         executions of that batch that it makes runnable commit as one DuckDB transaction (a
         group commit led by the ingest, ``sstore.group.ingest_and_run``), and its rows are not
-        stored when only those procedures read them. Same outcome, same guarantees, same
+        stored when nothing can read them from the table (``sstore.passing``). Same outcome, same guarantees, same
         errors as the two calls: a refused batch raises and changes nothing; if a procedure
         fails, the batch is committed on its own and the procedures run as they would after
         ``ingest``. A caller that feeds and runs in one thread (a loader, a benchmark) saves a
@@ -364,17 +364,13 @@ class Engine:
         the two calls."""
         rt = self._runtime()
         before = rt.te_seq
-        if rt.input_log is not None or not self.group_commit:
+        try:  # the ingest path decides whether the batch leads the group (``_may_lead``)
             ingested = ingest_batch(rt, self.backpressure, self._replayed, stream, rows,
-                                    batch_id)
-        else:
-            try:
-                ingested = ingest_batch(rt, self.backpressure, self._replayed, stream, rows,
-                                        batch_id, run=True)
-            except Stopped:  # the batch is in (committed alone); one request, one Stopped,
-                self._interrupts.stop_requested.clear()  # as from run_until_idle
-                rt.subscribers.publish(rt.take_outbox())
-                raise
+                                    batch_id, run=self.group_commit)
+        except Stopped:  # the batch is in (committed alone); one request, one Stopped,
+            self._interrupts.stop_requested.clear()  # as from run_until_idle
+            rt.subscribers.publish(rt.take_outbox())
+            raise
         self.run_until_idle()
         return Ingested(ingested, ingested.duplicate, ingested.rows, rt.te_seq - before)
 

@@ -13,14 +13,17 @@ runnable TEs of batch b in schedule order inside one transaction and commits the
    a. its inputs: a batch produced earlier in the group comes from memory, any other one as in
       a single TE (``Runtime.input_batch``);
    b. call the procedure, check its outputs;
-   c. append its outputs (triggers, windows). The rows of a stream read only by procedures are
-      held back in memory (``StreamStore.append(store_rows=False)``);
+   c. append its outputs (triggers, windows). The rows of a stream that nothing can read from
+      its table are held back in memory (``StreamStore.append(store_rows=False)``), as
+      ``sstore.passing`` decides; a later statement of a member that may read them stores
+      them first (``_before_statement``);
    d. record its commits in the ledger's journal, so the scheduler sees it done and can pick
       the next member. The group ends when the next runnable TE belongs to another batch, at
       ``limit`` members, or after a member that created a stream or moved a window (their
       in-memory state is applied only after COMMIT).
-3. Store the held-back rows of every stream that has a reader outside the group; record the
-   others as collected (a consumer that starts on such a stream later gets ``GapError``).
+3. Store the held-back rows of every stream that has a reader outside the group (of every
+   stream, if the group was cut short); record the others as collected (a consumer that
+   starts on such a stream later gets ``GapError``).
 4. Insert all members' commit records in one statement, with the consumers' acknowledgements
    taken since the last such statement (``sstore.consumers``, step 3).
 5. COMMIT; close the journal.
@@ -81,6 +84,8 @@ class _Group:
     chained_away: list[tuple[str, str]] = field(default_factory=list)
     #: a member's statement may read a chained-away batch: run the group again unchained
     unchain: bool = False
+    #: the group ended before every runnable TE of its batch ran (``_next_member``)
+    cut: bool = False
 
     def names(self) -> set[str]:
         return {m.decl.name for m in self.members}
@@ -401,13 +406,15 @@ def _before_statement(rt: Runtime, group: _Group, statement: str) -> None:
 
 
 def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None) -> str | None:
-    if len(group.members) >= most:
-        return None
+    """The next member, or None: the group ends. ``group.cut`` says it ended while TEs of its
+    batch may still run after it, in another transaction (``_store_held_back``)."""
     last = group.members[-1].pending
-    if last.created or last.window_updates:
-        return None  # their in-memory state is applied after COMMIT only
+    if len(group.members) >= most or last.created or last.window_updates \
+            or (fixed is not None and len(group.members) >= len(fixed)):
+        group.cut = True  # created/window: their in-memory state is applied after COMMIT only
+        return None
     if fixed is not None:
-        return fixed[len(group.members)] if len(group.members) < len(fixed) else None
+        return fixed[len(group.members)]
     nxt = rt.scheduler.next()
     if nxt is None or nxt[1] != group.batch_id:
         return None
@@ -415,13 +422,15 @@ def _next_member(rt: Runtime, group: _Group, most: int, fixed: list[str] | None)
 
 
 def _store_held_back(rt: Runtime, group: _Group) -> None:
-    """Store the held-back batches that a reader outside the group still needs; the others
-    are never stored, so they are recorded as collected (``sstore_sys.collected``), exactly
-    as garbage collection records what it removes: a consumer that starts on the stream
-    later must get ``GapError`` for them, never an empty batch in their place."""
+    """Store the held-back batches that a reader outside the group still needs, and all of
+    them when the group was cut short (a TE of the batch that runs later, in a transaction
+    of its own, may read any stream's table: ``sstore.passing``); the others are never
+    stored, so they are recorded as collected (``sstore_sys.collected``), exactly as garbage
+    collection records what it removes: a consumer that starts on the stream later must get
+    ``GapError`` for them, never an empty batch in their place."""
     ran = group.names()
     for stream, table in group.held_back.items():
-        if not set(rt.graph.consumers_of(stream)) <= ran:
+        if group.cut or not set(rt.graph.consumers_of(stream)) <= ran:
             rt.store.insert(stream, group.batch_id, table)
         else:
             group.unstored.append(stream)

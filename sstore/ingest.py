@@ -62,11 +62,18 @@ def ingest_batch(rt: Runtime, backpressure: Backpressure,
                  batch_id: int | None, *,
                  along: Callable[[Transaction], None] | None = None,
                  run: bool = False) -> Ingested:
-    """``ingest``'s checks and commit; ``run``: as the lead of a group (``ingest_and_run``).
+    """The one way a batch enters a border stream: ``Engine.ingest``, ``Engine.ingest_and_run``
+    (``run``), the Coalescer (through ``ingest_and_run``) and dead-letter replay (``along``)
+    all come here, so the stream checks, the batch-id checks and re-send detection
+    (``_admit``), and the commit (``apply_ingest``, or a group it leads) are the same for
+    all of them; weak durability's replay applies a logged batch with ``apply_ingest`` too.
 
-    ``backpressure``: the engine's readers' bounds; ``replayed_ids``: the engine's batch-ids
-    that dead-letter replays took, per border stream (read on the first re-send, forgotten by
-    an ``along`` ingest)."""
+    ``run``: the caller runs the batch's TEs next; the batch then leads their group commit
+    (``group.ingest_and_run``) when ``_may_lead`` says so, and is committed alone otherwise.
+    Whether its rows are stored is decided by ``sstore.passing`` only. ``backpressure``: the
+    engine's readers' bounds; ``replayed_ids``: the engine's batch-ids that dead-letter
+    replays took, per border stream (read on the first re-send, forgotten by an ``along``
+    ingest)."""
     if stream not in rt.graph.streams:
         raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(rt.graph.streams)}")
     if not rt.graph.is_border(stream):
@@ -79,54 +86,74 @@ def ingest_batch(rt: Runtime, backpressure: Backpressure,
     sent = fingerprint(table)  # outside the lock; recorded with the batch, or compared
     with rt.lock:
         backpressure.admit(rt, stream, batch_id)  # may wait, releasing the lock
-        last = rt.ledger.last_ingested.get(stream, 0)
-        if batch_id is None:
-            batch_id = last + 1
-            _check_batch_id(batch_id)
-        elif rt.ledger.was_ingested(stream, batch_id):
-            if stream not in replayed_ids:
-                replayed_ids[stream] = systables.replayed(rt.con, stream)
-            replayed = replayed_ids[stream].get(batch_id)
-            if replayed is not None:
-                raise BatchIdTakenError(
-                    f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
-                    f"replay (the dead letters of batch {replayed}, sstore dead-letters "
-                    f"replay), so this batch is not a re-send and was NOT ingested; send "
-                    f"it under a batch-id above {last} (or without one)")
-            _check_resend(rt, stream, batch_id, table, sent, last)
-            log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
-            return Ingested(batch_id, True, 0)
-        elif batch_id < last:
-            raise OutOfOrderBatchError(
-                f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
-                f"({last}) and was never ingested; batches must arrive in increasing order")
-        if run and not rt.interrupts.stopping():
+        taken = _admit(rt, replayed_ids, stream, batch_id, table, sent)
+        if taken.duplicate:
+            return taken
+        batch_id = int(taken)
+        if run and _may_lead(rt):
             group.ingest_and_run(rt, stream, batch_id, table, sent, functools.partial(
-                apply_ingest, rt, stream, batch_id, table, False, sent))
+                apply_ingest, rt, stream, batch_id, table, sent))
         else:
             if along is not None:  # maybe a dead-letter replay: it records its batch-id
                 replayed_ids.pop(stream, None)
-            apply_ingest(rt, stream, batch_id, table, log_it=rt.input_log is not None,
-                         sent=sent, along=along)
+            apply_ingest(rt, stream, batch_id, table, sent, along=along)
         if rt.checkpoints is not None:
             rt.checkpoints.after_commit()
     rt.subscribers.publish(rt.take_outbox())
+    return taken
+
+
+def _may_lead(rt: Runtime) -> bool:
+    """Whether an ingest whose TEs run next may lead their group commit: not with weak
+    durability (its input log records a batch alone, and its replay runs the TEs again up to
+    each record's mark, ``sstore.recovery``), nor once a stop was requested (the batch is
+    committed alone and the TEs run later)."""
+    return rt.input_log is None and not rt.interrupts.stopping()
+
+
+def _admit(rt: Runtime, replayed_ids: dict[str, dict[int, int]], stream: str,
+           batch_id: int | None, table: pa.Table, sent: int) -> Ingested:
+    """The batch-id checks and re-send detection of every ingest (caller holds ``rt.lock``):
+    the batch-id to take (the next one when None), or a no-op re-send (``duplicate``: the
+    same rows under an id taken before); refused with ``BatchIdTakenError`` (an id a
+    dead-letter replay took), ``ResendMismatchError`` (other rows under a taken id) or
+    ``OutOfOrderBatchError`` (a new id below the last), before anything is written."""
+    last = rt.ledger.last_ingested.get(stream, 0)
+    if batch_id is None:
+        batch_id = last + 1
+        _check_batch_id(batch_id)
+    elif rt.ledger.was_ingested(stream, batch_id):
+        if stream not in replayed_ids:
+            replayed_ids[stream] = systables.replayed(rt.con, stream)
+        replayed = replayed_ids[stream].get(batch_id)
+        if replayed is not None:
+            raise BatchIdTakenError(
+                f"stream {stream!r}: batch-id {batch_id} was taken by a dead-letter "
+                f"replay (the dead letters of batch {replayed}, sstore dead-letters "
+                f"replay), so this batch is not a re-send and was NOT ingested; send "
+                f"it under a batch-id above {last} (or without one)")
+        _check_resend(rt, stream, batch_id, table, sent, last)
+        log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
+        return Ingested(batch_id, True, 0)
+    elif batch_id < last:
+        raise OutOfOrderBatchError(
+            f"stream {stream!r}: batch-id {batch_id} is lower than the last ingested "
+            f"({last}) and was never ingested; batches must arrive in increasing order")
     return Ingested(batch_id, False, table.num_rows)
 
 
-def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
-                 log_it: bool, sent: int,
+def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,
                  along: Callable[[Transaction], None] | None = None) -> None:
-    """Commit protocol of an ingest (``sent``: the batch's fingerprint):
+    """Commit protocol of an ingest committed alone (``sent``: the batch's fingerprint):
 
     1. BEGIN.
-    2. Append the rows (EE triggers, windows): DuckDB checks NOT NULL, CHECK, keys here;
-       then ``along``'s statements, if any.
+    2. Append the rows, always stored (EE triggers, windows): DuckDB checks NOT NULL, CHECK,
+       keys here; then ``along``'s statements, if any.
     3. Insert the commit records, the batch's with its row count and fingerprint (what a
        re-send of its id is checked against, ``_check_resend``).
-    4. Weak durability (``log_it``): append the batch to the input log, fsync. Only now,
-       when the engine has accepted every row, so the log never holds a batch that
-       cannot be replayed.
+    4. Weak durability, unless this is the replay of the log itself: append the batch to
+       the input log, fsync. Only now, when the engine has accepted every row, so the log
+       never holds a batch that cannot be replayed.
     5. COMMIT (on failure: ROLLBACK and cut the log record off again).
     6. Apply to memory.
 
@@ -146,7 +173,7 @@ def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
                 raise TransactionStateError(f"a statement of ingest's along failed "
                                             f"({tx.failure})") from tx.failure
         systables.insert_commits(rt.con, pending.records, pending.fingerprints)
-        if log_it and rt.input_log is not None:
+        if rt.input_log is not None and not rt.replaying:
             crash_point("ingest.before_log")
             logged = rt.input_log.append_ingest(stream, batch_id, table, rt.te_seq)
         crash_point("ingest.before_commit")
@@ -168,8 +195,7 @@ def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
 def replay_ingest(rt: Runtime, record: LogRecord) -> None:
     """Apply an ingest record of the input log again (``recovery.replay``), not logging it."""
     assert record.stream and record.batch_id and record.table is not None
-    apply_ingest(rt, record.stream, record.batch_id, record.table, log_it=False,
-                 sent=fingerprint(record.table))
+    apply_ingest(rt, record.stream, record.batch_id, record.table, fingerprint(record.table))
 
 
 def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,

@@ -24,10 +24,11 @@ Two checks, both here:
    again unchained and that stream is never chained again (``fusion.Chaining.stored``).
 
 "May read" is decided from the statement's tokens (DuckDB's tokenizer, cached per text):
-the stream's name as an identifier or as a word of a string literal (``query_table('orders')``,
-``query('...')``), or a view whose definition may read it (views are read from the catalog,
-again after any DDL the engine ran), or a call of a function that is not one of DuckDB's
-own (a macro may read anything). A statement the tokenizer refuses may read anything.
+the stream's name as an identifier or as a word of a string literal
+(``query_table('orders')``, ``query('...')``), or a view whose definition may read it (views
+are read from the catalog, again after a statement that may change one), or a call of a
+function that is not one of DuckDB's own (a macro may read anything). A statement the
+tokenizer refuses may read anything.
 What the engine cannot see: SQL run outside the procedure's ``Transaction`` (a procedure
 that calls ``Engine.query`` reads committed state only, never its own batch on any path).
 """
@@ -45,9 +46,13 @@ import duckdb
 if TYPE_CHECKING:
     from sstore.runtime import Runtime
 
-#: bumped whenever the engine runs DDL (``note``): the views read from the catalog are stale
+#: bumped whenever the engine runs a statement that may change views or how names resolve
+#: (``note``): the views read from the catalog are then stale
 _generation = 0
-_DDL = frozenset({"CREATE", "DROP", "ALTER", "ATTACH", "DETACH", "IMPORT", "USE"})
+#: keywords of such statements: CREATE/ALTER/DROP ... VIEW, and what attaches or switches
+#: databases (a CREATE TABLE changes no view: procedures that make tables per batch must not
+#: cost a catalog read each)
+_VIEWS_CHANGE = frozenset({"VIEW", "ATTACH", "DETACH", "IMPORT", "USE"})
 _WORD = re.compile(r"[\w$]+")
 #: DuckDB's own function names (the same for every connection of this process), read once
 _builtins: frozenset[str] | None = None
@@ -56,11 +61,11 @@ _builtins: frozenset[str] | None = None
 @dataclass(frozen=True)
 class Mentions:
     """What a statement's text names: identifiers and words of string literals (lower case),
-    the functions it calls, and whether it is (or contains) DDL."""
+    the functions it calls, and whether it may change a view (``_VIEWS_CHANGE``)."""
 
     names: frozenset[str]
     calls: frozenset[str]
-    ddl: bool
+    changes_views: bool
 
 
 @functools.lru_cache(maxsize=4096)
@@ -74,7 +79,7 @@ def mentions(sql: str) -> Mentions | None:
         return None
     names: set[str] = set()
     calls: set[str] = set()
-    ddl = False
+    changes_views = False
     kinds = duckdb.token_type
     for i, (start, kind) in enumerate(tokens):
         end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
@@ -87,24 +92,25 @@ def mentions(sql: str) -> Mentions | None:
                 calls.add(name.lower())
         elif kind == kinds.string_const:
             names.update(w.lower() for w in _WORD.findall(text))
-        elif kind == kinds.keyword and text.upper() in _DDL:
-            ddl = True
-    return Mentions(frozenset(names), frozenset(calls), ddl)
+        elif kind == kinds.keyword and text.upper() in _VIEWS_CHANGE:
+            changes_views = True
+    return Mentions(frozenset(names), frozenset(calls), changes_views)
 
 
 def note(sql: str) -> None:
     """Called for every statement the engine runs for a procedure, an ad hoc transaction or
-    ``Engine.execute``: DDL may create or change a view, so the views read from the catalog
-    are read again before the next decision."""
+    ``Engine.execute``: after one that may change a view, the views are read from the catalog
+    again before the next decision."""
     global _generation
     found = mentions(sql)
-    if found is None or found.ddl:
+    if found is None or found.changes_views:
         _generation += 1
 
 
 class Passing:
     """One engine's view of the catalog for ``reads``: its views (name -> what their
-    definitions name), read when first needed and again after DDL (``note``)."""
+    definitions name), read when first needed and again after a statement that may change
+    one (``note``)."""
 
     def __init__(self) -> None:
         self._views: dict[str, Mentions | None] = {}

@@ -277,3 +277,43 @@ def test_a_procedure_that_reads_a_streams_table_finds_the_batch_on_every_path(
         assert [tuple(r.values()) for r in landed.to_pylist()] == rows, (second, path, batch)
     assert not [p for p in engine.status().procedures if p.halted]
     engine.close()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_procedure_run_after_its_group_rolled_back_finds_the_streams_it_reads(
+        tmp_path, fused: bool) -> None:
+    """``c`` fails once (transient) in the group of batch 1: the group rolls back, ``a`` and
+    ``b`` commit as a group of their own and ``c`` runs alone, in a transaction of its own.
+    It reads the table of ``s1``, whose only reader ``b`` ran in that group: a batch held
+    back there must be stored, since ``c`` still runs for batch 1 after it."""
+    from sstore.errors import TransientError
+
+    engine = Engine(str(tmp_path / "state.duckdb"))
+    for stream in ("inp", "s1", "s2"):
+        engine.stream(stream, {"x": "INTEGER"})
+    engine.execute("CREATE TABLE seen (x INTEGER)")
+    tries = []
+
+    @engine.procedure(input="inp", output="s1")
+    def a(tx, batch):
+        return tx.sql("SELECT x * 2 AS x FROM batch")
+
+    @engine.procedure(input="s1", output="s2")
+    def b(tx, batch):
+        return tx.sql("SELECT x * 3 AS x FROM batch")
+
+    @engine.procedure(input="s2")
+    def c(tx, batch):
+        tries.append(tx.batch_id)
+        tx.execute("INSERT INTO seen SELECT x FROM s1 WHERE _batch_id = ?", tx.batch_id)
+        if len(tries) == 1:
+            raise TransientError("busy")
+
+    if fused:
+        engine.ingest_and_run("inp", [(1,), (2,)])
+    else:
+        engine.ingest("inp", [(1,), (2,)])
+        engine.run_until_idle()
+    assert tries == [1, 1]
+    assert engine.query("SELECT x FROM seen ORDER BY x").column("x").to_pylist() == [2, 4]
+    engine.close()
