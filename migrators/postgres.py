@@ -182,8 +182,9 @@ def ensure_table(con: psycopg.Connection, table: str, schema: pa.Schema,
                  source: str = "the rows") -> TargetColumns:
     """Create ``table`` from an Arrow schema (with ``key`` as primary key) if it is missing;
     if it exists, check that every column can take the rows (``IncompatibleSchemaError``).
-    Returns the target's columns: name -> (data type, numeric precision, numeric scale), so
-    rows can be converted to a column that was widened (``typemap.for_target``).
+    Returns the target's columns: name -> (data type, precision, scale) as
+    ``target_columns`` gives them, so rows can be converted to a column that was widened
+    and checked against a declared length (``typemap.for_target``).
     ``existing``: those columns, when the caller asked them already in this transaction.
     ``source``: what the rows are, for errors (``stream 'x'``, ``table 'y'``)."""
     wanted = postgres_columns(schema)
