@@ -99,8 +99,8 @@ def rows(table: pa.Table) -> int:
     with np.errstate(over="ignore"):
         for column in table.columns:
             arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-            acc = _mix(acc * _K + _values(arr))
-        total = int(acc.sum(dtype=np.uint64)) if n else 0
+            acc = acc * _K + _values(arr)
+        total = int(_mix(acc).sum(dtype=np.uint64)) if n else 0  # rows mixed, then summed
     return combine(combine(text("\x00".join(table.column_names)), n), total)
 
 
@@ -158,22 +158,39 @@ def _values(arr: pa.Array) -> np.ndarray:
 
 
 def _variable(arr: pa.Array) -> np.ndarray:
-    """Strings and binaries: each row's bytes with their positions in the row, summed."""
+    """Strings and binaries: each row's bytes as a polynomial in ``_BASE`` (byte k of a row
+    weighs ``_BASE**k``), from one running sum over the whole buffer: the sum between a row's
+    offsets, times the inverse of ``_BASE`` to the row's start (odd, so invertible mod 2**64)."""
     n = len(arr)
     large = pt.is_large_string(arr.type) or pt.is_large_binary(arr.type)
     offsets = np.frombuffer(arr.buffers()[1], dtype="<i8" if large else "<i4",
                             count=arr.offset + n + 1)[arr.offset:].astype(np.int64)
-    lengths = np.diff(offsets)
-    data_buf = arr.buffers()[2]
     first, last = int(offsets[0]), int(offsets[-1])
-    if data_buf is None or last == first:
-        data = np.zeros(0, np.uint64)
-    else:
-        data = np.frombuffer(data_buf, dtype=np.uint8, count=last)[first:].astype(np.uint64)
+    lengths = (offsets[1:] - offsets[:-1]).astype(np.uint64)
     starts = offsets[:-1] - first
-    position = np.arange(len(data), dtype=np.uint64) - np.repeat(starts, lengths).astype(
-        np.uint64)
-    tokens = _mix(data * _K + position)
-    sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(tokens, dtype=np.uint64)])
-    per_row = sums[offsets[1:] - first] - sums[starts]
-    return _mix(per_row + lengths.astype(np.uint64) * _K)
+    data_buf = arr.buffers()[2]
+    if data_buf is None or last == first:
+        return _mix(lengths * _K)
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=last)[first:]
+    powers, inverses = _powers(last - first + 1)  # a last empty row starts at the end
+    sums = np.zeros(last - first + 1, np.uint64)
+    np.cumsum((data.astype(np.uint64) + np.uint64(1)) * powers[:last - first], out=sums[1:])
+    per_row = (sums[offsets[1:] - first] - sums[starts]) * inverses[starts]
+    return _mix(per_row + lengths * _K)
+
+
+_BASE = 0x100000001B3  # odd
+_POWERS = np.ones(1, np.uint64)
+_INVERSES = np.ones(1, np.uint64)
+
+
+def _powers(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_BASE**k`` and its inverse mod 2**64 for k < ``count`` (kept, grown as needed)."""
+    global _POWERS, _INVERSES
+    if len(_POWERS) < count:
+        size = max(count, 2 * len(_POWERS))
+        one = np.ones(1, np.uint64)
+        _POWERS = np.concatenate([one, np.cumprod(np.full(size - 1, _BASE, np.uint64))])
+        _INVERSES = np.concatenate([one, np.cumprod(np.full(size - 1, pow(_BASE, -1, 1 << 64),
+                                                            np.uint64))])
+    return _POWERS, _INVERSES

@@ -245,3 +245,36 @@ def test_a_hugeint_aggregate_read_with_sql_replays_without_a_word(tmp_path: Path
     again.execute("CREATE TABLE IF NOT EXISTS t (k BIGINT)")
     assert again.query("SELECT sum(k) AS s FROM t").to_pylist() == [{"s": 6}]
     again.close()
+
+
+def test_the_rows_digest_ignores_order_and_layout_but_not_values() -> None:
+    """``sstore.digest.rows``: the same rows in another order or chunking, from a slice or
+    hashed through either path (few rows: their text; more: their buffers), digest the same;
+    a changed, moved or lost value does not."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    from sstore import digest
+
+    table = pa.table({
+        "k": pa.array([1, 2, None, 4] * 5, pa.int64()),
+        "s": ["a", "bb", None, ""] * 5,
+        "d": pa.array([decimal.Decimal("1.25"), None, decimal.Decimal("3"),
+                       decimal.Decimal("-1")] * 5, pa.decimal128(10, 2)),
+        "b": [True, None, False, True] * 5,
+        "ts": pa.array([datetime.datetime(2024, 1, 1), None, None,
+                        datetime.datetime(2025, 1, 1)] * 5),
+        "l": [[1], [2, 3], None, []] * 5,
+        "f": [0.1, 0.2, None, 1e300] * 5})
+    for rows in (table.slice(0, 4), table):  # 4 rows: the text path; 20: the buffers
+        want = digest.rows(rows)
+        n = rows.num_rows
+        assert digest.rows(rows.take(list(reversed(range(n))))) == want
+        assert digest.rows(pa.concat_tables([rows.slice(0, 1), rows.slice(1)])) == want
+        assert digest.rows(table.slice(n, n) if n == 4 else table) == want  # a slice
+        s = rows.column("s").to_pylist()
+        for changed in (["ab", "b"] + s[2:], ["bb", "a"] + s[2:], ["a", "bc"] + s[2:]):
+            assert digest.rows(rows.set_column(1, "s", pa.array(changed))) != want
+        assert digest.rows(rows.slice(1)) != want
