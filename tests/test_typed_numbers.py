@@ -442,3 +442,22 @@ def test_a_decimal_into_a_double_is_the_nearest_double() -> None:
     assert engine.query("SELECT f, r FROM v").to_pylist() == [
         {"f": 19.99, "r": float(np.float32(19.99))}, {"f": 130.42, "r": float(np.float32(130.42))}]
     engine.close()
+
+
+def test_a_procedure_output_of_floats_goes_into_its_decimal_as_typed() -> None:
+    """Procedure outputs pass through the same conversion as ingested rows."""
+    engine = Engine()
+    engine.stream("orders", {"n": "INTEGER"})
+    engine.stream("priced", {"n": "INTEGER", "price": "DECIMAL(10,2)"})
+
+    @engine.procedure(input="orders", output="priced")
+    def price(tx, batch):
+        return [(n, {1: 19.99, 2: 130.42, 3: 0.125}[n]) for n in batch.column("n").to_pylist()]
+
+    engine.ingest_and_run("orders", [(1,), (2,)])
+    assert engine.query("SELECT price FROM priced ORDER BY n").column("price").to_pylist() == [
+        Decimal("19.99"), Decimal("130.42")]
+    engine.ingest_and_run("orders", [(3,)])  # 0.125 would be rounded: the TE fails
+    assert engine.query("SELECT count(*) AS c FROM priced").column("c")[0].as_py() == 2
+    assert any("would be rounded" in e["error"] for e in engine.status().errors)
+    engine.close()
