@@ -16,7 +16,9 @@ How, without slowing down clean input:
 2. Anything else is converted by Python type: each group to the Arrow type it comes with, then
    cast into the column's type by ``_lossless_cast``, the same function that checks Arrow
    tables and DataFrames. It refuses pairs of types that cannot keep a value, lets Arrow's safe
-   cast refuse what it can, and checks the rest value by value.
+   cast refuse what it can, and checks the rest value by value. Numbers between floats,
+   decimals and integers are ``sstore.number_casts``'s: a float is the decimal it shows
+   (``19.99`` into a ``DECIMAL(10,2)`` is 19.99, ``0.125`` is refused).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from sstore.errors import SchemaError
+from sstore.number_casts import Refused, cast_number
 
 RowsLike = Any  # pa.Table | pa.RecordBatch | pandas.DataFrame | Sequence[tuple | dict] | None
 
@@ -119,8 +122,8 @@ def _exact_kinds(target: pa.DataType) -> frozenset[type] | None:
         return frozenset((int, _NONE))  # type(True) is bool, not int: booleans are not here
     if pt.is_float64(target):
         return frozenset((float, int, _NONE))  # an int beyond 2**53 is refused, not rounded
-    if pt.is_decimal(target):
-        return frozenset((decimal.Decimal, int, _NONE))  # "rescaling would cause data loss"
+    if pt.is_decimal(target):  # not Decimal: into a narrower type, pyarrow read
+        return frozenset((int, _NONE))  # Decimal("1.50000...0") (42 digits) as 0.00
     if pt.is_boolean(target):
         return frozenset((bool, _NONE))
     if pt.is_string(target) or pt.is_large_string(target):
@@ -175,7 +178,7 @@ def _same(sent: Any, stored: Any) -> bool:
     if isinstance(stored, float) and isinstance(sent, float) and stored != stored:
         return sent != sent  # NaN
     if isinstance(stored, decimal.Decimal) and isinstance(sent, float):
-        return float(stored) == sent
+        return stored == decimal.Decimal(repr(float(sent)))  # as written (sstore.number_casts)
     if isinstance(stored, dt.datetime) and type(sent) is dt.date:
         return stored.tzinfo is None and stored == dt.datetime.combine(sent, dt.time())
     if isinstance(stored, dt.datetime) != isinstance(sent, dt.datetime):
@@ -356,26 +359,44 @@ def _lossless_cast(array: pa.Array, field: pa.Field, what: str,
     if _is_text(source) and pt.is_boolean(target):
         _require(array, pc.match_substring_regex(array, "^(true|false)$", ignore_case=True),
                  field, what, rows, "only true and false (in any case) are read as a boolean")
-    try:
-        result = pc.cast(array, target, safe=True)
-    except _CONVERT_ERRORS as whole:
-        first, exc = _first_failing_cast(array, target)
-        if first is None:  # casts fail element by element; should one ever fail only whole
-            raise SchemaError(f"{what}: column {field.name!r}: cannot convert {source} to "
-                              f"{target}: {whole}") from None
-        raise _bad(what, field, _row(rows, first), array[first].as_py(), str(exc)) from None
-    if (pt.is_floating(source) and pt.is_decimal(target)) or \
-            (pt.is_timestamp(source) and pt.is_date(target)):
+    try:  # floats and decimals: by the value the user wrote (sstore.number_casts)
+        result = cast_number(array, target)
+    except Refused as refused:
+        raise _bad(what, field, _row(rows, refused.position), array[refused.position].as_py(),
+                   refused.reason) from None
+    if result is None:
+        result = _safe_cast(array, field, what, rows)
+    if pt.is_timestamp(source) and pt.is_date(target):
         back = pc.cast(result, source)
         _require(array, pc.equal(back, array), field, what, rows,
-                 "changes its value in this decimal (round it first)" if pt.is_decimal(target)
-                 else "has a time of day; the column keeps the date only")
-    if pt.is_floating(target) and (pt.is_floating(source) or _is_text(source)):
-        was_infinite = pc.is_inf(array) if pt.is_floating(source) else \
-            pc.match_substring_regex(array, r"^[+-]?inf(inity)?$", ignore_case=True)
-        _require(array, pc.or_(pc.invert(pc.is_inf(result)), was_infinite), field, what, rows,
-                 f"is too large for {target}")
+                 "has a time of day; the column keeps the date only")
+    if pt.is_floating(target) and (pt.is_floating(source) or pt.is_decimal(source) or
+                                   _is_text(source)):
+        _require(array, pc.or_(pc.invert(pc.is_inf(result)), _infinite(array)), field, what,
+                 rows, f"is too large for {target}")
     return result
+
+
+def _safe_cast(array: pa.Array, field: pa.Field, what: str,
+               rows: Sequence[int] | None) -> pa.Array:
+    """Arrow's safe cast, which refuses truncation and overflow; its error names the row."""
+    try:
+        return pc.cast(array, field.type, safe=True)
+    except _CONVERT_ERRORS as whole:
+        first, exc = _first_failing_cast(array, field.type)
+        if first is None:  # casts fail element by element; should one ever fail only whole
+            raise SchemaError(f"{what}: column {field.name!r}: cannot convert {array.type} "
+                              f"to {field.type}: {whole}") from None
+        raise _bad(what, field, _row(rows, first), array[first].as_py(), str(exc)) from None
+
+
+def _infinite(array: pa.Array) -> pa.Array:
+    """Which values are an infinity already (only the others must not become one)."""
+    if pt.is_floating(array.type):
+        return pc.is_inf(array)
+    if _is_text(array.type):
+        return pc.match_substring_regex(array, r"^[+-]?inf(inity)?$", ignore_case=True)
+    return pa.array(np.zeros(len(array), dtype=bool))  # a decimal: never
 
 
 def _require(array: pa.Array, ok: pa.Array, field: pa.Field, what: str,

@@ -1,0 +1,222 @@
+"""Numbers between binary floats and decimals, by the value the user wrote.
+
+A float holds a binary fraction: ``19.99`` is stored as 19.98999999999999843680598132777959...
+The user wrote 19.99, ``repr`` and ``print`` show 19.99, and it is the one decimal that a
+column of ``DECIMAL(10,2)`` may hold for it. So a float's value, for a decimal or an integer
+column, is **its shortest decimal form**: the shortest decimal that reads back as the same float
+(``decimal.Decimal(repr(x))``; for a REAL, the shortest that reads back as the same REAL). It
+goes in as that decimal when it has at most ``s`` digits after the point and fits ``p`` digits
+(into an integer column: when it is whole and in range); anything else would be rounded,
+truncated or overflowed, and is refused (``Refused``). NaN and the infinities are no decimal
+and no integer. ``-0.0`` is 0.
+
+The other way, a decimal into ``DOUBLE`` or ``REAL`` is the float nearest to it, as
+``float(Decimal(...))`` gives: Arrow's own DECIMAL -> DOUBLE cast is off by an ulp (19.99
+became 19.990000000000002, and checking a float against it refused 19.99 and 130.42 while 0.1
+went in).
+
+How, fast (this runs on every batch of floats into a decimal column):
+
+1. **Whole arrays, in NumPy** (a float64 column into a scale of at most 22): ``u = rint(x *
+   10**s)``, accepted when ``|u| < 10**15`` and ``u / 10**s == x``. Both sides of the division
+   are exact doubles and IEEE division rounds correctly, so the decimal ``u * 10**-s`` reads
+   back as ``x``; with at most 15 significant digits no other decimal of at most 15 digits
+   reads back as ``x`` (DBL_DIG), and the shortest one has at most as many digits as this one,
+   so this one *is* ``repr(x)``'s value. Into an integer column, Arrow's safe cast is exact
+   below 2**53.
+2. **The other rows, one by one in Python**: values of more than 15 digits at the column's
+   scale (``1e16`` into ``DECIMAL(20,2)``), whole floats from 2**53 up, a REAL column, a scale
+   above 22, and the values to refuse, whose row and reason it names. A column of such
+   values is about 30 times slower than step 1; typed prices and amounts never get here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
+#: below this magnitude a float of the type is a whole number exactly as its shortest form
+#: shows it (above it, repr(2.0 ** 60) is 1.152921504606847e+18, not 1152921504606846976)
+_EXACT_WHOLE = {16: 2.0 ** 11, 32: 2.0 ** 24, 64: 2.0 ** 53}
+_MAX_DIGITS_FAST = 15  # DBL_DIG: decimals of up to 15 digits are distinct doubles
+_MAX_SCALE_FAST = 22  # 10**22 is the largest power of ten that is an exact double
+
+
+class Refused(Exception):
+    """The value at ``position`` of the array cannot go in unchanged, for ``reason``."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(reason)
+        self.position = position
+        self.reason = reason
+
+
+def cast_number(array: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """``array`` in ``target`` by the rule above, or ``Refused``; None when the pair of types
+    is not one this module decides (the caller's cast applies)."""
+    source = array.type
+    if pt.is_floating(source) and pt.is_decimal(target):
+        return _float_to_decimal(array, target)
+    if pt.is_floating(source) and pt.is_integer(target):
+        return _float_to_integer(array, target)
+    if pt.is_integer(source) and pt.is_decimal(target):
+        # Arrow casts an int64 only into a DECIMAL of at least 19 + s digits ("precision is
+        # not great enough" for every value into DECIMAL(10,2)): by way of a wide one, whose
+        # cast into the target refuses what does not fit
+        try:
+            return pc.cast(pc.cast(array, pa.decimal256(76, target.scale)), target, safe=True)
+        except _ARROW_ERRORS:
+            return _one_by_one(array, target, Decimal)  # find the value and say why
+    if pt.is_decimal(source) and pt.is_decimal(target) and source != target:
+        return _decimal_to_decimal(array, target)
+    if pt.is_decimal(source) and pt.is_floating(target):
+        # the nearest float: Arrow reads decimal text correctly rounded (its own decimal cast
+        # is not); exact text, so nothing to refuse here (the caller checks overflow to inf)
+        return pc.cast(pc.cast(array, pa.string()), target)
+    return None
+
+
+# -- decimals into decimals ----------------------------------------------------------------------
+
+def _decimal_to_decimal(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """Arrow's safe cast refuses digits lost to a smaller scale and a value over the
+    precision, but a larger scale that overflows its 128 bits wraps around without an
+    error (7.34E+31 into DECIMAL(38,30) came out as 52600944.26...): values with more digits
+    before the point than the target keeps are refused first, so that nothing can overflow."""
+    source = array.type
+    keeps = target.precision - target.scale
+    if source.precision - source.scale > keeps:
+        bound = pa.scalar(Decimal(f"1E{keeps}"), source)
+        too_large = pc.fill_null(pc.greater_equal(pc.abs(array), bound), False)
+        if pc.any(too_large).as_py():
+            position = pc.index(too_large, True).as_py()
+            raise Refused(position, _why_not(array[position].as_py(), target) or "too large")
+    try:
+        return pc.cast(array, target, safe=True)
+    except _ARROW_ERRORS:
+        return _one_by_one(array, target, Decimal)  # find the value and say why
+
+
+# -- floats into decimals and integers -----------------------------------------------------------
+
+def _float_to_decimal(array: pa.Array, target: pa.DataType) -> pa.Array:
+    if not (pt.is_float64(array.type) and pt.is_decimal128(target) and
+            0 <= target.scale <= _MAX_SCALE_FAST):
+        return _one_by_one(array, target)
+    result, rest = _scaled(array, target)
+    if rest is None:
+        return result
+    return pc.replace_with_mask(result, pa.array(rest), _rows_of(array, rest, target))
+
+
+def _scaled(array: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
+    """Step 1: the decimal of every row that NumPy proves is its shortest form, and a mask
+    of the rows it cannot (None: every row done)."""
+    x = array.to_numpy(zero_copy_only=False)  # a NULL reads as NaN: masked below
+    power = 10.0 ** target.scale
+    with np.errstate(all="ignore"):
+        units = np.rint(x * power)
+        done = (np.abs(units) < 10.0 ** min(_MAX_DIGITS_FAST, target.precision)) & \
+            (units / power == x)
+    valid = None
+    if array.null_count:
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        done |= ~valid
+    rest = None if done.all() else ~done
+    if rest is not None or valid is not None:
+        units = np.where(done if valid is None else done & valid, units, 0.0)
+    whole = pa.array(units.astype(np.int64), pa.int64(),
+                     mask=None if valid is None else ~valid)
+    # int64 -> DECIMAL(38,0) keeps the integer as the unscaled value; viewing it with the
+    # target's scale moves the point (the same 16-byte layout)
+    return pc.cast(whole, pa.decimal128(38, 0)).view(target), rest
+
+
+def _float_to_integer(array: pa.Array, target: pa.DataType) -> pa.Array:
+    try:
+        result = pc.cast(array, target, safe=True)  # refuses fractions and overflow
+    except _ARROW_ERRORS:
+        return _one_by_one(array, target)  # a value to refuse: find it and say why
+    big = pc.greater_equal(pc.abs(array), _EXACT_WHOLE[array.type.bit_width])
+    if not pc.any(big).as_py():
+        return result
+    rest = pc.fill_null(big, False).to_numpy(zero_copy_only=False)
+    return pc.replace_with_mask(result, pa.array(rest), _rows_of(array, rest, target))
+
+
+def _rows_of(array: pa.Array, rest: np.ndarray, target: pa.DataType) -> pa.Array:
+    """Step 2 for the rows of ``rest`` (a mask), in order; a refusal names the whole
+    array's position."""
+    positions = np.flatnonzero(rest)
+    try:
+        return _one_by_one(array.take(pa.array(positions)), target)
+    except Refused as refused:  # the rows before it are fine: step 1 took them
+        raise Refused(int(positions[refused.position]), refused.reason) from None
+
+
+def _one_by_one(array: pa.Array, target: pa.DataType,
+                number_of: Callable[[float], Decimal] | None = None) -> pa.Array:
+    """Step 2: each float as the decimal its shortest form shows (or each value as
+    ``number_of`` reads it), checked against ``target``. (Arrow's own text -> DECIMAL cast is no help here: it read "5e-324" into
+    DECIMAL(18,4) as 0.0000, and a rescaled 1.75e16 into DECIMAL(38,30) overflowed into
+    0.4384..., without an error.)"""
+    shortest = number_of or _SHORTEST[array.type.bit_width]
+    values: list[Decimal | int | None] = []
+    for position, value in enumerate(array.to_pylist()):
+        if value is None:
+            values.append(None)
+            continue
+        number = shortest(value)
+        reason = _why_not(number, target)
+        if reason is not None:
+            raise Refused(position, reason)
+        values.append(number if pt.is_decimal(target) else int(number))
+    return pa.array(values, type=target)
+
+
+_SHORTEST: dict[int, Callable[[float], Decimal]] = {
+    64: lambda value: Decimal(repr(value)),
+    32: lambda value: Decimal(str(np.float32(value))),  # numpy's shortest for the REAL
+    16: lambda value: Decimal(str(np.float16(value))),
+}
+
+
+def _why_not(number: Decimal, target: pa.DataType) -> str | None:
+    """Why ``number`` cannot go into ``target`` unchanged; None if it can."""
+    kind = "a DECIMAL" if pt.is_decimal(target) else "an integer column"
+    if number.is_nan():
+        return f"it is NaN: {kind} holds numbers only"
+    if number.is_infinite():
+        return f"it is an infinity: {kind} holds finite numbers only"
+    before, after = _digits(number)
+    if pt.is_decimal(target):
+        if after > target.scale:
+            return (f"it has {after} digits after the point, the column keeps "
+                    f"{target.scale}: it would be rounded (round it first)")
+        if before > target.precision - target.scale:
+            return (f"it is too large for the column: {before} digits before the point, "
+                    f"the column keeps {target.precision - target.scale}")
+        return None
+    if after:
+        return "it is not a whole number: it would be truncated"
+    bits = target.bit_width
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if pt.is_signed_integer(target) else \
+        (0, 2 ** bits)
+    return None if low <= int(number) < high else f"it is out of range for {target}"
+
+
+def _digits(number: Decimal) -> tuple[int, int]:
+    """(digits before the point, digits after it) of ``number`` without trailing zeros."""
+    _, coefficient, exponent = number.as_tuple()
+    assert isinstance(exponent, int), "finite numbers only"
+    text = "".join(map(str, coefficient)).rstrip("0")
+    if not text:
+        return 0, 0
+    exponent += len(coefficient) - len(text)
+    return max(0, len(text) + exponent), max(0, -exponent)
