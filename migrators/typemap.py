@@ -316,6 +316,9 @@ def _check_length(name: str, column: pa.ChunkedArray, limit: int) -> None:
     length per value, as PostgreSQL counts them (characters, not bytes)."""
     if column.null_count == len(column):
         return
+    longest_bytes = pc.max(pc.binary_length(column)).as_py()
+    if longest_bytes is not None and longest_bytes <= limit:
+        return  # no more characters than bytes: the common case, without decoding a value
     lengths = pc.utf8_length(column)
     longest = pc.max(lengths).as_py()
     if longest is not None and longest > limit:
