@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import digest, stream_writes
+from sstore import digest, stream_writes, volatile
 from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
@@ -83,6 +83,8 @@ class Transaction:
         """Run a query and return its rows as an Arrow table."""
         self._require("use")
         stream_writes.check(query, self._streams, self.procedure)
+        if self.digests is not None:  # weak durability: it must write the same at replay
+            volatile.check(query, self.procedure)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
@@ -99,6 +101,8 @@ class Transaction:
         """Run a statement for its effect (INSERT, UPDATE, DELETE, DDL)."""
         self._require("use")
         stream_writes.check(statement, self._streams, self.procedure)
+        if self.digests is not None:  # weak durability: it must write the same at replay
+            volatile.check(statement, self.procedure)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(statement, bound)
@@ -114,6 +118,8 @@ class Transaction:
         """Run a query and return its rows as Python tuples (handy for small lookups)."""
         self._require("use")
         stream_writes.check(query, self._streams, self.procedure)
+        if self.digests is not None:  # weak durability: it must write the same at replay
+            volatile.check(query, self.procedure)
         bound = bind(args, params)
         if self._recorder is not None:
             self._recorder(query, bound)
