@@ -21,7 +21,8 @@ _EXPORTS = {
     "Engine": "sstore.engine", "Ingested": "sstore.engine",
     **{name: "sstore.errors" for name in (
         "BackpressureError", "BatchIdTakenError", "ConsumerStalledError", "DeclarationError",
-        "IngestTimeoutError", "InputLogError", "OutOfOrderBatchError", "ProcedureError",
+        "IngestTimeoutError", "InputLogError", "NondeterministicError", "OutOfOrderBatchError",
+        "ProcedureError",
         "ReplayMismatchError", "ResendMismatchError", "SchemaError", "SStoreError", "TerminalError",
         "TransactionStateError", "TransientError", "UnknownStreamError")},
     "ErrorPolicy": "sstore.graph",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
         DeclarationError,
         IngestTimeoutError,
         InputLogError,
+        NondeterministicError,
         OutOfOrderBatchError,
         ProcedureError,
         ReplayMismatchError,

@@ -17,7 +17,7 @@ The digests are cheap on purpose (weak durability exists to be fast): a few micr
 statement and vectorised hashing of each output batch's Arrow buffers (no value converted to
 Python for the usual column types). A digest is not a proof: what a statement wrote is seen
 through its row count and parameters, so ``INSERT ... SELECT random()`` writes as many rows at
-replay and passes; ``sstore.stream_writes``-style checks of SQL text are not attempted here.
+replay and passes: ``sstore.volatile`` refuses such SQL before it runs.
 """
 
 from __future__ import annotations

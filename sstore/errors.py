@@ -101,6 +101,11 @@ class InputLogError(TerminalError):
     """The input log of a weak-durability engine is unreadable beyond a torn tail."""
 
 
+class NondeterministicError(TerminalError):
+    """Weak durability refuses a statement that would write other values when replayed
+    (``random()``, ``now()``...: ``sstore.volatile``)."""
+
+
 class ReplayMismatchError(InputLogError):
     """Weak durability's replay did not do what the logged transaction did live (its digest,
     ``sstore.digest``, differs): the restart stops rather than go on from another state."""

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import digest, passing, stream_writes
+from sstore import digest, passing, stream_writes, volatile
 from sstore.duck import LARGE_ROWS, arrow, execute
 from sstore.errors import TransactionStateError
 from sstore.sql import bind
@@ -138,9 +138,11 @@ class Transaction:
 
     def _check(self, statement: str) -> None:
         """What every statement passes before it runs: it must not write a stream's table
-        (``sstore.stream_writes``), and a batch it may read must be in its table
-        (``sstore.passing``)."""
+        (``sstore.stream_writes``), under weak durability it must write the same at replay
+        (``sstore.volatile``), and a batch it may read must be in its table (``sstore.passing``)."""
         stream_writes.check(statement, self._streams, self._who)
+        if self.digests is not None:  # weak durability: it must write the same at replay
+            volatile.check(statement, self.procedure)
         passing.note(statement)
         if self._before is not None:
             self._before(statement)

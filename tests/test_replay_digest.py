@@ -278,3 +278,55 @@ def test_the_rows_digest_ignores_order_and_layout_but_not_values() -> None:
         for changed in (["ab", "b"] + s[2:], ["bb", "a"] + s[2:], ["a", "bc"] + s[2:]):
             assert digest.rows(rows.set_column(1, "s", pa.array(changed))) != want
         assert digest.rows(rows.slice(1)) != want
+
+
+def stamping(engine: Engine, sql: str) -> None:
+    engine.stream("s", {"k": "INTEGER"})
+    engine.execute("CREATE TABLE IF NOT EXISTS stamps (k INTEGER, stamp VARCHAR)")
+
+    @engine.procedure(input="s")
+    def stamp(tx, batch):
+        tx.execute(sql)
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO stamps SELECT k, now()::VARCHAR FROM batch",
+    "INSERT INTO stamps SELECT k, CURRENT_TIMESTAMP::VARCHAR FROM batch",
+    "INSERT INTO stamps SELECT k, random()::VARCHAR FROM batch",
+    "INSERT INTO stamps SELECT k, gen_random_uuid()::VARCHAR FROM batch"])
+def test_sql_that_writes_other_values_at_replay_is_refused_live(tmp_path: Path, sql: str
+                                                                ) -> None:
+    """As many rows at replay, other values: no digest sees it, so weak durability refuses
+    the statement when it first runs (the procedure halts, nothing written)."""
+    from sstore import NondeterministicError
+
+    engine = Engine(":memory:", input_log=str(tmp_path / "in.log"))
+    stamping(engine, sql)
+    engine.ingest("s", [(1,)])
+    engine.run_until_idle()
+    halted = engine.status().halted()
+    assert "NondeterministicError" in halted["stamp"] and "from the batch" in halted["stamp"]
+    assert engine.query("SELECT count(*) AS n FROM stamps").to_pylist() == [{"n": 0}]
+    with pytest.raises(NondeterministicError, match="ad hoc transaction calls .*parameter"):
+        with engine.transaction() as tx:
+            tx.execute(sql.replace("FROM batch", "FROM (SELECT 1 AS k)"))
+    engine.close()
+
+
+def test_the_same_words_in_literals_names_and_other_modes_are_not_refused(tmp_path: Path
+                                                                          ) -> None:
+    """Only calls are refused: a literal, a quoted column named "now", full durability."""
+    sql = ("INSERT INTO stamps SELECT k, 'random() now() current_timestamp' || \"now\" "
+           "FROM (SELECT k, 'x' AS \"now\" FROM batch) -- now()")
+    engine = Engine(":memory:", input_log=str(tmp_path / "in.log"))
+    stamping(engine, sql)
+    engine.ingest("s", [(1,)])
+    engine.run_until_idle()
+    assert engine.query("SELECT count(*) AS n FROM stamps").to_pylist() == [{"n": 1}]
+    engine.close()
+    full = Engine(str(tmp_path / "state.duckdb"))
+    stamping(full, "INSERT INTO stamps SELECT k, now()::VARCHAR FROM batch")
+    full.ingest("s", [(1,)])
+    full.run_until_idle()
+    assert full.query("SELECT count(*) AS n FROM stamps").to_pylist() == [{"n": 1}]
+    full.close()
