@@ -17,17 +17,17 @@ went in).
 
 How, fast (this runs on every batch of floats into a decimal column):
 
-1. **Whole arrays, in NumPy** (a float64 column into a scale of at most 22): ``u = rint(x *
-   10**s)``, accepted when ``|u| < 10**15`` and ``u / 10**s == x``. Both sides of the division
-   are exact doubles and IEEE division rounds correctly, so the decimal ``u * 10**-s`` reads
-   back as ``x``; with at most 15 significant digits no other decimal of at most 15 digits
-   reads back as ``x`` (DBL_DIG), and the shortest one has at most as many digits as this one,
-   so this one *is* ``repr(x)``'s value. Into an integer column, Arrow's safe cast is exact
-   below 2**53.
-2. **The other rows, one by one in Python**: values of more than 15 digits at the column's
-   scale (``1e16`` into ``DECIMAL(20,2)``), whole floats from 2**53 up, a REAL column, a scale
-   above 22, and the values to refuse, whose row and reason it names. A column of such
-   values is about 30 times slower than step 1; typed prices and amounts never get here.
+1. **Whole arrays, in NumPy** (a float64 column): at a scale ``t`` (the column's ``s``, or
+   fewer for a large value, so that at most 15 digits are kept; at most 22), ``u = rint(x *
+   10**t)``, accepted when ``|u| < 10**15``, ``u / 10**t == x`` and ``|x| < 10**(p-s)``. Both
+   sides of the division are exact doubles and IEEE division rounds correctly, so the decimal
+   ``u * 10**-t`` reads back as ``x``; with at most 15 significant digits no other decimal of
+   at most 15 digits reads back as ``x`` (DBL_DIG), and the shortest one has at most as many
+   digits as this one, so this one *is* ``repr(x)``'s value (and it has at most ``t <= s``
+   digits after the point). Into an integer column, Arrow's safe cast is exact below 2**53.
+2. **The other rows, one by one in Python**: values of 16 or 17 significant digits (which
+   only ``repr`` can tell apart), whole floats from 2**53 up into an integer column, a REAL
+   column, and the values to refuse, whose row and reason it names.
 """
 
 from __future__ import annotations
@@ -106,36 +106,86 @@ def _decimal_to_decimal(array: pa.Array, target: pa.DataType) -> pa.Array:
 # -- floats into decimals and integers -----------------------------------------------------------
 
 def _float_to_decimal(array: pa.Array, target: pa.DataType) -> pa.Array:
-    if not (pt.is_float64(array.type) and pt.is_decimal128(target) and
-            0 <= target.scale <= _MAX_SCALE_FAST):
+    if not (pt.is_float64(array.type) and pt.is_decimal128(target)):
         return _one_by_one(array, target)
-    result, rest = _scaled(array, target)
-    if rest is None:
-        return result
-    return pc.replace_with_mask(result, pa.array(rest), _rows_of(array, rest, target))
-
-
-def _scaled(array: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
-    """Step 1: the decimal of every row that NumPy proves is its shortest form, and a mask
-    of the rows it cannot (None: every row done)."""
     x = array.to_numpy(zero_copy_only=False)  # a NULL reads as NaN: masked below
-    power = 10.0 ** target.scale
+    valid = array.is_valid().to_numpy(zero_copy_only=False) if array.null_count else None
+    wide: list[tuple[np.ndarray, pa.Array]] = []  # rows whose unscaled value needs 128 bits
+    first = min(target.scale, _MAX_SCALE_FAST)
+    scaled, done = _scaled(x, first, valid, target)
+    if first == target.scale:  # the common case: no copy (rows not done are 0)
+        units = scaled  # unscaled, at the column's scale
+    else:
+        units = np.zeros(len(x), dtype=np.int64)
+        _keep(units, wide, np.flatnonzero(done), scaled[done], first, target)
+    todo = ~done if valid is None else valid & ~done
+    if todo.any():  # large values: at a smaller scale
+        positions = np.flatnonzero(todo)
+        some = x[positions]
+        scales = _scales(some, target.scale)
+        low = int(scales.min())
+        for scale in (np.flatnonzero(np.bincount(scales - low)) + low).tolist():
+            if scale == first:
+                continue
+            scaled, done = _scaled(some, scale, scales == scale, target)
+            _keep(units, wide, positions[done], scaled[done], scale, target)
+            todo[positions[done]] = False
+    exact = pc.cast(pa.array(units, pa.int64(), mask=None if valid is None else ~valid),
+                    pa.decimal128(38, 0))
+    result = exact.view(target)  # the same 16-byte layout: the point moves; each value fits
+    for rows, part in wide:
+        mask = np.zeros(len(x), dtype=bool)
+        mask[rows] = True
+        result = pc.replace_with_mask(result, pa.array(mask), part)
+    if todo.any():
+        result = pc.replace_with_mask(result, pa.array(todo), _rows_of(array, todo, target))
+    return result
+
+
+def _keep(units: np.ndarray, wide: list[tuple[np.ndarray, pa.Array]], rows: np.ndarray,
+          scaled: np.ndarray, scale: int, target: pa.DataType) -> None:
+    """Put ``scaled * 10**-scale`` (proven values of ``rows``) at the column's scale: in
+    ``units`` when it fits an int64, else as decimals in ``wide``."""
+    if not len(rows):
+        return
+    shift = target.scale - scale
+    if shift == 0:
+        units[rows] = scaled
+    elif shift <= 18 and int(np.abs(scaled).max()) < 2 ** 63 // 10 ** shift:
+        units[rows] = scaled * 10 ** shift
+    else:
+        exact = pc.cast(pa.array(scaled, pa.int64()), pa.decimal128(38, 0))
+        # cannot overflow: each value was checked to fit the target
+        wide.append((rows, pc.cast(exact.view(pa.decimal128(38, scale)), target)))
+
+
+def _scales(x: np.ndarray, scale: int) -> np.ndarray:
+    """Per row, the scale at which its decimal would have at most 15 digits: the column's,
+    or fewer for a large value (``123456.78`` into ``DECIMAL(38,10)`` is checked at scale 9;
+    a value whose shortest form needs more fails the check there and goes to step 2)."""
     with np.errstate(all="ignore"):
-        units = np.rint(x * power)
-        done = (np.abs(units) < 10.0 ** min(_MAX_DIGITS_FAST, target.precision)) & \
-            (units / power == x)
-    valid = None
-    if array.null_count:
-        valid = array.is_valid().to_numpy(zero_copy_only=False)
-        done |= ~valid
-    rest = None if done.all() else ~done
-    if rest is not None or valid is not None:
-        units = np.where(done if valid is None else done & valid, units, 0.0)
-    whole = pa.array(units.astype(np.int64), pa.int64(),
-                     mask=None if valid is None else ~valid)
-    # int64 -> DECIMAL(38,0) keeps the integer as the unscaled value; viewing it with the
-    # target's scale moves the point (the same 16-byte layout)
-    return pc.cast(whole, pa.decimal128(38, 0)).view(target), rest
+        magnitude = np.floor(np.log10(np.abs(x)))  # -inf for 0, NaN for NaN
+        wanted = np.minimum(float(scale), _MAX_DIGITS_FAST - 1 - magnitude)
+    wanted = np.where(np.isfinite(wanted), wanted, float(scale))
+    return np.clip(wanted, -_MAX_SCALE_FAST, min(scale, _MAX_SCALE_FAST)).astype(np.int64)
+
+
+def _scaled(x: np.ndarray, scale: int, rows: np.ndarray | None, target: pa.DataType
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1 at one scale: ``units`` (x * 10**scale, whole; 0 where not done) and which of
+    ``rows`` (None: all) it proves to be their shortest form, fitting ``target``: the
+    decimal ``units * 10**-scale`` has fewer than 10**(p-s) before the point exactly when
+    ``|units| < 10**(p - s + scale)``."""
+    power = 10.0 ** abs(scale)
+    bound = min(10.0 ** _MAX_DIGITS_FAST,
+                float(f"1e{target.precision - target.scale + scale}"))
+    with np.errstate(all="ignore"):
+        units = np.rint(x * power if scale >= 0 else x / power)
+        done = (np.abs(units) < bound) & \
+            ((units / power if scale >= 0 else units * power) == x)
+    if rows is not None:
+        done &= rows
+    return np.where(done, units, 0.0).astype(np.int64), done  # NaN, inf: not cast
 
 
 def _float_to_integer(array: pa.Array, target: pa.DataType) -> pa.Array:
@@ -143,9 +193,11 @@ def _float_to_integer(array: pa.Array, target: pa.DataType) -> pa.Array:
         result = pc.cast(array, target, safe=True)  # refuses fractions and overflow
     except _ARROW_ERRORS:
         return _one_by_one(array, target)  # a value to refuse: find it and say why
-    big = pc.greater_equal(pc.abs(array), _EXACT_WHOLE[array.type.bit_width])
-    if not pc.any(big).as_py():
+    limit = _EXACT_WHOLE[array.type.bit_width]
+    low, high = pc.min_max(array).values()  # NaN was refused by the cast
+    if -limit < (low.as_py() or 0) and (high.as_py() or 0) < limit:
         return result
+    big = pc.greater_equal(pc.abs(array), limit)
     rest = pc.fill_null(big, False).to_numpy(zero_copy_only=False)
     return pc.replace_with_mask(result, pa.array(rest), _rows_of(array, rest, target))
 

@@ -223,9 +223,11 @@ def test_floats_convert_by_their_shortest_decimal(sql_type: str, values: list[fl
 
 @pytest.mark.parametrize("sql_type", sorted(set(TYPES.values())))
 @settings(max_examples=30, deadline=None)
-@given(values=st.lists(WRITTEN.map(float), min_size=20, max_size=200))
-def test_many_typed_floats_in_one_batch(sql_type: str, values: list[float]) -> None:
-    """Whole batches (the vectorised path): every value exact, or the first bad row named."""
+@given(values=st.lists(st.one_of(WRITTEN.map(float), WRITTEN.map(float), st.none()),
+                       min_size=20, max_size=200))
+def test_many_typed_floats_in_one_batch(sql_type: str, values: list[float | None]) -> None:
+    """Whole batches, with NULLs (the vectorised path, at the column's scale and at smaller
+    ones for large values): every value exact, or a bad row named."""
     check_conversion(values, sql_type, "tuples")
     check_conversion(values, sql_type, "arrow")
 
