@@ -1,0 +1,657 @@
+"""The rules: every operation, misuse and fault the model drives the real system through, each
+with what the model expects of it; after every step the whole system is compared with the model
+(``expected.compare``). A rule's outcome is one of:
+
+- it succeeds, and the model takes its effect;
+- it is refused loudly (an error) and the system holds what it held before (the model does
+  not change; the comparison after the step checks that nothing changed);
+- anything else is a violation (``Violation``): a row lost, duplicated or changed, a valid
+  input refused, a misuse accepted, an internal error. Hypothesis then shrinks the program
+  to a minimal one and prints it.
+
+Switches (``Switches``) leave operations out, for development on a branch where a known bug
+would hide the rest; the CI test and ``benchmarks.chaos --model`` run with everything on unless
+told otherwise (``SSTORE_MODEL_SKIP=name,name``; ``SWITCHES`` lists the names).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from benchmarks.model import child
+from benchmarks.model.dataflow import ENRICH_NAMES, OTHER_TYPES, READER, Record, make_record
+from benchmarks.model.expected import Model, compare, enriched_rows
+from benchmarks.model.inputs import SHAPES, shaped
+from benchmarks.model.system import NOTE_BYTES, WAL_LIMIT, WAL_SLACK, Program, System
+from sstore.errors import (
+    OutOfOrderBatchError,
+    ResendMismatchError,
+    SStoreError,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: operations (and checks) a run may leave out (``SSTORE_MODEL_SKIP``)
+SWITCHES = (
+    "float_amounts",    # amounts typed as Python floats (else Decimals)
+    "ingest_and_run",   # the fused ingest path
+    "coalescer",        # the Coalescer, and its resume with overlapping offers
+    "coalesce_overlap",  # only the overlapping resume
+    "resend",           # re-sends of a batch-id (same rows, other rows) and out-of-order ids
+    "adhoc",            # transaction() and execute() writes, the archive copy
+    "execute_misuse",   # execute() / transaction() writing a stream
+    "reader",           # the external consumer that reads and acknowledges
+    "ack_ahead",        # acknowledging a batch never committed
+    "gc",               # collect_garbage
+    "sink",             # StreamToPostgres into the target
+    "migrate",          # sstore migrate (full durability), with and without --reset
+    "target_by_hand",   # truncate, drop, delete a row, create with timestamp(0)
+    "lowprec_target",   # only the target created with lower-precision columns
+    "restart",          # close and open again
+    "rename",           # a restart that renames enrich and retires the old name
+    "redeclare",        # a restart declaring orders with other column types
+    "crash",            # SIGKILL of a child at a named crash point
+    "wal",              # the WAL bound check
+)
+
+
+@dataclass
+class Switches:
+    skip: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_env(cls) -> Switches:
+        names = {s.strip() for s in os.environ.get("SSTORE_MODEL_SKIP", "").split(",")
+                 if s.strip()}
+        unknown = names - set(SWITCHES)
+        if unknown:
+            raise ValueError(f"SSTORE_MODEL_SKIP names {sorted(unknown)}; known: {SWITCHES}")
+        return cls(frozenset(names))
+
+    def on(self, name: str) -> bool:
+        return name not in self.skip
+
+
+@dataclass
+class Context:
+    """What every program of a run shares: the PostgreSQL database, the switches, counters."""
+
+    url: str
+    switches: Switches = field(default_factory=Switches)
+    programs: int = 0
+    steps: int = 0
+    faults: int = 0
+    by_rule: dict[str, int] = field(default_factory=dict)
+
+    def count(self, rule: str) -> None:
+        self.steps += 1
+        self.by_rule[rule] = self.by_rule.get(rule, 0) + 1
+
+
+#: set by the test or the runner before the machine runs
+CONTEXT: Context | None = None
+
+
+class Violation(AssertionError):
+    """The real system broke a guarantee the model checks."""
+
+
+def ctx() -> Context:
+    assert CONTEXT is not None, "set benchmarks.model.machine.CONTEXT first"
+    return CONTEXT
+
+
+def on(name: str) -> Any:
+    return precondition(lambda self: ctx().switches.on(name))
+
+
+RECORDS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 99_999),
+                             st.sampled_from([0, 600_000, 999_999, 123_456, 500_000])),
+                   min_size=1, max_size=4)
+POINTS = {
+    "full": ("ingest.before_commit", "ingest.after_commit", "te.before_commit",
+             "te.after_commit", "gc.before_commit"),
+    "weak": ("log.after_append", "ingest.before_commit", "te.before_commit",
+             "te.after_commit", "checkpoint.after_snapshot"),
+}
+
+
+class ModelMachine(RuleBasedStateMachine):
+    """The real system and the model, side by side (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ctx = ctx()
+        self.ctx.programs += 1
+        self.dir = Path(tempfile.mkdtemp(prefix="sstore-model-"))
+        self.model = Model()
+        self.program = Program()
+        self.system: System | None = None
+        self.lowprec = False  # the target was made by hand with timestamp(0)
+        self.note_id = 0
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def sys(self) -> System:
+        assert self.system is not None
+        return self.system
+
+    def teardown(self) -> None:
+        if self.system is not None:
+            try:
+                self.system.close()
+            finally:
+                try:
+                    self.system.drop_target()
+                except Exception:  # noqa: BLE001 - cleanup only
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def records(self, spec: list[tuple[int, int, int]], first: int | None = None
+                ) -> list[Record]:
+        rec = self.model.next_rec if first is None else first
+        return [make_record(rec + i, k, cents, micros)
+                for i, (k, cents, micros) in enumerate(spec)]
+
+    def floats(self) -> bool:
+        return self.ctx.switches.on("float_amounts")
+
+    def step(self, rule: str) -> None:
+        self.ctx.count(rule)
+
+    def reopen(self, program: Program | None = None) -> None:
+        self.sys.close()
+        self.open(program or self.program)
+
+    def open(self, program: Program) -> None:
+        """Open the system. Weak durability replays the input log up to its last record: the
+        transaction executions that ran after it run again with the next ``run_until_idle``
+        (until then a query sees the state as of that record), so the program runs first."""
+        self.sys.open(program)
+        if self.sys.mode == "weak":
+            self.sys.e.run_until_idle()
+            self.model.run_all()
+
+    # ------------------------------------------------------------------ start
+    @initialize(mode=st.sampled_from(["full", "weak"]))
+    def start(self, mode: str) -> None:
+        self.system = System(mode, self.dir, self.ctx.url)
+        self.system.open(self.program)
+
+    @invariant()
+    def matches_the_model(self) -> None:
+        if self.system is None or self.system.engine is None:
+            return
+        wal = (WAL_LIMIT + WAL_SLACK if self.sys.mode == "full" and self.ctx.switches.on("wal")
+               else None)
+        problems = compare(self.model, self.sys.observe(), wal_limit=wal)
+        if problems:
+            raise Violation("the system differs from the model:\n  " + "\n  ".join(problems))
+
+    # ------------------------------------------------------------------ ingest paths
+    @rule(spec=RECORDS, fused=st.booleans(), shape=st.sampled_from(SHAPES))
+    def ingest(self, spec: list[tuple[int, int, int]], fused: bool, shape: str) -> None:
+        """A new batch, on ``ingest`` or ``ingest_and_run``: it must be taken."""
+        fused = fused and self.ctx.switches.on("ingest_and_run")
+        self.step("ingest_and_run" if fused else "ingest")
+        records = self.records(spec)
+        batch_id = records[-1].rec
+        call = self.sys.e.ingest_and_run if fused else self.sys.e.ingest
+        try:
+            got = call("orders", shaped(records, shape, self.floats()), batch_id=batch_id)
+        except SStoreError as exc:
+            raise Violation(f"a valid new batch {batch_id} ({shape}) was refused: "
+                            f"{type(exc).__name__}: {exc}") from exc
+        if got.duplicate or int(got) != batch_id:
+            raise Violation(f"new batch {batch_id} taken as {int(got)} (duplicate "
+                            f"{got.duplicate})")
+        self.model.commit(batch_id, records)
+        if fused:
+            self.model.run_all()
+
+    @on("resend")
+    @precondition(lambda self: self.model.batches)
+    @rule(data=st.data(), fused=st.booleans(), same=st.booleans())
+    def resend(self, data: st.DataObject, fused: bool, same: bool) -> None:
+        """A batch-id sent again: with the same rows a no-op, with other rows refused."""
+        self.step("resend_same" if same else "resend_other")
+        fused = fused and self.ctx.switches.on("ingest_and_run")
+        batch_id = data.draw(st.sampled_from(sorted(self.model.batches)), label="batch_id")
+        records = self.model.batches[batch_id]
+        if not same:
+            first = records[0]
+            records = [first._replace(amt=first.amt + 1), *records[1:]]
+        call = self.sys.e.ingest_and_run if fused else self.sys.e.ingest
+        try:
+            got = call("orders", shaped(records, "tuples", self.floats()), batch_id=batch_id)
+        except ResendMismatchError:
+            if same:
+                raise Violation(f"re-send of batch {batch_id} with the same rows refused as a "
+                                f"mismatch") from None
+            return
+        except SStoreError as exc:
+            raise Violation(f"re-send of batch {batch_id} (same rows: {same}) raised "
+                            f"{type(exc).__name__}: {exc}") from exc
+        if not same:
+            raise Violation(f"re-send of batch {batch_id} with other rows accepted "
+                            f"(duplicate {got.duplicate})")
+        if not got.duplicate:
+            raise Violation(f"re-send of batch {batch_id} with the same rows taken as new")
+        if fused:
+            self.model.run_all()  # ingest_and_run runs what is pending, re-send or not
+
+    @on("resend")
+    @precondition(lambda self: len(self.model.batches) >= 1 and self.model.last_id > 1)
+    @rule(data=st.data(), spec=RECORDS)
+    def out_of_order(self, data: st.DataObject, spec: list[tuple[int, int, int]]) -> None:
+        """A new batch whose id is below the last one: refused."""
+        free = [i for i in range(1, self.model.last_id) if i not in self.model.batches]
+        if not free:
+            return
+        self.step("out_of_order")
+        batch_id = data.draw(st.sampled_from(free), label="batch_id")
+        records = self.records(spec)
+        try:
+            self.sys.e.ingest("orders", shaped(records, "tuples", self.floats()),
+                              batch_id=batch_id)
+        except OutOfOrderBatchError:
+            return
+        except SStoreError as exc:
+            raise Violation(f"out-of-order batch {batch_id} refused with "
+                            f"{type(exc).__name__} instead of OutOfOrderBatchError: {exc}"
+                            ) from exc
+        raise Violation(f"out-of-order batch {batch_id} (last {self.model.last_id}) accepted")
+
+    @on("coalescer")
+    @rule(offers=st.lists(RECORDS, min_size=1, max_size=3), overlap=st.integers(0, 3))
+    def coalesce(self, offers: list[list[tuple[int, int, int]]], overlap: int) -> None:
+        """Offers through a Coalescer (``batch_id_of``: the last record's number), the first
+        one possibly starting ``overlap`` records early, as a polling source resuming from an
+        offset it committed before the engine's last batch would (issue 34 item 2): what
+        commits must hold every record once (overlap trimmed) or the coalescer must refuse."""
+        from sstore.coalesce import Coalesced, Coalescer, CoalescerFailed
+        if not self.ctx.switches.on("coalesce_overlap"):
+            overlap = 0
+        overlap = min(overlap, self.model.next_rec - 1)
+        self.step("coalesce_overlap" if overlap else "coalesce")
+        before = self.model.next_rec
+        first = before - overlap
+        known = {r.rec: r for rs in self.model.batches.values() for r in rs}
+        chunks: list[list[Record]] = []
+        for spec in offers:
+            chunk = self.records(spec, first)
+            # records the source produced before are the same records, not new ones
+            chunk = [known.get(r.rec, r) for r in chunk]
+            chunks.append(chunk)
+            first += len(chunk)
+        done: list[Coalesced] = []
+        coalescer = Coalescer(self.sys.e, "orders",
+                              lambda t: int(pc.max(t["rec"]).as_py()), on_batch=done.append)
+        failed: BaseException | None = None
+        try:
+            for i, chunk in enumerate(chunks):
+                coalescer.offer(shaped(chunk, "arrow", self.floats()), token=i)
+            coalescer.drain()
+        except CoalescerFailed as exc:
+            failed = exc
+        finally:
+            try:
+                coalescer.close()
+            except CoalescerFailed as exc:
+                failed = failed or exc
+        for c in done:
+            records = [r for i in c.tokens for r in chunks[i] if r.rec >= before]
+            self.model.commit(c.batch_id, records)
+        if failed is not None and not overlap:
+            raise Violation(f"the coalescer refused valid offers: {failed}")
+        try:
+            self.sys.e.run_until_idle()
+        except SStoreError as exc:
+            raise Violation(f"run_until_idle after the coalescer: {exc}") from exc
+        self.model.run_all()
+
+    @rule()
+    def run(self) -> None:
+        self.step("run_until_idle")
+        self.sys.e.run_until_idle()
+        self.model.run_all()
+
+    @on("gc")
+    @rule()
+    def collect_garbage(self) -> None:
+        self.step("collect_garbage")
+        self.sys.e.collect_garbage()
+
+    # ------------------------------------------------------------------ ad hoc
+    @on("adhoc")
+    @rule(tag=st.integers(0, 9))
+    def archive_copy(self, tag: int) -> None:
+        """``INSERT INTO archive SELECT ... FROM orders`` in an ad hoc transaction: archive
+        holds what the transaction saw, for ever (a replay must see the same: item 7)."""
+        self.step("adhoc_archive")
+        with self.sys.e.transaction() as tx:
+            seen = [r[0] for r in tx.fetchall("SELECT rec FROM orders")]
+            tx.execute("INSERT INTO archive SELECT rec, ? FROM orders", tag)
+        for rec in seen:
+            self.model.archive[(rec, tag)] += 1
+
+    @on("adhoc")
+    @rule(via_execute=st.booleans())
+    def note(self, via_execute: bool) -> None:
+        """A padded row into ``notes`` by ``execute`` or ``transaction`` (the WAL bound:
+        item 8)."""
+        # weak durability does not log execute (documented: DDL and seed data that the
+        # program runs at every start), so there the note goes through a transaction
+        via_execute = via_execute and self.sys.mode == "full"
+        self.step("execute_note" if via_execute else "adhoc_note")
+        self.note_id += 1
+        payload = "x" * NOTE_BYTES
+        if via_execute:
+            self.sys.e.execute("INSERT INTO notes VALUES (?, ?)", self.note_id, payload)
+        else:
+            with self.sys.e.transaction() as tx:
+                tx.execute("INSERT INTO notes VALUES (?, ?)", self.note_id, payload)
+        self.model.notes[(self.note_id, NOTE_BYTES)] += 1
+
+    @on("execute_misuse")
+    @rule(what=st.sampled_from(["insert_orders", "delete_enriched", "insert_enriched"]),
+          via_execute=st.booleans())
+    def write_a_stream(self, what: str, via_execute: bool) -> None:
+        """A statement that writes a stream outside the engine's own transactions: refused on
+        both paths (item 6); the comparison after the step sees any row it changed."""
+        last = self.model.last_id
+        unacked = [b for b in self.model.processed
+                   if b > min(self.model.delivered, self.model.reader_acked)]
+        if what == "delete_enriched" and not unacked:
+            return  # deleting acknowledged batches only is not a misuse
+        self.step(f"{'execute' if via_execute else 'transaction'}_{what}")
+        sql = {
+            "insert_orders": f"INSERT INTO orders (_batch_id, rec, k, amt, ts) VALUES "
+                             f"({last + 1000}, -1, 0, 1.5, TIMESTAMP '2024-01-01')",
+            "delete_enriched": f"DELETE FROM enriched WHERE _batch_id > "
+                               f"{min(self.model.delivered, self.model.reader_acked)}",
+            "insert_enriched": "INSERT INTO enriched (_batch_id, rec, k, amt, ts, seen) VALUES "
+                               f"({last + 1000}, -1, 0, 1.5, TIMESTAMP '2024-01-01', 1)",
+        }[what]
+        try:
+            if via_execute:
+                self.sys.e.execute(sql)
+            else:
+                with self.sys.e.transaction() as tx:
+                    tx.execute(sql)
+        except Exception:  # noqa: BLE001 - refused loudly: the comparison checks the rest
+            return
+        raise Violation(f"{'Engine.execute' if via_execute else 'transaction()'} accepted "
+                        f"a write into a stream: {sql}")
+
+    # ------------------------------------------------------------------ consumers
+    @on("reader")
+    @rule()
+    def read_and_acknowledge(self) -> None:
+        """The external consumer reads ``enriched`` after its acknowledgement: every processed
+        batch, exactly as committed, then acknowledges the last."""
+        self.step("reader")
+        e = self.sys.e
+        after = self.model.reader_acked
+        listed = e.batches("enriched", after)
+        want = [b for b in self.model.processed_ids() if b > after]
+        if [b for b, _ in listed] != want:
+            raise Violation(f"reader: batches after {after} listed {listed}, want {want}")
+        if not want:
+            return
+        table = e.read_batches("enriched", want[0], want[-1])
+        got = sorted(tuple(r.values()) for r in table.select(
+            ["_batch_id", "rec", "k", "amt", "ts", "seen"]).to_pylist())
+        expect = sorted((b, *row) for b in want
+                        for row in enriched_rows(self.model.batches[b]))
+        if got != expect:
+            raise Violation(f"reader: read {len(got)} rows of batches {want}, want "
+                            f"{len(expect)}: {sorted(set(got) ^ set(expect))[:4]}")
+        e.acknowledge(READER, want[-1])
+        self.model.reader_acked = want[-1]
+
+    @on("ack_ahead")
+    @rule(ahead=st.integers(1, 50))
+    def acknowledge_ahead(self, ahead: int) -> None:
+        """Acknowledging a batch the stream never committed: refused (the consumer port checks
+        every call against what the stream committed), else GC would drop unread batches."""
+        self.step("ack_ahead")
+        batch_id = max(self.model.processed, default=0) + ahead
+        try:
+            self.sys.e.acknowledge(READER, batch_id)
+        except SStoreError:
+            return
+        raise Violation(f"acknowledge({READER!r}, {batch_id}) accepted; enriched's last "
+                        f"batch is {max(self.model.processed, default=0)}")
+
+    # ------------------------------------------------------------------ the warehouse target
+    def expected_delivery(self, reset: bool) -> dict[int, tuple[Any, ...]]:
+        """What the target must hold after a successful delivery: a target that is missing or
+        empty (made again, truncated by hand) gets every processed batch the engine still has;
+        one that holds rows gets the batches after its watermark, and with ``--reset`` the
+        batches the engine still has merged in (never twice)."""
+        stored = set(self.sys.observe().enriched)
+        model = self.model
+        target = model.target or {}
+        if not target or reset:
+            merged = dict(target)
+            for b in model.processed_ids():
+                if b in stored:
+                    merged.update(model.delivered_rows(b, b - 1))
+            return merged
+        return {**target, **model.delivered_rows(max(model.processed, default=0),
+                                                 model.delivered)}
+
+    def delivered(self, expected: dict[int, tuple[Any, ...]]) -> None:
+        self.model.target = expected
+        self.model.delivered = max(self.model.processed, default=0)
+
+    @on("sink")
+    @rule()
+    def sink(self) -> None:
+        """``StreamToPostgres`` moves what ``enriched`` committed since its watermark."""
+        from migrators import StreamToPostgres
+        self.step("sink")
+        expected = self.expected_delivery(reset=False)
+        sink = StreamToPostgres(self.sys.e, "enriched", self.sys.url, self.sys.table,
+                                accept_gap=True, retry=quick_retry())
+        try:
+            sink.run_once()
+        except SStoreError as exc:
+            if not self.lowprec:
+                raise Violation(f"the sink refused a valid delivery: {type(exc).__name__}: "
+                                f"{exc}") from exc
+            return  # refused a target that would round: loud, nothing written
+        finally:
+            self.sys.e.unregister_sink(sink)
+        self.delivered(expected)
+
+    @on("migrate")
+    @precondition(lambda self: self.system is not None and self.system.mode == "full")
+    @rule(reset=st.booleans())
+    def migrate(self, reset: bool) -> None:
+        """``sstore migrate STATE --stream enriched --table T [--reset]`` (the engine closed,
+        as the command requires). ``--reset`` onto a target that holds rows must refuse or
+        merge, never append every batch again (item 5)."""
+        from click.testing import CliRunner
+
+        from sstore.cli.app import main
+        self.step("migrate_reset" if reset else "migrate")
+        expected = self.expected_delivery(reset=reset)
+        had_rows = bool(self.model.target)
+        self.sys.close()
+        try:
+            args = ["migrate", self.sys.path, "--stream", "enriched", "--url", self.sys.url,
+                    "--table", self.sys.table, "--accept-gap", "--attempts", "2"]
+            result = CliRunner().invoke(main, args + (["--reset"] if reset else []))
+        finally:
+            self.sys.open(self.program)
+        if result.exit_code != 0:
+            if isinstance(result.exception, SystemExit) and (self.lowprec or
+                                                             (reset and had_rows)):
+                return  # refused loudly: the comparison checks that nothing changed
+            raise Violation(f"sstore migrate{' --reset' if reset else ''} failed (exit "
+                            f"{result.exit_code}): {result.output[-800:]} "
+                            f"{result.exception!r}")
+        self.delivered(expected)
+
+    @on("target_by_hand")
+    @precondition(lambda self: self.model.target is not None)
+    @rule(what=st.sampled_from(["truncate", "delete_one", "drop"]))
+    def target_by_hand(self, what: str) -> None:
+        """The user's hands on the target: TRUNCATE, DELETE one row, DROP TABLE."""
+        target = self.model.target
+        assert target is not None
+        if what == "delete_one" and not target:
+            return
+        self.step(f"target_{what}")
+        if what == "truncate":
+            self.sys.by_hand("TRUNCATE {t}")
+            self.model.target = {}
+        elif what == "delete_one":
+            rec = min(target)
+            self.sys.by_hand("DELETE FROM {t} WHERE rec = %s", rec)
+            del target[rec]
+        else:
+            self.sys.drop_target()
+            self.model.target = None
+            self.lowprec = False
+
+    @on("lowprec_target")
+    @precondition(lambda self: self.model.target is None)
+    @rule(column=st.sampled_from(["timestamp(0)", "timestamp(3)"]))
+    def target_of_lower_precision(self, column: str) -> None:
+        """The user makes the target by hand with a time of lower precision: a sink must refuse
+        it or keep every value exactly, never round (item 4)."""
+        self.step("target_lowprec")
+        self.sys.by_hand("CREATE TABLE {t} (rec bigint, k integer, amt numeric(10,2), "
+                         f"ts {column}, seen bigint)")
+        self.model.target = {}
+        self.lowprec = True
+
+    # ------------------------------------------------------------------ restarts
+    @on("restart")
+    @rule()
+    def restart(self) -> None:
+        """Close and open again (weak durability: from the input log)."""
+        self.step(f"restart_{self.sys.mode}")
+        self.reopen()
+        self.acks_after_restart()
+
+    def acks_after_restart(self) -> None:
+        """Weak durability does not log acknowledgements (documented): after a restart a
+        consumer may find its acknowledgement back where the last checkpoint had it, and reads
+        those batches again; never further than the model's."""
+        if self.sys.mode != "weak":
+            return
+        acked = self.sys.e.acknowledged(READER)
+        if acked > self.model.reader_acked:
+            raise Violation(f"reader: acknowledged {acked} after a restart, more than the "
+                            f"{self.model.reader_acked} it acknowledged")
+        self.model.reader_acked = acked
+
+    @on("rename")
+    @rule()
+    def rename(self) -> None:
+        """Open again with enrich under its other name, the old one retired (item 9): the
+        new one runs every kept batch again; nothing may wedge or double an output batch."""
+        self.step("rename_retire")
+        kept = set(self.sys.observe().orders) & self.model.processed
+        old = self.program.enrich_name
+        new = ENRICH_NAMES[1 - ENRICH_NAMES.index(old)]
+        program = Program(new, (old,), None)
+        self.sys.close()
+        try:
+            self.open(program)
+        except SStoreError:
+            self.open(self.program)  # refused loudly at start: the old program goes on
+            return
+        self.program = program
+        self.model.reprocessed += sorted(kept)
+        self.acks_after_restart()
+
+    @on("redeclare")
+    @rule(variant=st.sampled_from(sorted(OTHER_TYPES)))
+    def redeclare(self, variant: str) -> None:
+        """Open again with ``orders`` declared with other column types: refused (item 3)."""
+        self.step("redeclare_types")
+        self.sys.close()
+        try:
+            self.open(Program(self.program.enrich_name, self.program.retire,
+                              OTHER_TYPES[variant]))
+        except SStoreError:
+            self.open(self.program)
+            self.acks_after_restart()
+            return
+        self.sys.close()
+        self.open(self.program)
+        raise Violation(f"orders redeclared with other column types ({variant}) was accepted "
+                        f"on an existing state")
+
+    # ------------------------------------------------------------------ faults
+    @on("crash")
+    @rule(spec=RECORDS, fused=st.booleans(), data=st.data(), hit=st.integers(1, 2))
+    def crash(self, spec: list[tuple[int, int, int]], fused: bool, data: st.DataObject,
+              hit: int) -> None:
+        """A child process opens the system, ingests a new batch (``ingest`` or
+        ``ingest_and_run``), runs, collects garbage, checkpoints (weak), and is SIGKILLed at
+        the ``hit``-th pass of a crash point; then this process opens it again and sends the
+        batch again, as a client that does not know whether it got in would."""
+        fused = fused and self.ctx.switches.on("ingest_and_run")
+        point = data.draw(st.sampled_from(POINTS[self.sys.mode]), label="point")
+        self.step(f"crash_{self.sys.mode}")
+        records = self.records(spec)
+        batch_id = records[-1].rec
+        ops: list[dict[str, Any]] = [
+            {"op": "ingest_and_run" if fused else "ingest", "batch_id": batch_id,
+             "rows": child.encode(records)}, {"op": "run"}, {"op": "gc"}]
+        if self.sys.mode == "weak":
+            ops.append({"op": "checkpoint"})
+        spec_path = self.dir / "child.json"
+        spec_path.write_text(json.dumps({
+            "mode": self.sys.mode, "workdir": str(self.dir), "url": self.sys.url,
+            "table": self.sys.table, "program": self.program.to_json(), "ops": ops}))
+        self.sys.close()
+        env = dict(os.environ, PYTHONPATH=str(ROOT), SSTORE_CRASH_AT=f"{point}:{hit}")
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.model.child", str(spec_path)],
+                              cwd=ROOT, env=env, capture_output=True, timeout=120)
+        if proc.returncode == -signal.SIGKILL:
+            self.ctx.faults += 1
+        elif proc.returncode != 0:
+            self.sys.open(self.program)
+            raise Violation(f"the crash child failed (exit {proc.returncode}):\n"
+                            f"{proc.stderr.decode(errors='replace')[-2000:]}")
+        try:
+            self.open(self.program)
+        except Exception as exc:
+            raise Violation(f"the state did not open after a SIGKILL at {point}:{hit}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+        try:
+            self.sys.e.ingest("orders", shaped(records, "tuples", self.floats()),
+                              batch_id=batch_id)
+            self.sys.e.run_until_idle()
+        except Exception as exc:
+            raise Violation(f"after a SIGKILL at {point}:{hit}, sending batch {batch_id} again "
+                            f"and running failed: {type(exc).__name__}: {exc}") from exc
+        self.model.commit(batch_id, records)
+        self.model.run_all()
+        self.acks_after_restart()
+
+
+def quick_retry() -> Any:
+    """Few, short retries: the model's PostgreSQL does not go away."""
+    from sstore.retry import RetryPolicy
+    return RetryPolicy(attempts=2)
