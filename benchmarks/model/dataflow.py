@@ -9,7 +9,7 @@ what each output must hold for one border batch (pure functions of the batch's r
 
 plus the ad hoc tables ``archive`` (what a transaction copied from ``orders``) and ``notes``
 (padded rows written by ``execute`` and ``transaction``: the WAL check), and the external
-consumer ``reader`` of ``orders`` (reads with ``read_batches``, acknowledges).
+consumer ``reader`` of ``enriched`` (reads with ``read_batches``, acknowledges).
 
 Every record has a unique ``rec`` (1, 2, 3... in the order a source produces them) and every
 batch's id is the ``rec`` of its last record, as a polling source's offset would be: so that
@@ -69,7 +69,7 @@ def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
     engine.stream("doubled", DOUBLED)
     engine.stream("flagged", FLAGGED, retain="all")
     engine.consumer("enriched", sink_consumer)
-    engine.consumer("orders", READER)
+    engine.consumer("enriched", READER)
     engine.execute("CREATE TABLE IF NOT EXISTS totals (k INTEGER PRIMARY KEY, n BIGINT, "
                    "s DECIMAL(18,2))")
     engine.execute("CREATE TABLE IF NOT EXISTS archive (rec BIGINT, tag INTEGER)")

@@ -156,6 +156,7 @@ class ModelMachine(RuleBasedStateMachine):
             finally:
                 try:
                     self.system.drop_target()
+                    self.system.close_pg()
                 except Exception:  # noqa: BLE001 - cleanup only
                     pass
         shutil.rmtree(self.dir, ignore_errors=True)

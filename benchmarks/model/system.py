@@ -54,6 +54,7 @@ class System:
     url: str  # the PostgreSQL database of the target
     table: str = field(default_factory=lambda: f"model_{uuid.uuid4().hex[:12]}")
     engine: Engine | None = None
+    _pg: psycopg.Connection | None = None
 
     @property
     def path(self) -> str:
@@ -120,27 +121,30 @@ class System:
 
     # ------------------------------------------------------------------ the target
     def pg(self) -> psycopg.Connection:
-        return psycopg.connect(self.url, autocommit=True)
+        """One autocommit connection for the checks and the user's hands (no lock held
+        between statements)."""
+        if self._pg is None or self._pg.closed:
+            self._pg = psycopg.connect(self.url, autocommit=True)
+        return self._pg
+
+    def close_pg(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+            self._pg = None
 
     def target_exists(self) -> bool:
-        with self.pg() as con:
-            return con.execute("SELECT to_regclass(%s) IS NOT NULL",
-                               [f"public.{self.table}"]).fetchone()[0]
+        return bool(self.pg().execute("SELECT to_regclass(%s) IS NOT NULL",
+                                      [f"public.{self.table}"]).fetchone()[0])
 
     def target_rows(self) -> Counter[tuple[Any, ...]] | None:
-        with self.pg() as con:
-            if not con.execute("SELECT to_regclass(%s) IS NOT NULL",
-                               [f"public.{self.table}"]).fetchone()[0]:
-                return None
-            return Counter(con.execute(
-                f"SELECT rec, k, amt, ts, seen FROM {ident(self.table)}").fetchall())
+        if not self.target_exists():
+            return None
+        return Counter(self.pg().execute(
+            f"SELECT rec, k, amt, ts, seen FROM {ident(self.table)}").fetchall())
 
     def by_hand(self, sql: str, *params: Any) -> int:
         """A user's statement on the target (``{t}`` is its quoted name); rows it touched."""
-        with self.pg() as con:
-            cur = con.execute(sql.format(t=ident(self.table)), list(params))
-            return cur.rowcount
+        return self.pg().execute(sql.format(t=ident(self.table)), list(params)).rowcount
 
     def drop_target(self) -> None:
-        with self.pg() as con:
-            con.execute(f"DROP TABLE IF EXISTS {ident(self.table)}")
+        self.pg().execute(f"DROP TABLE IF EXISTS {ident(self.table)}")
