@@ -58,6 +58,7 @@ SWITCHES = (
     "gc",               # collect_garbage
     "sink",             # StreamToPostgres into the target
     "migrate",          # sstore migrate (full durability), with and without --reset
+    "migrate_reset",    # only sstore migrate --reset
     "target_by_hand",   # truncate, drop, delete a row, create with timestamp(0)
     "lowprec_target",   # only the target created with lower-precision columns
     "restart",          # close and open again
@@ -501,6 +502,7 @@ class ModelMachine(RuleBasedStateMachine):
         from click.testing import CliRunner
 
         from sstore.cli.app import main
+        reset = reset and self.ctx.switches.on("migrate_reset")
         self.step("migrate_reset" if reset else "migrate")
         expected = self.expected_delivery(reset=reset)
         had_rows = bool(self.model.target)

@@ -109,3 +109,71 @@ def run(url: str, seconds: float, seed: int, switches: Switches, examples: int =
     report.programs, report.steps, report.faults = ctx.programs, ctx.steps, ctx.faults
     report.by_rule = dict(sorted(ctx.by_rule.items()))
     return report
+
+
+# ------------------------------------------------------------------ python -m benchmarks.chaos --model
+def fresh_database(server_url: str) -> tuple[str, Callable[[], None]]:
+    """A database of its own on the server at ``server_url``; returns its URL and a drop."""
+    import os
+
+    import psycopg
+    from psycopg import sql
+
+    name = f"sstore_model_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as con:
+        con.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    base, _, _ = server_url.rpartition("/")
+
+    def drop() -> None:
+        with psycopg.connect(server_url, autocommit=True) as con:
+            con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+    return f"{base}/{name}", drop
+
+
+def print_report(report: Report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if Console().is_terminal else Console(width=160)
+    table = Table(title=f"the model (seed {report.seed}, {report.seconds:g} s)")
+    for name in ("programs", "steps", "faults injected", "violations"):
+        table.add_column(name, justify="right")
+    table.add_row(f"{report.programs:,}", f"{report.steps:,}", f"{report.faults:,}",
+                  str(report.violations))
+    console.print(table)
+    rules = Table(title="steps by operation")
+    rules.add_column("operation")
+    rules.add_column("steps", justify="right")
+    for name, n in report.by_rule.items():
+        rules.add_row(name, f"{n:,}")
+    console.print(rules)
+    if report.skipped:
+        console.print(f"left out (SSTORE_MODEL_SKIP): {', '.join(report.skipped)}")
+    if report.violation:
+        console.print(f"[bold red]violation (seed {report.seed}):[/] {report.violation}",
+                      soft_wrap=True, markup=False)
+        console.print(report.program or "", soft_wrap=True, markup=False, highlight=False)
+    else:
+        console.print("[bold green]0 violations: the system matched the model after every "
+                      "step[/]")
+
+
+def main(seconds: float, seed: int, server_url: str, out: str, examples: int = 5) -> int:
+    """``python -m benchmarks.chaos --model``: run, print, write ``chaos-model.json``; exit 1
+    on a violation (its shrunk program printed)."""
+    from benchmarks.common import machine_info
+    from benchmarks.engine import write_report
+
+    switches = Switches.from_env()
+    url, drop = fresh_database(server_url)
+    try:
+        report = run(url, seconds, seed, switches, examples)
+    finally:
+        drop()
+    print_report(report)
+    path = write_report({**report.to_dict(), "machine": machine_info()}, out, "chaos-model")
+    print(f"wrote {path}")
+    return 1 if report.violations else 0
