@@ -59,6 +59,7 @@ SWITCHES = (
     "reader",           # the external consumer that reads and acknowledges
     "ack_ahead",        # acknowledging a batch never committed
     "gc",               # collect_garbage
+    "checkpoint",       # Engine.checkpoint (weak durability: a snapshot, the log emptied)
     "sink",             # StreamToPostgres into the target
     "migrate",          # sstore migrate (full durability), with and without --reset
     "migrate_reset",    # only sstore migrate --reset
@@ -372,6 +373,13 @@ class ModelMachine(RuleBasedStateMachine):
         self.step("collect_garbage")
         self.sys.e.collect_garbage()
 
+    @on("checkpoint")
+    @rule()
+    def checkpoint(self) -> None:
+        """``Engine.checkpoint``: a snapshot and an empty input log (weak), CHECKPOINT (full)."""
+        self.step(f"checkpoint_{self.sys.mode}")
+        self.sys.e.checkpoint()
+
     # ------------------------------------------------------------------ ad hoc
     @on("adhoc")
     @rule(tag=st.integers(0, 9))
@@ -667,7 +675,7 @@ class ModelMachine(RuleBasedStateMachine):
         ops: list[dict[str, Any]] = [
             {"op": "ingest_and_run" if fused else "ingest", "batch_id": batch_id,
              "rows": child.encode(records)}, {"op": "run"}, {"op": "gc"}]
-        if self.sys.mode == "weak":
+        if self.sys.mode == "weak" and self.ctx.switches.on("checkpoint"):
             ops.append({"op": "checkpoint"})
         spec_path = self.dir / "child.json"
         spec_path.write_text(json.dumps({
