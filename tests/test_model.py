@@ -7,7 +7,8 @@ with a plain-Python model of what every stream, table and target must hold.
   on, reproducible: ``SSTORE_MODEL_SEED`` (default 34) and ``SSTORE_MODEL_EXAMPLES``
   (programs, default 8); a violation fails with the shrunk program.
 - ``test_issue_34_case``: each case of the issue's "What was seen" as the fixed program the
-  model reaches it with (``benchmarks.model.cases``).
+  model reaches it with (``benchmarks.model.cases``); ``test_found_by_the_model``: the same
+  for what the model found beyond that list.
 - The model's own comparison, on rows that differ by one lost, one duplicated and one changed
   value: a model that could not see them would prove nothing.
 """
@@ -20,7 +21,7 @@ from decimal import Decimal
 
 import pytest
 
-from benchmarks.model.cases import CASES, run_case
+from benchmarks.model.cases import CASES, FOUND, run_case
 from benchmarks.model.dataflow import make_record
 from benchmarks.model.expected import Model, Observed, compare, enriched_rows, flagged_rows
 from benchmarks.model.machine import SWITCHES, Switches
@@ -38,6 +39,12 @@ def test_random_programs_match_the_model(pg_url: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_issue_34_case(case: str, pg_url: str) -> None:
+    run_case(pg_url, case)
+
+
+@pytest.mark.parametrize("case", sorted(FOUND))
+def test_found_by_the_model(case: str, pg_url: str) -> None:
+    """What the random programs found beyond the issue's list, shrunk and written down."""
     run_case(pg_url, case)
 
 
