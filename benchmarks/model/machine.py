@@ -216,6 +216,7 @@ class ModelMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ start
     @initialize(mode=st.sampled_from(["full", "weak"]))
     def start(self, mode: str) -> None:
+        self.ctx.by_rule[f"program_{mode}"] = self.ctx.by_rule.get(f"program_{mode}", 0) + 1
         self.system = System(mode, self.dir, self.ctx.url)
         self.system.open(self.program)
 
@@ -250,6 +251,18 @@ class ModelMachine(RuleBasedStateMachine):
         self.model.commit(batch_id, records)
         if fused:
             self.model.run_all()
+
+    @on("ingest")
+    @rule()
+    def append_batch(self) -> None:
+        """A new batch of two records made from their numbers, on ``ingest`` or (every other
+        one) ``ingest_and_run``. The same as ``ingest``; it takes no argument so that it is the
+        rule hypothesis's simplest programs repeat (it tries rules with fewer arguments first,
+        and a program of ingests finds more than one of garbage collections)."""
+        rec = self.model.next_rec
+        spec = [(r % 4, (r * 3_709) % 100_000, (0, 600_000, 999_999)[r % 3])
+                for r in (rec, rec + 1)]
+        self.ingest(spec, rec % 2 == 0, SHAPES[rec % len(SHAPES)])
 
     @on("resend")
     @precondition(lambda self: self.model.batches)
@@ -369,8 +382,12 @@ class ModelMachine(RuleBasedStateMachine):
         self.model.run_all()
 
     @on("gc")
-    @rule()
-    def collect_garbage(self) -> None:
+    @rule(run_first=st.booleans())
+    def collect_garbage(self, run_first: bool = False) -> None:
+        """``collect_garbage``, after ``run_until_idle`` or with batches pending. (An argument
+        also keeps it out of the first place among the rules hypothesis tries most.)"""
+        if run_first:
+            self.run()
         self.step("collect_garbage")
         self.sys.e.collect_garbage()
 
@@ -585,6 +602,8 @@ class ModelMachine(RuleBasedStateMachine):
         else:
             self.sys.drop_target()
             self.model.target = None
+            if self.lowprec and self.sys.e.consumer_halt(self.sys.consumer) is not None:
+                self.sys.e.resume(self.sys.consumer)  # the cause is gone: the user resumes
             self.lowprec = False
 
     @on("lowprec_target")
