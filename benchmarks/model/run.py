@@ -153,8 +153,8 @@ def print_report(report: Report) -> None:
     if report.skipped:
         console.print(f"left out (SSTORE_MODEL_SKIP): {', '.join(report.skipped)}")
     if report.violation:
-        console.print(f"[bold red]violation (seed {report.seed}):[/] {report.violation}",
-                      soft_wrap=True, markup=False)
+        console.print(f"[bold red]violation (seed {report.seed}):[/]")
+        console.print(report.violation, soft_wrap=True, markup=False, highlight=False)
         console.print(report.program or "", soft_wrap=True, markup=False, highlight=False)
     else:
         console.print("[bold green]0 violations: the system matched the model after every "
