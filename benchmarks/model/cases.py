@@ -103,6 +103,14 @@ FOUND: dict[str, tuple[str, list[Step]]] = {
         ("ingest", {"spec": [(1, 200, 0)], "fused": False, "shape": "tuples"}),
         ("restart", {}),
     ]),
+    # weak durability: a rename with the old name retired (the documented way) makes the
+    # next restart refuse the input log: replay runs the new procedure where the log recorded
+    # the old one, and blames non-determinism
+    "weak_rename_refused_at_restart": ("weak", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("rename", {}),
+    ]),
     # the consumer port takes an acknowledgement of a batch the stream never committed
     "acknowledge_ahead_accepted": ("full", [
         ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),

@@ -68,6 +68,7 @@ SWITCHES = (
     "lowprec_target",   # only the target created with lower-precision columns
     "restart",          # close and open again
     "rename",           # a restart that renames enrich and retires the old name
+    "weak_rename",      # only the rename in weak durability
     "redeclare",        # a restart declaring orders with other column types
     "crash",            # SIGKILL of a child at a named crash point
     "wal",              # the WAL bound check
@@ -101,6 +102,8 @@ class Context:
     steps: int = 0
     faults: int = 0
     by_rule: dict[str, int] = field(default_factory=dict)
+    #: programs that ended at a loud refusal they cannot go past (why)
+    stops: list[str] = field(default_factory=list)
 
     def count(self, rule: str) -> None:
         self.steps += 1
@@ -208,6 +211,7 @@ class ModelMachine(RuleBasedStateMachine):
             # item 7's other outcome: replay detects that it would not reproduce what an ad
             # hoc copy saw live, and refuses loudly; the program cannot go past it
             self.stopped = f"replay refused: {exc}"
+            self.ctx.stops.append(self.stopped)
             return
         if self.sys.mode == "weak":
             self.sys.e.run_until_idle()
@@ -631,7 +635,7 @@ class ModelMachine(RuleBasedStateMachine):
         """Weak durability does not log acknowledgements (documented): after a restart a
         consumer may find its acknowledgement back where the last checkpoint had it, and reads
         those batches again; never further than the model's."""
-        if self.sys.mode != "weak":
+        if self.sys.mode != "weak" or self.stopped is not None:
             return
         acked = self.sys.e.acknowledged(READER)
         if acked > self.model.reader_acked:
@@ -644,6 +648,8 @@ class ModelMachine(RuleBasedStateMachine):
     def rename(self) -> None:
         """Open again with enrich under its other name, the old one retired (item 9): the
         new one runs every kept batch again; nothing may wedge or double an output batch."""
+        if self.sys.mode == "weak" and not self.ctx.switches.on("weak_rename"):
+            return
         self.step("rename_retire")
         kept = set(self.sys.observe().orders) & self.model.processed
         old = self.program.enrich_name
@@ -652,8 +658,12 @@ class ModelMachine(RuleBasedStateMachine):
         self.sys.close()
         try:
             self.open(program)
-        except SStoreError:
+        except SStoreError as exc:
+            if isinstance(exc, InputLogError):
+                raise Violation(f"replay refused the log after a rename: {exc}") from exc
             self.open(self.program)  # refused loudly at start: the old program goes on
+            return
+        if self.stopped is not None:
             return
         self.program = program
         self.model.reprocessed += sorted(kept)
@@ -671,6 +681,8 @@ class ModelMachine(RuleBasedStateMachine):
         except SStoreError:
             self.open(self.program)
             self.acks_after_restart()
+            return
+        if self.stopped is not None:
             return
         self.sys.close()
         self.open(self.program)
@@ -719,6 +731,8 @@ class ModelMachine(RuleBasedStateMachine):
         except Exception as exc:
             raise Violation(f"the state did not open after a SIGKILL at {point}:{hit}: "
                             f"{type(exc).__name__}: {exc}") from exc
+        if self.stopped is not None:
+            return
         try:
             self.sys.e.ingest("orders", shaped(records, "tuples", self.floats()),
                               batch_id=batch_id)

@@ -45,6 +45,8 @@ class Report:
     violations: int = 0
     skipped: list[str] = field(default_factory=list)
     by_rule: dict[str, int] = field(default_factory=dict)
+    #: programs that ended at a loud refusal they cannot go past, and why
+    stops: list[str] = field(default_factory=list)
     violation: str | None = None
     program: str | None = None  # the shrunk program, as hypothesis printed it
 
@@ -108,6 +110,7 @@ def run(url: str, seconds: float, seed: int, switches: Switches, examples: int =
     report.seconds = round(time.monotonic() - began, 1)
     report.programs, report.steps, report.faults = ctx.programs, ctx.steps, ctx.faults
     report.by_rule = dict(sorted(ctx.by_rule.items()))
+    report.stops = ctx.stops[:20]
     return report
 
 
@@ -150,6 +153,9 @@ def print_report(report: Report) -> None:
     for name, n in report.by_rule.items():
         rules.add_row(name, f"{n:,}")
     console.print(rules)
+    for stop in dict.fromkeys(report.stops):
+        console.print(f"a program stopped at a loud refusal: {stop}", soft_wrap=True,
+                      markup=False, highlight=False)
     if report.skipped:
         console.print(f"left out (SSTORE_MODEL_SKIP): {', '.join(report.skipped)}")
     if report.violation:
