@@ -686,6 +686,8 @@ class ModelMachine(RuleBasedStateMachine):
             return
         self.sys.close()
         self.open(self.program)
+        if self.sys.mode == "weak" and not self.model.batches:
+            return  # an input log with no batch and no snapshot holds no types to keep
         raise Violation(f"orders redeclared with other column types ({variant}) was accepted "
                         f"on an existing state")
 
