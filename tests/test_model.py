@@ -5,7 +5,7 @@ with a plain-Python model of what every stream, table and target must hold.
 
 - ``test_random_programs_match_the_model``: the CI budget of random programs, every operation
   on, reproducible: ``SSTORE_MODEL_SEED`` (default 34) and ``SSTORE_MODEL_EXAMPLES``
-  (programs, default 8); a violation fails with the shrunk program.
+  (programs, default 6); a violation fails with the shrunk program.
 - ``test_issue_34_case``: each case of the issue's "What was seen" as the fixed program the
   model reaches it with (``benchmarks.model.cases``); ``test_found_by_the_model``: the same
   for what the model found beyond that list.
@@ -28,7 +28,7 @@ from benchmarks.model.machine import SWITCHES, Switches
 from benchmarks.model.run import run_one
 
 SEED = int(os.environ.get("SSTORE_MODEL_SEED", "34"))
-EXAMPLES = int(os.environ.get("SSTORE_MODEL_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("SSTORE_MODEL_EXAMPLES", "6"))
 
 
 def test_random_programs_match_the_model(pg_url: str) -> None:
