@@ -22,9 +22,9 @@ from decimal import Decimal
 import pytest
 
 from benchmarks.model.cases import CASES, FOUND, run_case
+from benchmarks.model.context import SWITCHES, Switches
 from benchmarks.model.dataflow import make_record
 from benchmarks.model.expected import Model, Observed, compare, enriched_rows, flagged_rows
-from benchmarks.model.machine import SWITCHES, Switches
 from benchmarks.model.run import run_one
 
 SEED = int(os.environ.get("SSTORE_MODEL_SEED", "34"))

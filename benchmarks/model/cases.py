@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.model import machine
-from benchmarks.model.machine import Context, ModelMachine, Switches
+from benchmarks.model import context
+from benchmarks.model.context import Context, Switches
+from benchmarks.model.machine import ModelMachine
 
 Step = tuple[str, dict[str, Any]]
 
@@ -132,7 +133,7 @@ def run_case(url: str, name: str) -> ModelMachine:
     """Run case ``name`` against the system at ``url`` with every switch on; raises
     ``machine.Violation`` where the system breaks a guarantee."""
     mode, steps = CASES_AND_FOUND[name]
-    machine.CONTEXT = Context(url, Switches())
+    context.CONTEXT = Context(url, Switches())
     m = ModelMachine()
     try:
         m.start(mode)

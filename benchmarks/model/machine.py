@@ -9,7 +9,9 @@ with what the model expects of it; after every step the whole system is compared
   input refused, a misuse accepted, an internal error. Hypothesis then shrinks the program
   to a minimal one and prints it.
 
-Switches (``Switches``) leave operations out, for development on a branch where a known bug
+The warehouse's rules (sink, ``sstore migrate``, the target by hand) are the mixin
+``benchmarks.model.warehouse``; the switches, counters and ``Violation`` are
+``benchmarks.model.context``. Switches leave operations out, for development on a branch where a known bug
 would hide the rest; the CI test and ``benchmarks.chaos --model`` run with everything on unless
 told otherwise (``SSTORE_MODEL_SKIP=name,name``; ``SWITCHES`` lists the names).
 """
@@ -23,19 +25,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from benchmarks.model import child
+from benchmarks.model.context import Violation, ctx, on
 from benchmarks.model.dataflow import ENRICH_NAMES, OTHER_TYPES, READER, Record, make_record
 from benchmarks.model.expected import Model, compare, enriched_rows
 from benchmarks.model.inputs import SHAPES, shaped
 from benchmarks.model.system import NOTE_BYTES, WAL_LIMIT, WAL_SLACK, Program, System
+from benchmarks.model.warehouse import WarehouseRules
 from sstore.errors import (
     InputLogError,
     OutOfOrderBatchError,
@@ -44,89 +47,6 @@ from sstore.errors import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-#: operations (and checks) a run may leave out (``SSTORE_MODEL_SKIP``)
-SWITCHES = (
-    "ingest",           # new batches on ingest (and ingest_and_run unless off)
-    "run",              # run_until_idle
-    "float_amounts",    # amounts typed as Python floats (else Decimals)
-    "ingest_and_run",   # the fused ingest path
-    "coalescer",        # the Coalescer, and its resume with overlapping offers
-    "coalesce_overlap",  # only the overlapping resume
-    "resend",           # re-sends of a batch-id (same rows, other rows) and out-of-order ids
-    "adhoc",            # transaction() and execute() writes, the archive copy
-    "weak_copy",        # only the archive copy in weak durability (replay must see the same)
-    "execute_misuse",   # execute() / transaction() writing a stream
-    "reader",           # the external consumer that reads and acknowledges
-    "ack_ahead",        # acknowledging a batch never committed
-    "gc",               # collect_garbage
-    "checkpoint",       # Engine.checkpoint (weak durability: a snapshot, the log emptied)
-    "sink",             # StreamToPostgres into the target
-    "migrate",          # sstore migrate (full durability), with and without --reset
-    "migrate_reset",    # only sstore migrate --reset
-    "target_by_hand",   # truncate, drop, delete a row, create with timestamp(0)
-    "lowprec_target",   # only the target created with lower-precision columns
-    "restart",          # close and open again
-    "rename",           # a restart that renames enrich and retires the old name
-    "weak_rename",      # only the rename in weak durability
-    "redeclare",        # a restart declaring orders with other column types
-    "crash",            # SIGKILL of a child at a named crash point
-    "wal",              # the WAL bound check
-)
-
-
-@dataclass
-class Switches:
-    skip: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_env(cls) -> Switches:
-        names = {s.strip() for s in os.environ.get("SSTORE_MODEL_SKIP", "").split(",")
-                 if s.strip()}
-        unknown = names - set(SWITCHES)
-        if unknown:
-            raise ValueError(f"SSTORE_MODEL_SKIP names {sorted(unknown)}; known: {SWITCHES}")
-        return cls(frozenset(names))
-
-    def on(self, name: str) -> bool:
-        return name not in self.skip
-
-
-@dataclass
-class Context:
-    """What every program of a run shares: the PostgreSQL database, the switches, counters."""
-
-    url: str
-    switches: Switches = field(default_factory=Switches)
-    programs: int = 0
-    steps: int = 0
-    faults: int = 0
-    by_rule: dict[str, int] = field(default_factory=dict)
-    #: programs that ended at a loud refusal they cannot go past (why)
-    stops: list[str] = field(default_factory=list)
-
-    def count(self, rule: str) -> None:
-        self.steps += 1
-        self.by_rule[rule] = self.by_rule.get(rule, 0) + 1
-
-
-#: set by the test or the runner before the machine runs
-CONTEXT: Context | None = None
-
-
-class Violation(AssertionError):
-    """The real system broke a guarantee the model checks."""
-
-
-def ctx() -> Context:
-    assert CONTEXT is not None, "set benchmarks.model.machine.CONTEXT first"
-    return CONTEXT
-
-
-def on(name: str) -> Any:
-    """The rule runs unless switched off, or the program stopped at a loud refusal."""
-    return precondition(lambda self: self.stopped is None and ctx().switches.on(name))
-
 
 RECORDS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 99_999),
                              st.sampled_from([0, 600_000, 999_999, 123_456, 500_000])),
@@ -146,7 +66,7 @@ def pick(data: st.DataObject, among: list[int]) -> int:
     return among[i % len(among)] if among else 0
 
 
-class ModelMachine(RuleBasedStateMachine):
+class ModelMachine(WarehouseRules):
     """The real system and the model, side by side (module docstring)."""
 
     def __init__(self) -> None:
@@ -166,11 +86,6 @@ class ModelMachine(RuleBasedStateMachine):
         self.weak_copy = False
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def sys(self) -> System:
-        assert self.system is not None
-        return self.system
-
     def teardown(self) -> None:
         if self.system is not None:
             try:
@@ -191,9 +106,6 @@ class ModelMachine(RuleBasedStateMachine):
 
     def floats(self) -> bool:
         return self.ctx.switches.on("float_amounts")
-
-    def step(self, rule: str) -> None:
-        self.ctx.count(rule)
 
     def reopen(self, program: Program | None = None) -> None:
         self.sys.close()
@@ -514,114 +426,6 @@ class ModelMachine(RuleBasedStateMachine):
         raise Violation(f"acknowledge({READER!r}, {batch_id}) accepted; the newest batch "
                         f"committed is {self.model.last_id}")
 
-    # ------------------------------------------------------------------ the warehouse target
-    def expected_delivery(self, reset: bool) -> dict[int, tuple[Any, ...]]:
-        """What the target must hold after a successful delivery: a target that is missing or
-        empty (made again, truncated by hand) gets every processed batch the engine still has;
-        one that holds rows gets the batches after its watermark, and with ``--reset`` the
-        batches the engine still has merged in (never twice)."""
-        stored = set(self.sys.observe().enriched)
-        model = self.model
-        target = model.target or {}
-        if not target or reset:
-            merged = dict(target)
-            for b in model.processed_ids():
-                if b in stored:
-                    merged.update(model.delivered_rows(b, b - 1))
-            return merged
-        return {**target, **model.delivered_rows(max(model.processed, default=0),
-                                                 model.delivered)}
-
-    def delivered(self, expected: dict[int, tuple[Any, ...]]) -> None:
-        self.model.target = expected
-        self.model.delivered = max(self.model.processed, default=0)
-
-    @on("sink")
-    @rule()
-    def sink(self) -> None:
-        """``StreamToPostgres`` moves what ``enriched`` committed since its watermark."""
-        from migrators import StreamToPostgres
-        self.step("sink")
-        expected = self.expected_delivery(reset=False)
-        sink = StreamToPostgres(self.sys.e, "enriched", self.sys.url, self.sys.table,
-                                accept_gap=True, retry=quick_retry())
-        try:
-            sink.run_once()
-        except SStoreError as exc:
-            if not self.lowprec:
-                raise Violation(f"the sink refused a valid delivery: {type(exc).__name__}: "
-                                f"{exc}") from exc
-            return  # refused a target that would round: loud, nothing written
-        finally:
-            self.sys.e.unregister_sink(sink)
-        self.delivered(expected)
-
-    @on("migrate")
-    @precondition(lambda self: self.system is not None and self.system.mode == "full")
-    @rule(reset=st.booleans())
-    def migrate(self, reset: bool) -> None:
-        """``sstore migrate STATE --stream enriched --table T [--reset]`` (the engine closed,
-        as the command requires). ``--reset`` onto a target that holds rows must refuse or
-        merge, never append every batch again (item 5)."""
-        from click.testing import CliRunner
-
-        from sstore.cli.app import main
-        reset = reset and self.ctx.switches.on("migrate_reset")
-        self.step("migrate_reset" if reset else "migrate")
-        expected = self.expected_delivery(reset=reset)
-        had_rows = bool(self.model.target)
-        self.sys.close()
-        try:
-            args = ["migrate", self.sys.path, "--stream", "enriched", "--postgres", self.sys.url,
-                    "--table", self.sys.table, "--accept-gap", "--attempts", "2"]
-            result = CliRunner().invoke(main, args + (["--reset"] if reset else []))
-        finally:
-            self.sys.open(self.program)
-        if result.exit_code != 0:
-            if isinstance(result.exception, SystemExit) and (self.lowprec or
-                                                             (reset and had_rows)):
-                return  # refused loudly: the comparison checks that nothing changed
-            raise Violation(f"sstore migrate{' --reset' if reset else ''} failed (exit "
-                            f"{result.exit_code}): {result.output[-800:]} "
-                            f"{result.exception!r}")
-        self.delivered(expected)
-
-    @on("target_by_hand")
-    @precondition(lambda self: self.model.target is not None)
-    @rule(what=st.sampled_from(["truncate", "delete_one", "drop"]))
-    def target_by_hand(self, what: str) -> None:
-        """The user's hands on the target: TRUNCATE, DELETE one row, DROP TABLE."""
-        target = self.model.target
-        assert target is not None
-        if what == "delete_one" and not target:
-            return
-        self.step(f"target_{what}")
-        if what == "truncate":
-            self.sys.by_hand("TRUNCATE {t}")
-            self.model.target = {}
-        elif what == "delete_one":
-            rec = min(target)
-            self.sys.by_hand("DELETE FROM {t} WHERE rec = %s", rec)
-            del target[rec]
-        else:
-            self.sys.drop_target()
-            self.model.target = None
-            if self.lowprec and self.sys.e.consumer_halt(self.sys.consumer) is not None:
-                self.sys.e.resume(self.sys.consumer)  # the cause is gone: the user resumes
-            self.lowprec = False
-
-    @on("lowprec_target")
-    @precondition(lambda self: self.model.target is None)
-    @rule(column=st.sampled_from(["timestamp(0)", "timestamp(3)"]))
-    def target_of_lower_precision(self, column: str) -> None:
-        """The user makes the target by hand with a time of lower precision: a sink must refuse
-        it or keep every value exactly, never round (item 4)."""
-        self.step("target_lowprec")
-        self.sys.by_hand("CREATE TABLE {t} (rec bigint, k integer, amt numeric(10,2), "
-                         f"ts {column}, seen bigint)")
-        self.model.target = {}
-        self.lowprec = True
-
     # ------------------------------------------------------------------ restarts
     @on("restart")
     @rule()
@@ -746,8 +550,3 @@ class ModelMachine(RuleBasedStateMachine):
         self.model.run_all()
         self.acks_after_restart()
 
-
-def quick_retry() -> Any:
-    """Few, short retries: the model's PostgreSQL does not go away."""
-    from sstore.retry import RetryPolicy
-    return RetryPolicy(attempts=2)

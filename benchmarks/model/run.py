@@ -21,8 +21,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from hypothesis.internal.conjecture import engine as conjecture_engine
 
-from benchmarks.model import machine
-from benchmarks.model.machine import Context, ModelMachine, Switches
+from benchmarks.model import context
+from benchmarks.model.context import Context, Switches
+from benchmarks.model.machine import ModelMachine
 
 #: shrinking replays whole programs (restarts, child processes): bound it below hypothesis's
 #: own five minutes (an internal knob; a run without it only shrinks for longer)
@@ -67,7 +68,7 @@ def run_one(url: str, seed: int, examples: int, switches: Switches,
     """One hypothesis run; returns (counters, the violation or None, what hypothesis printed:
     the shrunk program)."""
     ctx = context or Context(url, switches)
-    machine.CONTEXT = ctx
+    context.CONTEXT = ctx
     lines: list[str] = []
 
     def report(text: str) -> None:
