@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.model import context
+from benchmarks.model import context as shared
 from benchmarks.model.context import Context, Switches
 from benchmarks.model.machine import ModelMachine
 
@@ -133,7 +133,7 @@ def run_case(url: str, name: str) -> ModelMachine:
     """Run case ``name`` against the system at ``url`` with every switch on; raises
     ``machine.Violation`` where the system breaks a guarantee."""
     mode, steps = CASES_AND_FOUND[name]
-    context.CONTEXT = Context(url, Switches())
+    shared.CONTEXT = Context(url, Switches())
     m = ModelMachine()
     try:
         m.start(mode)

@@ -84,7 +84,7 @@ class Violation(AssertionError):
 
 
 def ctx() -> Context:
-    assert CONTEXT is not None, "set benchmarks.model.machine.CONTEXT first"
+    assert CONTEXT is not None, "set benchmarks.model.context.CONTEXT first"
     return CONTEXT
 
 

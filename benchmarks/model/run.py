@@ -21,7 +21,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from hypothesis.internal.conjecture import engine as conjecture_engine
 
-from benchmarks.model import context
+from benchmarks.model import context as shared
 from benchmarks.model.context import Context, Switches
 from benchmarks.model.machine import ModelMachine
 
@@ -68,7 +68,7 @@ def run_one(url: str, seed: int, examples: int, switches: Switches,
     """One hypothesis run; returns (counters, the violation or None, what hypothesis printed:
     the shrunk program)."""
     ctx = context or Context(url, switches)
-    context.CONTEXT = ctx
+    shared.CONTEXT = ctx
     lines: list[str] = []
 
     def report(text: str) -> None:
