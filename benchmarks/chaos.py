@@ -2,7 +2,8 @@
 at the end the warehouse must equal an uncrashed run's, row for row.
 
 Run ``python -m benchmarks.chaos`` (SF 0.1, 120 faults) or ``--quick`` (SF 0.01, 12 faults, a
-few minutes, for CI). ``--seed`` picks the faults, ``--kinds`` a subset of them, ``--faults``
+few minutes, for CI). ``--model [--seconds N] [--seed N]`` runs the model of issue 34 instead
+(``benchmarks.model``): random programs checked against a plain-Python model after every step. ``--seed`` picks the faults, ``--kinds`` a subset of them, ``--faults``
 their number. The run is a check: it exits 1 if a row is lost, duplicated or different, or if
 fewer than five sixths of the planned faults landed (100 of 120, 10 of 12) or a kind never
 landed; 2 if it could not finish (the reason is printed).
@@ -85,6 +86,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, help="events per engine batch")
     parser.add_argument("--out", default=RESULTS, help="directory for the JSON")
     parser.add_argument("--workdir", help="keep the data, state files and logs here")
+    model = parser.add_argument_group(
+        "the model (--model)", "random programs against a plain-Python model, checked after "
+        "every step (benchmarks.model; docs/chaos.md); SSTORE_MODEL_SKIP=op,op leaves "
+        "operations out")
+    model.add_argument("--model", action="store_true",
+                       help="run the model instead of the TPC-DI chaos run")
+    model.add_argument("--seconds", type=float, default=60.0,
+                       help="how long the model runs (default 60; at least one round)")
+    model.add_argument("--postgres", default=os.environ.get(
+        "SSTORE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+        help="a PostgreSQL server the model makes a database of its own on")
     return parser.parse_args(argv)
 
 
@@ -282,6 +294,9 @@ def run(plan: Plan, args: argparse.Namespace, workdir: Path, console: Console
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.model:
+        from benchmarks.model import run as model_run
+        return model_run.main(args.seconds, args.seed, args.postgres, args.out)
     plan = make_plan_of(args)
     console = Console() if Console().is_terminal else Console(width=160)
     machine = {**machine_info(), "loadavg_at_start": os.getloadavg()}

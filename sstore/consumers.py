@@ -35,8 +35,13 @@ from dataclasses import dataclass, field
 import duckdb
 
 from sstore import systables
-from sstore.errors import GapError, UnknownStreamError
+from sstore.errors import GapError, TerminalError, UnknownStreamError
 from sstore.ledger import Ledger
+
+
+class AcknowledgementError(TerminalError):
+    """An acknowledgement of a batch that no stream has committed: taken, it would let garbage
+    collection remove batches the consumer never read, as they commit."""
 
 
 @dataclass
@@ -81,9 +86,18 @@ def continue_from(con: duckdb.DuckDBPyConnection, ledger: Ledger, stream: str, c
 
 def acknowledge(ledger: Ledger, pending: dict[str, int], consumer: str, batch_id: int) -> bool:
     """Step 3: ``consumer``'s target has every held batch up to ``batch_id``; ``pending``
-    keeps it until a transaction writes it (``ack_records``). True if it was news."""
+    keeps it until a transaction writes it (``ack_records``). True if it was news.
+
+    Checked against what committed: every batch-id of every stream is one a border stream
+    took, so one above the newest border batch cannot have been read (``AcknowledgementError``;
+    nothing recorded)."""
     if batch_id <= ledger.progress.get(consumer, 0):
         return False
+    newest = max(ledger.last_ingested.values(), default=0)
+    if batch_id > newest:
+        raise AcknowledgementError(
+            f"{consumer!r} acknowledged batch {batch_id}, but no stream has committed a batch "
+            f"above {newest}: acknowledge only batches read from the stream")
     ledger.record(consumer, batch_id, 0)
     pending[consumer] = batch_id
     return True

@@ -176,3 +176,22 @@ def test_a_sink_does_not_wait_for_a_busy_engine_to_acknowledge(tmp_path: Path,
             thread.join()
         assert sink._unacked == 0 and engine.acknowledged(sink.consumer) == 1
         sink.close()
+
+
+def test_an_acknowledgement_of_a_batch_never_ingested_is_refused(tmp_path) -> None:
+    """Found by the model (issue 34, ``benchmarks.model``): ``acknowledge`` took a batch-id
+    that no stream had committed, and GC then removed batches the consumer never read."""
+    from sstore.consumers import AcknowledgementError
+    engine = Engine(str(tmp_path / "s.duckdb"))
+    declare(engine)
+    for b in (1, 2):
+        engine.ingest_and_run("inp", [(b,)], batch_id=b)
+    with pytest.raises(AcknowledgementError, match="batch 7"):
+        engine.acknowledge("sink", 7)
+    assert engine.acknowledged("sink") == 0
+    engine.ingest_and_run("inp", [(3,)], batch_id=3)
+    engine.collect_garbage()
+    assert [b for b, _ in engine.batches("out")] == [1, 2, 3]  # all kept for the consumer
+    engine.acknowledge("sink", 2)  # what committed: taken
+    assert engine.acknowledged("sink") == 2
+    engine.close()

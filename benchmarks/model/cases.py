@@ -1,0 +1,146 @@
+"""Issue 34's "What was seen", each as a short fixed program of the model's own rules: proof that
+the model can reach every case (it has the operations and the checks that notice it), and a
+regression test of each (``tests/test_model.py``). The random programs reach the same cases;
+these are their shrunk form, written down.
+
+A case is (durability mode, steps); a step is (rule method of ``ModelMachine``, arguments).
+Running one compares the system with the model after every step, as the random run does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.model import context as shared
+from benchmarks.model.context import Context, Switches
+from benchmarks.model.machine import ModelMachine
+
+Step = tuple[str, dict[str, Any]]
+
+#: a batch of two records near midnight, a fraction of a second that a timestamp(0) rounds
+NEAR_MIDNIGHT = [(0, 1250, 600_000), (1, 4999, 999_999)]
+
+CASES: dict[str, tuple[str, list[Step]]] = {
+    # 1. ingest_and_run hides the border batch from a procedure reading the stream's table
+    "1_ingest_and_run_reads_back": ("full", [
+        ("ingest", {"spec": [(0, 100, 0), (1, 200, 0)], "fused": True, "shape": "tuples"}),
+    ]),
+    # 2. a polling source resuming with an offer that overlaps what the engine took
+    "2_coalescer_resume_overlap": ("full", [
+        ("ingest", {"spec": [(0, 100, 0)] * 3, "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("coalesce", {"offers": [[(1, 300, 0)] * 4], "overlap": 2}),
+    ]),
+    # 3. a stream redeclared with other column types on an existing state
+    "3_redeclared_types": ("full", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("redeclare", {"variant": "k_varchar"}),
+        ("redeclare", {"variant": "amt_double"}),
+    ]),
+    # 4. a PostgreSQL target of lower time precision rounds silently
+    "4_lower_precision_target": ("full", [
+        ("target_of_lower_precision", {"column": "timestamp(0)"}),
+        ("ingest", {"spec": NEAR_MIDNIGHT, "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("sink", {}),
+    ]),
+    # 5. sstore migrate --reset after deleting a row re-appends every batch
+    "5_migrate_reset_duplicates": ("full", [
+        ("ingest", {"spec": [(0, 100, 0)] * 3, "fused": False, "shape": "tuples"}),
+        ("ingest", {"spec": [(1, 200, 0)] * 3, "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("migrate", {"reset": False}),
+        ("target_by_hand", {"what": "delete_one"}),
+        ("migrate", {"reset": True}),
+    ]),
+    # 6. Engine.execute writes into a stream, and deletes batches a consumer has not read
+    "6_execute_writes_streams": ("full", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("write_a_stream", {"what": "insert_orders", "via_execute": True}),
+        ("write_a_stream", {"what": "delete_enriched", "via_execute": True}),
+    ]),
+    # 7. weak durability replays an ad hoc copy to a different state (replay runs no GC)
+    "7_weak_replay_differs": ("weak", [
+        ("ingest", {"spec": [(0, 100, 0)] * 3, "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("ingest", {"spec": [(1, 200, 0)] * 2, "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("collect_garbage", {}),
+        ("archive_copy", {"tag": 7}),
+        ("restart", {}),
+    ]),
+    # 8. ad hoc transactions and execute never checkpoint: the WAL grows past its bound
+    "8_adhoc_never_checkpoints": ("full", [
+        ("note", {"via_execute": i % 2 == 0}) for i in range(8)
+    ]),
+    # 9. retire, then a procedure writing the same output
+    "9_retire_then_same_output": ("full", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("ingest", {"spec": [(1, 200, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("rename", {}),
+        ("ingest", {"spec": [(2, 300, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+    ]),
+    # 10. Python floats a user typed (19.99, 130.42) into DECIMAL(10,2), on every input shape
+    "10_typed_floats": ("full", [
+        ("ingest", {"spec": [(0, 1999, 0), (1, 13042, 0)], "fused": False, "shape": shape})
+        for shape in ("tuples", "dicts", "arrow", "pandas")
+    ]),
+}
+
+
+#: what the model found beyond the issue's list (docs/chaos.md, "What the model found")
+FOUND: dict[str, tuple[str, list[Step]]] = {
+    # weak durability: a batch ingested after a checkpoint and a restart is lost at the next
+    # restart (the emptied log numbers its records from 1 again, at or below the snapshot's
+    # last log position, and replay skips them)
+    "weak_checkpoint_restart_loses_batch": ("weak", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("checkpoint", {}),
+        ("restart", {}),
+        ("ingest", {"spec": [(1, 200, 0)], "fused": False, "shape": "tuples"}),
+        ("restart", {}),
+    ]),
+    # weak durability: a rename with the old name retired (the documented way) makes the
+    # next restart refuse the input log: replay runs the new procedure where the log recorded
+    # the old one, and blames non-determinism
+    "weak_rename_refused_at_restart": ("weak", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("rename", {}),
+    ]),
+    # weak durability: a stream redeclared with other column types is accepted when the state
+    # is an input log without a snapshot (replay converts the logged batches to the new types)
+    "weak_redeclared_types_accepted": ("weak", [
+        ("ingest", {"spec": [(0, 1999, 0)], "fused": False, "shape": "tuples"}),
+        ("redeclare", {"variant": "amt_double"}),
+        ("redeclare", {"variant": "k_varchar"}),
+    ]),
+    # the consumer port takes an acknowledgement of a batch the stream never committed
+    "acknowledge_ahead_accepted": ("full", [
+        ("ingest", {"spec": [(0, 100, 0)], "fused": False, "shape": "tuples"}),
+        ("run", {}),
+        ("acknowledge_ahead", {"ahead": 5}),
+    ]),
+}
+CASES_AND_FOUND = {**CASES, **FOUND}
+
+
+def run_case(url: str, name: str) -> ModelMachine:
+    """Run case ``name`` against the system at ``url`` with every switch on; raises
+    ``machine.Violation`` where the system breaks a guarantee."""
+    mode, steps = CASES_AND_FOUND[name]
+    shared.CONTEXT = Context(url, Switches())
+    m = ModelMachine()
+    try:
+        m.start(mode)
+        m.matches_the_model()
+        for rule, kwargs in steps:
+            getattr(m, rule)(**kwargs)
+            m.matches_the_model()
+    finally:
+        m.teardown()
+    return m

@@ -1,0 +1,58 @@
+"""The crash child: opens the model's system in a process of its own, runs a few operations, and
+is SIGKILLed by ``sstore.faults`` at the crash point its environment names
+(``SSTORE_CRASH_AT=te.before_commit:1``), or finishes and prints DONE.
+
+    python -m benchmarks.model.child SPEC.json
+
+SPEC: ``{"mode", "workdir", "url", "table", "program": Program, "ops": [op...]}``; an op is
+``{"op": "ingest" | "ingest_and_run", "batch_id": N, "rows": [[rec, k, "amt", "ts"], ...]}``,
+``{"op": "run"}``, ``{"op": "gc"}`` or ``{"op": "checkpoint"}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from benchmarks.model.dataflow import Record
+from benchmarks.model.system import Program, System
+
+
+def encode(records: list[Record]) -> list[list[Any]]:
+    return [[r.rec, r.k, str(r.amt), r.ts.isoformat()] for r in records]
+
+
+def decode(rows: list[list[Any]]) -> list[Record]:
+    return [Record(rec, k, Decimal(amt), datetime.datetime.fromisoformat(ts))
+            for rec, k, amt, ts in rows]
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    system = System(spec["mode"], Path(spec["workdir"]), spec["url"], spec["table"])
+    p = spec["program"]
+    engine = system.open(Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"]))
+    for op in spec["ops"]:
+        kind = op["op"]
+        if kind in ("ingest", "ingest_and_run"):
+            rows = [tuple(r) for r in decode(op["rows"])]
+            getattr(engine, kind)("orders", rows, batch_id=op["batch_id"])
+        elif kind == "run":
+            engine.run_until_idle()
+        elif kind == "gc":
+            engine.collect_garbage()
+        elif kind == "checkpoint":
+            engine.checkpoint()
+        else:
+            raise ValueError(f"unknown op {kind!r}")
+    system.close()
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,186 @@
+"""Runs the model's state machine (``benchmarks.model.machine``) for a number of programs or a
+time budget, reproducibly from a seed, and reports programs, steps, faults and violations (with
+the shrunk program of a violation as hypothesis prints it).
+
+Each round is one hypothesis run of ``examples`` programs from seed ``seed + round``; rounds go
+on until ``seconds`` have passed (at least one round). The first violation ends the run (its
+program shrunk to a minimal one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
+
+from hypothesis.internal.conjecture import engine as conjecture_engine
+
+from benchmarks.model import context as shared
+from benchmarks.model.context import Context, Switches
+from benchmarks.model.machine import ModelMachine
+
+#: shrinking replays whole programs (restarts, child processes): bound it below hypothesis's
+#: own five minutes (an internal knob; a run without it only shrinks for longer)
+SHRINK_SECONDS = 120
+if hasattr(conjecture_engine, "MAX_SHRINKING_SECONDS"):
+    conjecture_engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+
+#: steps per program: short programs find seams fast and shrink fast
+STEPS = 30
+
+
+@dataclass
+class Report:
+    seed: int
+    seconds: float = 0.0
+    rounds: int = 0
+    programs: int = 0
+    steps: int = 0
+    faults: int = 0
+    violations: int = 0
+    skipped: list[str] = field(default_factory=list)
+    by_rule: dict[str, int] = field(default_factory=dict)
+    #: programs that ended at a loud refusal they cannot go past, and why
+    stops: list[str] = field(default_factory=list)
+    violation: str | None = None
+    program: str | None = None  # the shrunk program, as hypothesis printed it
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def model_settings(examples: int, steps: int = STEPS, shrink: bool = True) -> settings:
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
+    return settings(max_examples=examples, stateful_step_count=steps, deadline=None,
+                    database=None, phases=phases, report_multiple_bugs=False,
+                    suppress_health_check=list(HealthCheck), print_blob=False)
+
+
+def run_one(url: str, seed: int, examples: int, switches: Switches,
+            steps: int = STEPS, context: Context | None = None,
+            printed: Callable[[str], None] | None = None) -> tuple[Context, str | None, str]:
+    """One hypothesis run; returns (counters, the violation or None, what hypothesis printed:
+    the shrunk program)."""
+    ctx = context or Context(url, switches)
+    shared.CONTEXT = ctx
+    lines: list[str] = []
+
+    def report(text: str) -> None:
+        lines.append(str(text))
+        if printed is not None:
+            printed(str(text))
+
+    def factory() -> ModelMachine:
+        return ModelMachine()
+
+    failure = None
+    with with_reporter(report):
+        try:
+            run_state_machine_as_test(hypothesis_seed(seed)(factory),
+                                      settings=model_settings(examples, steps))
+        except Exception as exc:  # a Violation, or what no rule expects: also a finding
+            failure = f"{type(exc).__name__}: {exc}"
+            # hypothesis adds the shrunk program to the exception as notes
+            lines.extend(getattr(exc, "__notes__", []))
+    return ctx, failure, "\n".join(lines)
+
+
+def run(url: str, seconds: float, seed: int, switches: Switches, examples: int = 5,
+        steps: int = STEPS) -> Report:
+    report = Report(seed, skipped=sorted(switches.skip))
+    ctx = Context(url, switches)
+    began = time.monotonic()
+    while True:
+        ctx, failure, printed = run_one(url, seed + report.rounds, examples, switches, steps,
+                                        ctx)
+        report.rounds += 1
+        if failure is not None:
+            report.violations = 1
+            report.violation = failure
+            report.program = printed
+            report.seed = seed + report.rounds - 1
+            break
+        if time.monotonic() - began >= seconds:
+            break
+    report.seconds = round(time.monotonic() - began, 1)
+    report.programs, report.steps, report.faults = ctx.programs, ctx.steps, ctx.faults
+    report.by_rule = dict(sorted(ctx.by_rule.items()))
+    report.stops = ctx.stops[:20]
+    return report
+
+
+# ------------------------------------------------------------------ python -m benchmarks.chaos --model
+def fresh_database(server_url: str) -> tuple[str, Callable[[], None]]:
+    """A database of its own on the server at ``server_url``; returns its URL and a drop."""
+    import os
+
+    import psycopg
+    from psycopg import sql
+
+    name = f"sstore_model_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as con:
+        con.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    base, _, _ = server_url.rpartition("/")
+
+    def drop() -> None:
+        with psycopg.connect(server_url, autocommit=True) as con:
+            con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+    return f"{base}/{name}", drop
+
+
+def print_report(report: Report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if Console().is_terminal else Console(width=160)
+    table = Table(title=f"the model (seed {report.seed}, {report.seconds:g} s)")
+    for name in ("programs", "steps", "faults injected", "violations"):
+        table.add_column(name, justify="right")
+    table.add_row(f"{report.programs:,}", f"{report.steps:,}", f"{report.faults:,}",
+                  str(report.violations))
+    console.print(table)
+    rules = Table(title="steps by operation")
+    rules.add_column("operation")
+    rules.add_column("steps", justify="right")
+    for name, n in report.by_rule.items():
+        rules.add_row(name, f"{n:,}")
+    console.print(rules)
+    for stop in dict.fromkeys(report.stops):
+        console.print(f"a program stopped at a loud refusal: {stop}", soft_wrap=True,
+                      markup=False, highlight=False)
+    if report.skipped:
+        console.print(f"left out (SSTORE_MODEL_SKIP): {', '.join(report.skipped)}")
+    if report.violation:
+        console.print(f"[bold red]violation (seed {report.seed}):[/]")
+        console.print(report.violation, soft_wrap=True, markup=False, highlight=False)
+        console.print(report.program or "", soft_wrap=True, markup=False, highlight=False)
+    else:
+        console.print("[bold green]0 violations: the system matched the model after every "
+                      "step[/]")
+
+
+def main(seconds: float, seed: int, server_url: str, out: str, examples: int = 5) -> int:
+    """``python -m benchmarks.chaos --model``: run, print, write ``chaos-model.json``; exit 1
+    on a violation (its shrunk program printed)."""
+    from benchmarks.common import machine_info
+    from benchmarks.engine import write_report
+
+    switches = Switches.from_env()
+    url, drop = fresh_database(server_url)
+    try:
+        report = run(url, seconds, seed, switches, examples)
+    finally:
+        drop()
+    print_report(report)
+    path = write_report({**report.to_dict(), "machine": machine_info()}, out, "chaos-model")
+    print(f"wrote {path}")
+    return 1 if report.violations else 0
