@@ -22,8 +22,8 @@ _EXPORTS = {
     **{name: "sstore.errors" for name in (
         "BackpressureError", "BatchIdTakenError", "ConsumerStalledError", "DeclarationError",
         "IngestTimeoutError", "InputLogError", "NondeterministicError", "OutOfOrderBatchError",
-        "ProcedureError",
-        "ReplayMismatchError", "ResendMismatchError", "SchemaError", "SStoreError", "TerminalError",
+        "ProcedureError", "ProgramChangedError", "ReplayMismatchError", "ResendMismatchError",
+        "SchemaError", "SStoreError", "TerminalError",
         "TransactionStateError", "TransientError", "UnknownStreamError")},
     "ErrorPolicy": "sstore.graph",
     "CommitEvent": "sstore.runtime",
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         NondeterministicError,
         OutOfOrderBatchError,
         ProcedureError,
+        ProgramChangedError,
         ReplayMismatchError,
         ResendMismatchError,
         SchemaError,

@@ -106,6 +106,11 @@ class NondeterministicError(TerminalError):
     (``random()``, ``now()``...: ``sstore.volatile``)."""
 
 
+class ProgramChangedError(DeclarationError):
+    """Weak durability: the input log was written by a program this one changed on purpose
+    (``retire``); only the program that wrote the log can replay it (``sstore.recovery``)."""
+
+
 class ReplayMismatchError(InputLogError):
     """Weak durability's replay did not do what the logged transaction did live (its digest,
     ``sstore.digest``, differs): the restart stops rather than go on from another state."""

@@ -195,7 +195,28 @@ def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent:
 def replay_ingest(rt: Runtime, record: LogRecord) -> None:
     """Apply an ingest record of the input log again (``recovery.replay``), not logging it."""
     assert record.stream and record.batch_id and record.table is not None
+    _check_logged_types(rt, record.stream, record.table)
     apply_ingest(rt, record.stream, record.batch_id, record.table, fingerprint(record.table))
+
+
+def _check_logged_types(rt: Runtime, stream: str, logged: pa.Table) -> None:
+    """A batch in the input log has the column types its stream had when it was accepted; a
+    program that declares the stream with other types (and no snapshot holds its table to
+    compare with, ``StreamStore.create_all``) would have replay cast the logged values into
+    them: ``'7'`` into an INTEGER, a REAL into a DOUBLE. Refused, naming the column."""
+    schema = rt.store.schemas.get(stream)
+    if schema is None:
+        return
+    for name, field in zip(logged.schema.names, logged.schema, strict=False):
+        if name not in schema.names:
+            continue
+        declared = schema.field(name).type
+        if declared != field.type:
+            raise DeclarationError(
+                f"stream {stream!r} column {name!r} is declared {declared} but its batches in "
+                f"the input log have {field.type}: a stream's column types cannot change on "
+                f"an existing state (the log would be replayed into other values); declare it "
+                f"as before. The snapshot and the log are untouched")
 
 
 def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,

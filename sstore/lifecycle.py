@@ -153,6 +153,7 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
     if path != ":memory:":
         rt.checkpoints = Checkpoints(con, path, checkpoint_wal_bytes)
     rt.interrupts = interrupts
+    rt.retired = frozenset(retired)
     # weak durability checks each TE's outputs at replay (``sstore.digest``): a chained-away
     # batch has none, and whether a batch is chained depends on what this process learned
     rt.chaining.enabled = chain_sql and input_log is None

@@ -28,12 +28,12 @@ nothing twice.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import duckdb
 
 from sstore import gc, systables
-from sstore.errors import InputLogError, ReplayMismatchError
+from sstore.errors import DeclarationError, InputLogError, ProgramChangedError, ReplayMismatchError
 from sstore.faults import crash_point
 from sstore.inputlog import InputLog, LogRecord
 from sstore.runtime import Runtime
@@ -74,7 +74,7 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
             while rt.te_seq < record.te_seq:
                 if not run_one(record.te_seq - rt.te_seq):  # a group must not run past it
                     break
-            _check_tes(log, record)
+            _check_tes(log, record, rt.retired)
             try:
                 if record.kind == "ingest":
                     apply_ingest(record)
@@ -82,7 +82,7 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
                     apply_oltp(record)
                 elif record.kind == "gc":
                     gc.collect(rt, keep=record.keep or {})
-            except ReplayMismatchError:
+            except (ReplayMismatchError, DeclarationError):
                 raise
             except Exception as exc:
                 raise InputLogError(
@@ -92,15 +92,38 @@ def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
             applied += 1
     finally:
         rt.replaying = False
+    # a log emptied by a checkpoint numbers nothing itself: the next record must come after
+    # the snapshot's last position, or the replay after it would skip it as already taken
+    log.next_lsn = max(log.next_lsn, skip_through + 1)
     return applied
 
 
-def _check_tes(log: InputLog, record: LogRecord) -> None:
+def _check_tes(log: InputLog, record: LogRecord, retired: Collection[str] = ()) -> None:
     """The TEs replayed since the previous record must be the ones ``record`` says ran live
-    before it, each with the same digest (a log from before digests says nothing: no check)."""
+    before it, each with the same digest (a log from before digests says nothing: no check).
+
+    ``retired``: procedures this program retires. A log written by the program before the
+    change records the old procedures' TEs, which the new program cannot run again: that is
+    a ``ProgramChangedError`` saying what to do, not a blame of non-determinism."""
     replayed = log.take_tes()
     if record.tes is None:
         return
+    try:
+        _compare_tes(log, record, replayed)
+    except ReplayMismatchError:
+        if retired:
+            raise ProgramChangedError(
+                f"{log.path}: the input log holds transaction executions of the program before "
+                f"this one, which retires {sorted(retired)}; weak durability rebuilds the state "
+                f"by running the log again, which only the program that wrote it can do. Open "
+                f"the old program once, call Engine.checkpoint() and close it (the log is then "
+                f"empty), then open this one. The snapshot and the log are untouched") from None
+        raise
+
+
+def _compare_tes(log: InputLog, record: LogRecord,
+                 replayed: list[tuple[str, int, int]]) -> None:
+    assert record.tes is not None
     for i, (procedure, batch_id, digest) in enumerate(replayed):
         if i >= len(record.tes):
             raise ReplayMismatchError(

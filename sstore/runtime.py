@@ -78,6 +78,9 @@ class Runtime:
     observers: list[Callable[[CommitEvent], None]] = field(default_factory=list)
     interrupts: Interrupts = field(default_factory=Interrupts)  # stops and timeouts of TEs
     checkpoints: Checkpoints | None = None  # a file-backed engine's (sstore.checkpoints)
+    #: procedures this program retires on purpose (``Engine.retire``): weak-durability replay
+    #: names a program change, not non-determinism, when the log disagrees (``sstore.recovery``)
+    retired: frozenset[str] = frozenset()
     chaining: Chaining = field(default_factory=Chaining)  # SQL procedures (sstore.fusion)
     #: which batches a group may pass in memory (``sstore.passing``)
     passing: Passing = field(default_factory=Passing)

@@ -75,6 +75,87 @@ def test_weak_mode_checkpoint_then_more_input(tmp_path: Path) -> None:
     engine.close()
 
 
+def test_a_batch_after_a_checkpoint_and_a_restart_survives_the_next_restart(
+        tmp_path: Path) -> None:
+    """Found by the model (benchmarks.model, weak_checkpoint_restart_loses_batch): the log
+    emptied by a checkpoint numbered its records from 1 again after a restart, at or below
+    the snapshot's last position, and the replay after the next restart skipped them."""
+    log = tmp_path / "in.log"
+    engine = weak(log)
+    engine.ingest("s", [(1, 10)])
+    engine.run_until_idle()
+    engine.checkpoint()
+    engine.close()
+    engine = weak(log)
+    engine.ingest("s", [(1, 5)])
+    engine.run_until_idle()
+    engine.close()
+    engine = weak(log)
+    engine.run_until_idle()
+    assert totals(engine) == {1: 15}
+    assert [b for b, _ in engine.batches("s")] == [1, 2]
+    engine.close()
+
+
+def test_a_stream_declared_with_other_types_over_a_log_without_snapshot_is_refused(
+        tmp_path: Path) -> None:
+    """No snapshot holds the stream's table to compare with: the logged batches' types do
+    (replay cast '7' into an INTEGER before)."""
+    from sstore import DeclarationError
+
+    log = tmp_path / "in.log"
+    engine = weak(log)
+    engine.ingest("s", [(1, 10)])
+    engine.close()
+    size = log.stat().st_size
+
+    def other(engine: Engine) -> None:
+        engine.stream("s", {"k": "INTEGER", "v": "DOUBLE"})
+
+    with pytest.raises(DeclarationError, match="column 'v' is declared double but its batches"):
+        weak(log, other).run_until_idle()
+    assert log.stat().st_size == size
+    engine = weak(log)
+    engine.run_until_idle()
+    assert totals(engine) == {1: 10}
+    engine.close()
+
+
+def test_a_rename_over_a_log_of_the_old_program_names_the_change(tmp_path: Path) -> None:
+    """Weak durability replays the log with the program that opens it; one that retired the
+    procedure the log's TEs ran is told what to do (checkpoint with the old program first),
+    not blamed for non-determinism, and the old program still opens."""
+    from sstore import ProgramChangedError
+
+    log = tmp_path / "in.log"
+    engine = weak(log)
+    engine.ingest("s", [(1, 10)])
+    engine.run_until_idle()
+    engine.close()
+
+    def renamed(engine: Engine) -> None:
+        engine.stream("s", {"k": "INTEGER", "v": "BIGINT"})
+        engine.execute("CREATE TABLE IF NOT EXISTS totals (k INTEGER PRIMARY KEY, v BIGINT)")
+        engine.retire("accumulate")
+
+        @engine.procedure(input="s", output="changed_v2")
+        def accumulate_v2(tx, batch):
+            tx.execute("INSERT INTO totals SELECT k, sum(v) FROM batch GROUP BY k "
+                       "ON CONFLICT (k) DO UPDATE SET v = totals.v + excluded.v")
+            return tx.sql("SELECT DISTINCT k FROM batch")
+
+    with pytest.raises(ProgramChangedError, match="Engine.checkpoint"):
+        weak(log, renamed).run_until_idle()
+    engine = weak(log)
+    engine.run_until_idle()
+    engine.checkpoint()
+    engine.close()
+    engine = weak(log, renamed)
+    engine.run_until_idle()
+    assert totals(engine) == {1: 20}  # the new procedure ran the kept batch again (retire)
+    engine.close()
+
+
 def test_torn_tail_is_cut_and_damage_elsewhere_is_an_error(tmp_path: Path) -> None:
     log = tmp_path / "in.log"
     engine = weak(log)
