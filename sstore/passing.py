@@ -52,7 +52,7 @@ _generation = 0
 #: keywords of such statements: CREATE/ALTER/DROP ... VIEW, and what attaches or switches
 #: databases (a CREATE TABLE changes no view: procedures that make tables per batch must not
 #: cost a catalog read each)
-_VIEWS_CHANGE = frozenset({"VIEW", "ATTACH", "DETACH", "IMPORT", "USE"})
+_VIEWS_CHANGE = frozenset({"VIEW", "SCHEMA", "ATTACH", "DETACH", "IMPORT", "USE"})
 _WORD = re.compile(r"[\w$]+")
 #: DuckDB's own function names (the same for every connection of this process), read once
 _builtins: frozenset[str] | None = None
@@ -64,6 +64,9 @@ class Mentions:
     the functions it calls, and whether it may change a view (``_VIEWS_CHANGE``)."""
 
     names: frozenset[str]
+    #: (qualifier, name) of ``x.name``: a column of table or alias ``x``, or a table of schema
+    #: or database ``x`` (``Passing.reads`` tells them apart by the catalog's schema names)
+    qualified: frozenset[tuple[str, str]]
     calls: frozenset[str]
     changes_views: bool
 
@@ -78,6 +81,7 @@ def mentions(sql: str) -> Mentions | None:
     except Exception:  # noqa: BLE001 (any failure: cannot tell, so it may read anything)
         return None
     names: set[str] = set()
+    qualified: set[tuple[str, str]] = set()
     calls: set[str] = set()
     changes_views = False
     kinds = duckdb.token_type
@@ -86,6 +90,11 @@ def mentions(sql: str) -> Mentions | None:
         text = sql[start:end].strip()
         if kind == kinds.identifier:
             name = text[1:-1].replace('""', '"') if text.startswith('"') else text
+            if i >= 2 and tokens[i - 1][1] == kinds.operator \
+                    and sql[tokens[i - 1][0]:start].strip() == ".":
+                qualifier = sql[tokens[i - 2][0]:tokens[i - 1][0]].strip().strip('"').lower()
+                qualified.add((qualifier, name.lower()))  # a column, or schema.table
+                continue
             names.add(name.lower())
             if i + 1 < len(tokens) and tokens[i + 1][1] == kinds.operator \
                     and sql[tokens[i + 1][0]:].startswith("("):
@@ -94,7 +103,7 @@ def mentions(sql: str) -> Mentions | None:
             names.update(w.lower() for w in _WORD.findall(text))
         elif kind == kinds.keyword and text.upper() in _VIEWS_CHANGE:
             changes_views = True
-    return Mentions(frozenset(names), frozenset(calls), changes_views)
+    return Mentions(frozenset(names), frozenset(qualified), frozenset(calls), changes_views)
 
 
 def note(sql: str) -> None:
@@ -114,6 +123,8 @@ class Passing:
 
     def __init__(self) -> None:
         self._views: dict[str, Mentions | None] = {}
+        #: names of databases and schemas: ``x.name`` with such an ``x`` names a table
+        self._schemas: frozenset[str] = frozenset()
         self._generation = -1
 
     def reads(self, con: duckdb.DuckDBPyConnection, sql: str, streams: Iterable[str]
@@ -135,8 +146,10 @@ class Passing:
             current = todo.pop()
             if current.calls - builtins:
                 return wanted  # a macro (or a function unknown here): may read anything
-            hit |= current.names & wanted
-            for name in current.names & self._views.keys() - seen:
+            names = current.names | {name for qualifier, name in current.qualified
+                                     if qualifier in self._schemas}
+            hit |= names & wanted
+            for name in names & self._views.keys() - seen:
                 seen.add(name)
                 view = self._views[name]
                 if view is None:
@@ -149,6 +162,9 @@ class Passing:
             generation = _generation
             self._views = {str(name).lower(): mentions(str(sql)) for name, sql in con.execute(
                 "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()}
+            self._schemas = frozenset(str(name).lower() for row in con.execute(
+                "SELECT database_name, schema_name FROM duckdb_schemas()").fetchall()
+                for name in row)
             self._generation = generation
 
 

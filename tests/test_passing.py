@@ -53,3 +53,11 @@ def test_a_view_is_read_through_and_read_again_after_it_changes(con) -> None:
 def test_a_macro_may_read_anything(con) -> None:
     con.execute("CREATE MACRO everything() AS TABLE SELECT * FROM orders")
     assert Passing().reads(con, "SELECT * FROM everything()", STREAMS) == set(STREAMS)
+
+
+def test_a_column_named_like_a_stream_is_not_its_table(con) -> None:
+    """``p.votes`` is a column of alias ``p``; ``main.ids`` is the table ``ids``."""
+    sql = "SELECT p.orders, x.ids FROM batch p JOIN users x ON x.id = p.id"
+    assert Passing().reads(con, sql, STREAMS) == set()
+    assert Passing().reads(con, 'SELECT * FROM memory.main.orders, "main"."ids"', STREAMS) \
+        == {"orders", "ids"}
