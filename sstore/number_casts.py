@@ -33,7 +33,9 @@ How, fast (this runs on every batch of floats into a decimal column):
 from __future__ import annotations
 
 from collections.abc import Callable
+import decimal
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -213,11 +215,12 @@ def _rows_of(array: pa.Array, rest: np.ndarray, target: pa.DataType) -> pa.Array
 
 
 def _one_by_one(array: pa.Array, target: pa.DataType,
-                number_of: Callable[[float], Decimal] | None = None) -> pa.Array:
+                number_of: Callable[[Any], Decimal] | None = None) -> pa.Array:
     """Step 2: each float as the decimal its shortest form shows (or each value as
-    ``number_of`` reads it), checked against ``target``. (Arrow's own text -> DECIMAL cast is no help here: it read "5e-324" into
-    DECIMAL(18,4) as 0.0000, and a rescaled 1.75e16 into DECIMAL(38,30) overflowed into
-    0.4384..., without an error.)"""
+    ``number_of`` reads it), checked against ``target``, then written at the target's scale
+    (pyarrow read Decimal("1.5000...0") of 42 digits into DECIMAL(10,2) as 0.00). Arrow's
+    own text -> DECIMAL cast is no help here: it read "5e-324" into DECIMAL(18,4) as 0.0000,
+    and a rescaled 1.75e16 into DECIMAL(38,30) overflowed into 0.4384..., without an error."""
     shortest = number_of or _SHORTEST[array.type.bit_width]
     values: list[Decimal | int | None] = []
     for position, value in enumerate(array.to_pylist()):
@@ -228,8 +231,12 @@ def _one_by_one(array: pa.Array, target: pa.DataType,
         reason = _why_not(number, target)
         if reason is not None:
             raise Refused(position, reason)
-        values.append(number if pt.is_decimal(target) else int(number))
+        values.append(_WIDE.quantize(number, Decimal(f"1E-{target.scale}"))
+                      if pt.is_decimal(target) else int(number))
     return pa.array(values, type=target)
+
+
+_WIDE = decimal.Context(prec=100)  # exact for every value that passed _why_not
 
 
 _SHORTEST: dict[int, Callable[[float], Decimal]] = {

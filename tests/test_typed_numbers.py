@@ -463,3 +463,13 @@ def test_a_procedure_output_of_floats_goes_into_its_decimal_as_typed() -> None:
     assert engine.query("SELECT count(*) AS c FROM priced").column("c")[0].as_py() == 2
     assert any("would be rounded" in e["error"] for e in engine.status().errors)
     engine.close()
+
+
+def test_a_long_decimal_with_trailing_zeros_keeps_its_value() -> None:
+    """pyarrow read a Decimal of 42 digits into DECIMAL(10,2) as 0.00, without an error."""
+    engine = Engine()
+    engine.stream("v", {"x": "DECIMAL(10,2)"})
+    engine.ingest("v", [(Decimal("1.5" + "0" * 40),), (Decimal("0E+9"),)])
+    assert engine.query("SELECT x FROM v").column("x").to_pylist() == [Decimal("1.50"),
+                                                                       Decimal("0.00")]
+    engine.close()
