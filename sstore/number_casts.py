@@ -33,7 +33,10 @@ How, fast (this runs on every batch of floats into a decimal column):
 from __future__ import annotations
 
 from collections.abc import Callable
+import decimal
+import re
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +76,8 @@ def cast_number(array: pa.Array, target: pa.DataType) -> pa.Array | None:
             return pc.cast(pc.cast(array, pa.decimal256(76, target.scale)), target, safe=True)
         except _ARROW_ERRORS:
             return _one_by_one(array, target, Decimal)  # find the value and say why
+    if (pt.is_string(source) or pt.is_large_string(source)) and pt.is_decimal(target):
+        return _text_to_decimal(array, target)
     if pt.is_decimal(source) and pt.is_decimal(target) and source != target:
         return _decimal_to_decimal(array, target)
     if pt.is_decimal(source) and pt.is_floating(target):
@@ -80,6 +85,32 @@ def cast_number(array: pa.Array, target: pa.DataType) -> pa.Array | None:
         # is not); exact text, so nothing to refuse here (the caller checks overflow to inf)
         return pc.cast(pc.cast(array, pa.string()), target)
     return None
+
+
+# -- text into decimals --------------------------------------------------------------------------
+
+_PLAIN = r"^[+-]?[0-9]{0,38}(\.[0-9]*)?$"  # no exponent, at most 38 digits before the point
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _text_to_decimal(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """Arrow's text -> DECIMAL cast wraps around when the scale overflows 128 bits
+    ("17504357367269682000" into DECIMAL(38,30) came out as 438.47...) and read "5e-324"
+    into DECIMAL(18,4) as 0.0000, without an error. Plain decimals (no exponent, at most 38
+    digits before the point) go through a DECIMAL(76,s) first, where nothing can overflow,
+    and the checked cast into the target; the others are read one by one."""
+    plain = pc.all(pc.fill_null(pc.match_substring_regex(array, _PLAIN), True)).as_py()
+    if plain:
+        try:
+            return pc.cast(pc.cast(array, pa.decimal256(76, target.scale)), target)
+        except _ARROW_ERRORS:
+            pass  # find the value and say why
+    return _one_by_one(array, target, _read_decimal)
+
+
+def _read_decimal(text: str) -> Decimal | None:
+    """A decimal number written as text (digits, a point, an exponent), else None."""
+    return Decimal(text) if _NUMBER.fullmatch(text) else None
 
 
 # -- decimals into decimals ----------------------------------------------------------------------
@@ -213,11 +244,12 @@ def _rows_of(array: pa.Array, rest: np.ndarray, target: pa.DataType) -> pa.Array
 
 
 def _one_by_one(array: pa.Array, target: pa.DataType,
-                number_of: Callable[[float], Decimal] | None = None) -> pa.Array:
+                number_of: Callable[[Any], Decimal | None] | None = None) -> pa.Array:
     """Step 2: each float as the decimal its shortest form shows (or each value as
-    ``number_of`` reads it), checked against ``target``. (Arrow's own text -> DECIMAL cast is no help here: it read "5e-324" into
-    DECIMAL(18,4) as 0.0000, and a rescaled 1.75e16 into DECIMAL(38,30) overflowed into
-    0.4384..., without an error.)"""
+    ``number_of`` reads it), checked against ``target``, then written at the target's scale
+    (pyarrow read Decimal("1.5000...0") of 42 digits into DECIMAL(10,2) as 0.00). Arrow's
+    own text -> DECIMAL cast is no help here: it read "5e-324" into DECIMAL(18,4) as 0.0000,
+    and a rescaled 1.75e16 into DECIMAL(38,30) overflowed into 0.4384..., without an error."""
     shortest = number_of or _SHORTEST[array.type.bit_width]
     values: list[Decimal | int | None] = []
     for position, value in enumerate(array.to_pylist()):
@@ -225,11 +257,17 @@ def _one_by_one(array: pa.Array, target: pa.DataType,
             values.append(None)
             continue
         number = shortest(value)
+        if number is None:
+            raise Refused(position, "it is not a decimal number")
         reason = _why_not(number, target)
         if reason is not None:
             raise Refused(position, reason)
-        values.append(number if pt.is_decimal(target) else int(number))
+        values.append(_WIDE.quantize(number, Decimal(f"1E-{target.scale}"))
+                      if pt.is_decimal(target) else int(number))
     return pa.array(values, type=target)
+
+
+_WIDE = decimal.Context(prec=100)  # exact for every value that passed _why_not
 
 
 _SHORTEST: dict[int, Callable[[float], Decimal]] = {

@@ -463,3 +463,35 @@ def test_a_procedure_output_of_floats_goes_into_its_decimal_as_typed() -> None:
     assert engine.query("SELECT count(*) AS c FROM priced").column("c")[0].as_py() == 2
     assert any("would be rounded" in e["error"] for e in engine.status().errors)
     engine.close()
+
+
+def test_a_long_decimal_with_trailing_zeros_keeps_its_value() -> None:
+    """pyarrow read a Decimal of 42 digits into DECIMAL(10,2) as 0.00, without an error."""
+    engine = Engine()
+    engine.stream("v", {"x": "DECIMAL(10,2)"})
+    engine.ingest("v", [(Decimal("1.5" + "0" * 40),), (Decimal("0E+9"),)])
+    assert engine.query("SELECT x FROM v").column("x").to_pylist() == [Decimal("1.50"),
+                                                                       Decimal("0.00")]
+    engine.close()
+
+
+@pytest.mark.parametrize("sql_type", [t for t in sorted(set(TYPES.values()))
+                                      if t.startswith("DECIMAL")])
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.one_of(DECIMALS.map(str), DECIMALS.map(lambda d: f"{d:f}")),
+                       min_size=1, max_size=6))
+@example(values=["17504357367269682000"])
+@example(values=["5e-324"])
+def test_decimal_text_converts_exactly(sql_type: str, values: list[str]) -> None:
+    """Arrow's text -> DECIMAL cast wrapped around ("17504357367269682000" into
+    DECIMAL(38,30) was 438.47...) and read "5e-324" into DECIMAL(18,4) as 0.0000."""
+    wanted = [expected(Decimal(v), sql_type) for v in values]
+    refused = [str(i) for i, w in enumerate(wanted) if w is REFUSED]
+    schema = pa.schema([pa.field("v", ARROW_TYPES[sql_type])])
+    for rows in ([(v,) for v in values], pa.table({"v": pa.array(values)})):
+        if refused:
+            with pytest.raises(SchemaError, match=rf"column 'v' row ({'|'.join(refused)}): "):
+                to_arrow(rows, schema, "stream 'x'")
+        else:
+            got = to_arrow(rows, schema, "stream 'x'").column("v").to_pylist()
+            assert all(same(g, w) for g, w in zip(got, wanted)), list(zip(values, got, wanted))
