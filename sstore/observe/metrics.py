@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Histogram
 
 from sstore.observe.rates import RateMeter
-from sstore.observe.sinks import ObservableSink, SinkSnapshot
 from sstore.runtime import CommitEvent, Runtime
+from sstore.sink_view import ObservableSink, SinkSnapshot
 
 if TYPE_CHECKING:
-    from sstore.engine import Engine
+    from sstore.engine_view import EngineView
 
 LOCK_TIMEOUT = 0.25  # seconds a reader waits for the engine's lock before using its last view
 KEEP_TIMES = 100_000  # commit times kept per stream a sink reads (older ones: looked up)
@@ -175,13 +175,14 @@ class _LedgerView:
 
 class EngineMetrics:
     """Counters, a TE latency histogram and live snapshots of one engine (see the module
-    docstring). Created by ``Engine.metrics()``; one ``CollectorRegistry`` per engine, so
-    several engines in one process never mix their numbers."""
+    docstring), read through the engine's read-only view (``Engine.view()``). Created by
+    ``sstore.observe.metrics(engine)``; one ``CollectorRegistry`` per engine, so several
+    engines in one process never mix their numbers."""
 
-    def __init__(self, engine: Engine, lock_timeout: float = LOCK_TIMEOUT) -> None:
+    def __init__(self, view: EngineView, lock_timeout: float = LOCK_TIMEOUT) -> None:
         from sstore.observe.prometheus import EngineCollector
 
-        self.engine = engine
+        self.view = view
         self.lock_timeout = lock_timeout
         self.registry = CollectorRegistry(auto_describe=False)
         self.te_seconds = Histogram("sstore_procedure_te_seconds",
@@ -197,9 +198,11 @@ class EngineMetrics:
         self._outputs: dict[str, tuple[str, ...]] = {}
         self._view: _LedgerView | None = None
         self.registry.register(EngineCollector(self))
-        for sink in engine.sinks():
-            self.track_sink(sink)
-        engine.observe(self.on_commit)
+        with view.lock:  # no sink registered between the two
+            for sink in view.sinks():
+                self.track_sink(sink)
+            view.on_sink(self.track_sink)
+        view.observe(self.on_commit)
 
     # ------------------------------------------------------------------ commit path
     def track_sink(self, sink: ObservableSink) -> None:
@@ -236,7 +239,7 @@ class EngineMetrics:
     def _outputs_of(self, procedure: str) -> tuple[str, ...]:
         outputs = self._outputs.get(procedure)
         if outputs is None:
-            decl = self.engine.graph.procedures.get(procedure)
+            decl = self.view.graph.procedures.get(procedure)
             outputs = self._outputs[procedure] = decl.outputs if decl is not None else ()
         return outputs
 
@@ -244,7 +247,7 @@ class EngineMetrics:
     def snapshot(self) -> Live:
         """The live numbers now (see the module docstring for what may be stale)."""
         now_wall, now = time.time(), time.monotonic()
-        rt = self.engine.runtime
+        rt = self.view.runtime
         live = Live(iso(now_wall) or "", round(now_wall - self.started_wall, 3),
                     rt is not None, False, None, None)
         if rt is None:
@@ -289,7 +292,7 @@ class EngineMetrics:
                 view.streams[name] = (kind, ledger.frontier(name),
                                       len(nb.ids) if nb is not None else 0, rows, holders)
             delivered: dict[str, int] = {}  # stream -> lowest watermark of its sinks
-            for sink in self.engine.sinks():
+            for sink in self.view.sinks():
                 snap = sink.metrics_snapshot()
                 view.sinks[snap.name] = lag = self._lag(rt, snap)
                 delivered[snap.stream] = min(delivered.get(snap.stream, lag.watermark),
@@ -297,7 +300,7 @@ class EngineMetrics:
             with self._mutex:  # every sink of the stream has these: their times can go
                 for stream, mark in delivered.items():
                     self.times.forget_through(stream, mark)
-            view.pressure = self.engine.backpressure.report(rt).to_dict()
+            view.pressure = self.view.pressure(rt).to_dict()
         finally:
             rt.lock.release()
         self._view = view
@@ -343,7 +346,7 @@ class EngineMetrics:
 
     def _sinks(self, live: Live, view: _LedgerView | None, now: float,
                now_wall: float) -> None:
-        for sink in self.engine.sinks():
+        for sink in self.view.sinks():
             snap = sink.metrics_snapshot()
             lag = view.sinks.get(snap.name) if view is not None else None
             if lag is None:
