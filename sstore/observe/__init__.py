@@ -19,7 +19,23 @@ metric families), ``livestatus`` (the ``/status`` document), ``server`` (HTTP), 
 file is locked by a serving engine).
 """
 
-from sstore.observe.serving import metrics_of, serve, serving_url
+from typing import TYPE_CHECKING, Any
+
 from sstore.observe.sinks import ObservableSink, SinkSnapshot
 
+if TYPE_CHECKING:
+    from sstore.observe.serving import metrics_of, serve, serving_url
+
 __all__ = ["ObservableSink", "SinkSnapshot", "metrics_of", "serve", "serving_url"]
+
+_SERVING = ("metrics_of", "serve", "serving_url")
+
+
+def __getattr__(name: str) -> Any:
+    """``serve``, ``serving_url`` and ``metrics_of``, loaded on first use: they bring
+    ``prometheus_client`` and ``http.server``, which a command that only reads a state file
+    (``sstore status``, ``sstore --help``) has no use for."""
+    if name in _SERVING:
+        from sstore.observe import serving
+        return getattr(serving, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
