@@ -176,13 +176,13 @@ class _LedgerView:
 class EngineMetrics:
     """Counters, a TE latency histogram and live snapshots of one engine (see the module
     docstring), read through the engine's read-only view (``Engine.view()``). Created by
-    ``sstore.observe.metrics(engine)``; one ``CollectorRegistry`` per engine, so several
+    ``sstore.observe.metrics_of(engine)``; one ``CollectorRegistry`` per engine, so several
     engines in one process never mix their numbers."""
 
     def __init__(self, view: EngineView, lock_timeout: float = LOCK_TIMEOUT) -> None:
         from sstore.observe.prometheus import EngineCollector
 
-        self.view = view
+        self.engine: EngineView = view  # the engine is reached only through its view
         self.lock_timeout = lock_timeout
         self.registry = CollectorRegistry(auto_describe=False)
         self.te_seconds = Histogram("sstore_procedure_te_seconds",
@@ -239,7 +239,7 @@ class EngineMetrics:
     def _outputs_of(self, procedure: str) -> tuple[str, ...]:
         outputs = self._outputs.get(procedure)
         if outputs is None:
-            decl = self.view.graph.procedures.get(procedure)
+            decl = self.engine.graph.procedures.get(procedure)
             outputs = self._outputs[procedure] = decl.outputs if decl is not None else ()
         return outputs
 
@@ -247,7 +247,7 @@ class EngineMetrics:
     def snapshot(self) -> Live:
         """The live numbers now (see the module docstring for what may be stale)."""
         now_wall, now = time.time(), time.monotonic()
-        rt = self.view.runtime
+        rt = self.engine.runtime
         live = Live(iso(now_wall) or "", round(now_wall - self.started_wall, 3),
                     rt is not None, False, None, None)
         if rt is None:
@@ -292,7 +292,7 @@ class EngineMetrics:
                 view.streams[name] = (kind, ledger.frontier(name),
                                       len(nb.ids) if nb is not None else 0, rows, holders)
             delivered: dict[str, int] = {}  # stream -> lowest watermark of its sinks
-            for sink in self.view.sinks():
+            for sink in self.engine.sinks():
                 snap = sink.metrics_snapshot()
                 view.sinks[snap.name] = lag = self._lag(rt, snap)
                 delivered[snap.stream] = min(delivered.get(snap.stream, lag.watermark),
@@ -300,7 +300,7 @@ class EngineMetrics:
             with self._mutex:  # every sink of the stream has these: their times can go
                 for stream, mark in delivered.items():
                     self.times.forget_through(stream, mark)
-            view.pressure = self.view.pressure(rt).to_dict()
+            view.pressure = self.engine.pressure(rt).to_dict()
         finally:
             rt.lock.release()
         self._view = view
@@ -346,7 +346,7 @@ class EngineMetrics:
 
     def _sinks(self, live: Live, view: _LedgerView | None, now: float,
                now_wall: float) -> None:
-        for sink in self.view.sinks():
+        for sink in self.engine.sinks():
             snap = sink.metrics_snapshot()
             lag = view.sinks.get(snap.name) if view is not None else None
             if lag is None:

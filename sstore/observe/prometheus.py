@@ -30,7 +30,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         live = self.metrics.snapshot()
-        engine = self.metrics.view
+        engine = self.metrics.engine
         info = GaugeMetricFamily("sstore_engine_info", "The engine this process serves "
                                  "(value 1); malloc: the process's allocator (jemalloc or the "
                                  "C library's, sstore.allocator)",
