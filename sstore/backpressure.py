@@ -70,8 +70,8 @@ from sstore.interrupts import Stopped
 
 if TYPE_CHECKING:
     from sstore.graph import Graph
-    from sstore.observe.sinks import ObservableSink
     from sstore.runtime import Runtime
+    from sstore.sink_view import ObservableSink
     from sstore.subscriptions import Subscription
 
 DEFAULT_MAX_BATCHES = 10_000

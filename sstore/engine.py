@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import duckdb
 import pyarrow as pa
@@ -43,6 +43,7 @@ from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
 from sstore.checkpoints import WAL_LIMIT_BYTES
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow
+from sstore.engine_view import EngineView
 from sstore.errors import ChainedBatchError, DeclarationError, SStoreError, UnknownStreamError
 from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
 from sstore.ingest import Ingested, ingest_batch, replay_ingest
@@ -50,15 +51,11 @@ from sstore.interrupts import Interrupts, Stopped
 from sstore.readonly import check_query
 from sstore.rows import RowsLike
 from sstore.runtime import CommitEvent, Runtime
+from sstore.sink_view import ObservableSink
 from sstore.sql import bind, ident
 from sstore.status import EngineStatus, read_status
 from sstore.subscriptions import Callback, Subscribers, Subscription
 from sstore.transaction import Transaction
-
-if TYPE_CHECKING:
-    from sstore.observe.metrics import EngineMetrics
-    from sstore.observe.server import Server
-    from sstore.observe.sinks import ObservableSink
 
 log = logging.getLogger("sstore")
 
@@ -124,11 +121,14 @@ class Engine:
         #: (``sstore.backpressure``): ``max_lag`` is the default bound, ``ingest_timeout``
         #: how long an ingest waits for a running reader before ``IngestTimeoutError``
         self.backpressure = Backpressure(max_lag, ingest_timeout, self.sinks)
-        self._metrics: EngineMetrics | None = None
+        #: told of each registered sink, and run first in ``close``: the hooks of what reads
+        #: this engine through ``view()`` (``sstore.observe``), which the engine never imports
+        self._sink_listeners: list[Callable[[ObservableSink], None]] = []
+        self._close_hooks: list[Callable[[], None]] = []
+        self._view = EngineView(self, self._sink_listeners, self._close_hooks)
         #: per border stream, the batch-ids dead-letter replays took (-> the dead-lettered
         #: batch), read on the first re-send; an ``along`` ingest (a replay) forgets it
         self._replayed: dict[str, dict[int, int]] = {}
-        self._server: Server | None = None
 
     @classmethod
     def open_existing(cls, path: str) -> Engine:
@@ -187,6 +187,11 @@ class Engine:
     def started(self) -> bool:
         """Whether the engine has started (its graph is then fixed)."""
         return self._rt is not None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the engine was closed (it then refuses every call that needs its state)."""
+        return self._closed
 
     def window(self, name: str, source: str, *, rows: int | None = None,
                batches: int | None = None, slide: int = 1) -> str:
@@ -508,50 +513,20 @@ class Engine:
         self._observers.append(observer)
 
     # ------------------------------------------------------------------ observing
-    def metrics(self) -> EngineMetrics:
-        """This engine's live metrics (``sstore.observe.metrics``), made on the first call:
-        from then on every commit updates a few counters and a latency histogram (no SQL).
-        Nothing is counted until something asks; ``serve`` does."""
-        with self._lock:
-            if self._metrics is None:
-                from sstore.observe.metrics import EngineMetrics
-                self._metrics = EngineMetrics(self)
-            return self._metrics
-
-    def serve(self, port: int = 0, host: str = "127.0.0.1") -> str:
-        """Serve live status, Prometheus metrics and a dashboard over HTTP from this process,
-        until ``close``; return the URL (``/`` the dashboard, ``/status`` JSON, ``/metrics``).
-
-        ``port`` 0 takes any free port. ``host`` 127.0.0.1 (the default) answers this machine
-        only; there is no authentication, so bind wider only on a network you trust. A state
-        file gets ``STATE.live.json`` beside it, so that ``sstore status STATE`` reaches this
-        process while it holds the file. Serving again returns the same URL."""
-        if self._closed:
-            raise SStoreError("the engine is closed")
-        with self._lock:
-            if self._server is not None:
-                if port not in (0, self._server.port) or host != self._server.host:
-                    raise DeclarationError(f"this engine already serves at "
-                                           f"{self._server.url}")
-                return self._server.url
-            from sstore.observe.server import Server
-            server = Server(self, self.metrics(), host, port)
-            self._server = server
-        return server.start()
-
-    @property
-    def serving_url(self) -> str | None:
-        """The URL ``serve`` answers on, or None when not serving."""
-        return self._server.url if self._server is not None else None
+    def view(self) -> EngineView:
+        """This engine, read-only, for ``sstore.observe`` (metrics, ``/status``, the
+        dashboard: ``sstore.observe.serve(engine)``); the same object on every call."""
+        return self._view
 
     def register_sink(self, sink: ObservableSink) -> None:
-        """Show ``sink`` in this engine's metrics and status (see ``sstore.observe.sinks``).
+        """Show ``sink`` in this engine's backpressure, metrics and status (the protocol:
+        ``sstore.sink_view``).
         A sink with the same consumer name replaces the one registered before."""
         name = sink.metrics_snapshot().name
         with self._lock:
             self._sinks[name] = sink
-            if self._metrics is not None:
-                self._metrics.track_sink(sink)
+            for listener in self._sink_listeners:
+                listener(sink)
 
     def unregister_sink(self, sink: ObservableSink) -> None:
         with self._lock:
@@ -566,7 +541,7 @@ class Engine:
     @property
     def runtime(self) -> Runtime | None:
         """The started engine's shared state (None before the first ingest, run or query);
-        for ``sstore.observe``, which reads it under ``lock``."""
+        for ``view()``, which reads it under ``lock``."""
         return self._rt
 
     def latest(self, stream: str) -> tuple[int, pa.Table] | None:
@@ -740,9 +715,10 @@ class Engine:
         if self._closed:
             return
         self._interrupts.close()
-        if self._server is not None:  # first: its readers take the lock this close needs
-            self._server.stop()
-            self._server = None
+        hooks = list(self._close_hooks)
+        self._close_hooks.clear()
+        for hook in hooks:  # first: a server's readers take the lock this close needs
+            hook()
         with self._lock:
             self._closed = True
             try:

@@ -34,6 +34,16 @@ class StateFileError(TerminalError):
     """A state file cannot be opened for reading, or is not an sstore state file."""
 
 
+class StateFileLockedError(StateFileError):
+    """Another process holds the state file (DuckDB's lock): ``holder`` is its PID, 0 when
+    DuckDB does not name it. If that process serves, ``sstore.observe.live.file_status`` asks
+    it over HTTP instead (the core does not: it never imports ``sstore.observe``)."""
+
+    def __init__(self, message: str, holder: int) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 def explain(path: str, exc: duckdb.Error) -> StateFileError:
     """The ``StateFileError`` that says in plain words why DuckDB could not use ``path``."""
     text = str(exc)
@@ -114,13 +124,14 @@ class StateFileReader:
     def close(self) -> None:
         self._con.close()
 SERVE_HINT = ("to read its status while it runs, start it with --serve PORT (sstore demo, "
-              "sstore tpcdi run, sstore tpcdi demo) or call Engine.serve() in its program")
+              "sstore tpcdi run, sstore tpcdi demo) or call sstore.observe.serve(engine) in "
+              "its program")
 
 
 def file_status(path: str) -> EngineStatus:
-    """``sstore.status.status_of_file`` with readable errors; a file that a serving engine
-    holds is asked over HTTP instead (``sstore.observe.live``: the discovery file beside the
-    state file names the process and its URL)."""
+    """``sstore.status.status_of_file`` with readable errors. A file another process holds
+    raises ``StateFileLockedError``; ``sstore.observe.live.file_status`` (what ``sstore
+    status`` calls) then asks that process over HTTP if it serves."""
     _check_exists(path)
     try:
         return status_of_file(path)
@@ -129,11 +140,7 @@ def file_status(path: str) -> EngineStatus:
         holder = _lock_holder(exc)
         if holder is None:
             raise error from None
-    from sstore.observe import live
-    found = live.find(path, lock_pid=holder or None)
-    if found is None:
-        raise StateFileError(f"{error}; {SERVE_HINT}") from None
-    return EngineStatus.from_dict(live.fetch_status(found))
+        raise StateFileLockedError(f"{error}; {SERVE_HINT}", holder) from None
 
 
 def _lock_holder(exc: duckdb.Error) -> int | None:

@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-from sstore import Engine
+from sstore import Engine, observe
 
 DATAFLOW = ["zz_raw", "z_parse", "m_clean", "b_enrich", "k_enriched", "a_total", "d_totals",
             "c_recent", "y_watch"]
@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     engine = Engine(args.state)
     declare_flow(engine, args.halt_at)
-    url = engine.serve(0) if args.serve else "-"
+    url = observe.serve(engine, 0) if args.serve else "-"
     feed(engine, args.batches)
     print("ready", url, flush=True)
     sys.stdin.read()

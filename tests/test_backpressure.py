@@ -20,6 +20,7 @@ from sstore import (
     DeclarationError,
     Engine,
     IngestTimeoutError,
+    observe,
 )
 from sstore.errors import SStoreError
 from sstore.interrupts import Stopped
@@ -259,7 +260,7 @@ def test_timeout_is_transient_and_the_byte_bound_holds(export: tuple[Engine, Thr
     report = eng.status().backpressure
     assert report["blocked"] and report["waiting_ingests"] == 1
     assert pressure(eng, "export")["waiting_ingests"] == 1
-    url = eng.serve(0)
+    url = observe.serve(eng, 0)
     m = scrape(url)
     labels = {"consumer": "export", "kind": "sink", "streams": "events"}
     assert sample(m, "sstore_ingest_blocked") == 1

@@ -17,7 +17,7 @@ import psycopg
 import pyarrow as pa
 
 from migrators import StreamToPostgres
-from sstore import Bound, Engine, IngestTimeoutError
+from sstore import Bound, Engine, IngestTimeoutError, observe
 from sstore.retry import Kind, kind_of
 from tests.test_observe import get, sample, scrape
 
@@ -79,7 +79,7 @@ def test_a_locked_target_throttles_ingest_and_loses_nothing(state_path: str,
         while completed(eng, "enrich") < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert sink.flush(timeout=30)
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
 
         # the warehouse stops taking rows: an ACCESS EXCLUSIVE lock held by another session
         locker.execute("LOCK TABLE public.bp_target IN ACCESS EXCLUSIVE MODE")

@@ -1,11 +1,16 @@
 """The layer order of ARCHITECTURE.md ("Layers and seams"), checked on the source itself.
 
-    cli  ->  workloads (tpcdi, voter, icu, tpcc)  ->  polystore  ->  migrators  ->  core engine
+    cli  ->  workloads (tpcdi, voter, icu, tpcc)  ->  polystore  ->  migrators  ->  observe
+         ->  core engine
 
 Each layer imports only the layers to its right; ``benchmarks/`` and ``dags/`` sit above all of
 them; ``tests/`` are exempt. Every ``import`` and ``from ... import`` counts, wherever it is
 (inside a function, under ``TYPE_CHECKING``), and so does ``importlib.import_module("...")``
 with a literal name: a lazy import is still a dependency.
+
+``sstore.observe`` (metrics, HTTP status, the dashboard) is a layer of its own just above the
+core: it reads an engine through ``Engine.view()`` (``sstore.engine_view``), and no module of
+the core imports it, not even under ``TYPE_CHECKING`` (issue 34, "one consumer port").
 
 Second rule: no module reaches into another module's private names (``from m import _x``,
 ``m._x``, ``pkg.m._x``); a name another module needs is made public, with a docstring. What
@@ -28,14 +33,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE, MIGRATORS, POLYSTORE, WORKLOADS, CLI, TOP = range(6)
-LAYER_NAMES = ("core engine", "migrators", "polystore", "workloads", "cli",
+CORE, OBSERVE, MIGRATORS, POLYSTORE, WORKLOADS, CLI, TOP = range(7)
+LAYER_NAMES = ("core engine", "observe", "migrators", "polystore", "workloads", "cli",
                "benchmarks/dags")
 
 #: Module name prefix -> layer; the longest matching prefix decides. A key ending in ``*``
 #: matches any name that starts with what precedes it (``sstore.cli_*``: ``sstore.cli_format``).
 LAYERS: dict[str, int] = {
     "sstore": CORE,                 # engine, executor, scheduler, ledger, streams, ... retry
+    # metrics, /status, the dashboard: read the core through Engine.view(); never imported
+    # by it (the engine works, and is tested, without it)
+    "sstore.observe": OBSERVE,
     "migrators": MIGRATORS,
     # State-file upkeep (the sstore_maintenance DAG, TPC-DI orchestration): migrate_streams
     # is StreamToPostgres.run_once for every target, a migrator's job over the core; it
@@ -205,6 +213,20 @@ def test_no_module_reaches_into_another_modules_private_names() -> None:
         "\n".join(map(str, found))
 
 
+def test_the_core_never_imports_observe() -> None:
+    """The dependency between the engine and its observability points one way: a core
+    module that imports ``sstore.observe`` (lazily, under ``TYPE_CHECKING``, by importlib)
+    is a finding, named here on its own so that the message says which rule broke."""
+    modules = module_files(ROOT, ("sstore",))
+    known = frozenset(modules)
+    found = [f"{module}:{line}: imports {target}" for module, path in modules.items()
+             if layer_of(module) == CORE
+             for line, target, _name in imports_of(module, path, known)
+             if target == "sstore.observe" or target.startswith("sstore.observe.")]
+    assert not found, "the core imports sstore.observe (read the engine through " \
+        "Engine.view() from observe instead):\n" + "\n".join(found)
+
+
 def test_every_python_folder_is_checked_or_exempt_for_a_reason() -> None:
     folders = {p.relative_to(ROOT).parts[0] for p in ROOT.glob("*/**/*.py")
                if not p.relative_to(ROOT).parts[0].startswith(".")}
@@ -213,6 +235,8 @@ def test_every_python_folder_is_checked_or_exempt_for_a_reason() -> None:
     assert layer_of("sstore.cli") == layer_of("sstore.cli.polystore") == \
         layer_of("sstore.cli_polystore") == CLI
     assert layer_of("sstore.client") == CORE  # a prefix is a whole name part, not any text
+    assert layer_of("sstore.observe.metrics") == OBSERVE
+    assert layer_of("sstore.observer") == CORE
 
 
 # ------------------------------------------------------------------- the checker catches ...
@@ -230,7 +254,17 @@ def fake_repo(tmp_path: Path) -> dict[str, Path]:
     """A small tree with one example of every kind of violation, and legal neighbours."""
     return _tree(tmp_path, {
         "sstore/__init__.py": "",
-        "sstore/engine.py": "import duckdb\n_cache = {}\n",
+        "sstore/engine.py": """
+            import duckdb
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from sstore.observe.metrics import EngineMetrics  # a type only, still counted
+            _cache = {}
+            def serve():
+                from sstore.observe import server  # lazy, still counted
+            """,
+        "sstore/observe/__init__.py": "",
+        "sstore/observe/metrics.py": "from sstore.engine import _cache\nimport sstore.status\n",
         "sstore/status.py": """
             def report():
                 from sstore.workloads.tpcc.orders import orders_rows  # lazy, still counted
@@ -274,6 +308,8 @@ def fake_repo(tmp_path: Path) -> dict[str, Path]:
 def test_the_layer_check_finds_imports_that_go_up(fake_repo: dict[str, Path]) -> None:
     found = {(f.module, f.line) for f in layer_findings(fake_repo)}
     assert found == {
+        ("sstore.engine", 5),                  # core -> observe, under TYPE_CHECKING
+        ("sstore.engine", 8),                  # core -> observe, inside a function
         ("sstore.status", 3),                  # core -> workload, inside a function
         ("sstore.polystore.calibrate", 3),     # polystore -> workload, relative import
         ("sstore.polystore.connectors", 8),    # polystore -> cli, by importlib
@@ -288,6 +324,7 @@ def test_the_private_check_finds_reach_ins(fake_repo: dict[str, Path]) -> None:
         ("sstore.polystore.connectors", 3, "imports the private _for_spark of migrators.spark"),
         ("sstore.polystore.connectors", 6, "reaches into sstore.polystore.executor._run"),
         ("sstore.polystore.connectors", 7, "reaches into sstore.engine._cache"),
+        ("sstore.observe.metrics", 1, "imports the private _cache of sstore.engine"),
     }
 
 

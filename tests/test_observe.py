@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from sstore import Engine, allocator
+from sstore import Engine, allocator, observe
 from sstore.cli import main
 from sstore.observe import live
 from sstore.observe.server import ServeError
@@ -154,7 +154,7 @@ def test_nothing_serves_or_counts_unless_asked(state_path: str) -> None:
     with Engine(state_path) as eng:
         declare_flow(eng)
         feed(eng, 2)
-        assert eng.serving_url is None
+        assert observe.serving_url(eng) is None
         assert eng.runtime is not None and eng.runtime.observers == []  # no metrics observer
         assert listening_ports() == ports
         assert not os.path.exists(live.discovery_path(state_path))
@@ -169,7 +169,7 @@ def test_nothing_serves_or_counts_unless_asked(state_path: str) -> None:
 def test_metrics_match_what_the_engine_did(state_path: str) -> None:
     with Engine(state_path) as eng:
         declare_flow(eng, halt_at=4)
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         feed(eng, 6)
         m = scrape(url)
         for name in ("z_parse", "b_enrich", "a_total"):
@@ -206,7 +206,7 @@ def test_two_engines_in_one_process_keep_their_numbers_apart(tmp_path: Path) -> 
     with Engine(str(tmp_path / "a.duckdb")) as a, Engine(str(tmp_path / "b.duckdb")) as b:
         declare_flow(a)
         declare_flow(b)
-        url_a, url_b = a.serve(0), b.serve(0)
+        url_a, url_b = observe.serve(a, 0), observe.serve(b, 0)
         assert url_a != url_b
         feed(a, 2)
         feed(b, 5)
@@ -218,12 +218,12 @@ def test_two_engines_in_one_process_keep_their_numbers_apart(tmp_path: Path) -> 
 
 def test_serving_twice_and_a_port_in_use(tmp_path: Path) -> None:
     with Engine(str(tmp_path / "a.duckdb")) as a, Engine(str(tmp_path / "b.duckdb")) as b:
-        url = a.serve(0)
-        assert a.serve(0) == url == a.serving_url
+        url = observe.serve(a, 0)
+        assert observe.serve(a, 0) == url == observe.serving_url(a)
         port = int(url.rsplit(":", 1)[1].strip("/"))
         with pytest.raises(ServeError, match=f"cannot serve .* on 127.0.0.1:{port}"):
-            b.serve(port)
-        assert b.serving_url is None
+            observe.serve(b, port)
+        assert observe.serving_url(b) is None
     with pytest.raises(urllib.error.URLError):  # closed: nothing answers any more
         get(url + "status", timeout=2)
 
@@ -232,7 +232,7 @@ def test_serving_twice_and_a_port_in_use(tmp_path: Path) -> None:
 def test_status_json_is_the_engine_status_plus_live_numbers(state_path: str) -> None:
     with Engine(state_path) as eng:
         declare_flow(eng, halt_at=2)
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         feed(eng, 4)
         doc = json.loads(get(url + "status"))
         expected = eng.status().to_dict()
@@ -254,7 +254,7 @@ def test_status_and_metrics_answer_while_a_long_transaction_holds_the_engine(
         state_path: str) -> None:
     with Engine(state_path) as eng:
         declare_flow(eng)
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         feed(eng, 3)
         answers: dict[str, object] = {}
 
@@ -289,7 +289,7 @@ def test_serving_before_the_engine_starts_shows_the_file(state_path: str) -> Non
         declare_flow(eng)
         feed(eng, 2)
     with Engine(state_path) as eng:  # the program is still declaring when it serves
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         doc = json.loads(get(url + "status"))
         assert doc["live"]["started"] is False and "not started" in doc["live"]["note"]
         assert [p["last_batch"] for p in doc["procedures"]] == [2, 2, 2, 2]
@@ -300,7 +300,7 @@ def test_serving_before_the_engine_starts_shows_the_file(state_path: str) -> Non
 
 def test_the_dashboard_page_is_self_contained(state_path: str) -> None:
     with Engine(state_path) as eng:
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         page = get(url).decode()
         assert get(url + "index.html").decode() == page
         with pytest.raises(urllib.error.HTTPError, match="404"):
@@ -314,7 +314,7 @@ def test_the_dashboard_page_is_self_contained(state_path: str) -> None:
 # -- the discovery file ------------------------------------------------------------------------
 def test_the_discovery_file_lives_as_long_as_the_server(state_path: str) -> None:
     eng = Engine(state_path)
-    url = eng.serve(0)
+    url = observe.serve(eng, 0)
     found = live.find(state_path)
     assert found is not None and found.pid == os.getpid() and found.url == url
     assert found.engine_id == eng.engine_id

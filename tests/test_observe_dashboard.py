@@ -17,7 +17,7 @@ from pathlib import Path
 from PIL import Image
 
 from migrators import StreamToPostgres
-from sstore import Engine
+from sstore import Engine, observe
 from tests.observe_flow import DATAFLOW, INPUTS, declare_flow, feed
 from tests.test_observe import assert_dataflow_order
 
@@ -69,7 +69,7 @@ def test_the_dashboard_draws_the_live_dataflow_in_chromium(state_path: str, pg_u
     eng = Engine(state_path)
     declare_flow(eng, halt_at=4)
     sink = StreamToPostgres(eng, "k_enriched", pg_url, "public.enriched")
-    url = eng.serve(0)
+    url = observe.serve(eng, 0)
     sink.attach()
     try:
         feed(eng, 6)

@@ -96,7 +96,7 @@ def test_a_pipeline_that_does_not_serve_is_named_with_how_to_serve(tmp_path: Pat
     assert done.returncode == 1
     err = done.stderr
     assert "in use by another process" in err and f"PID {proc.pid}" in err
-    assert "--serve PORT" in err and "Engine.serve()" in err
+    assert "--serve PORT" in err and "sstore.observe.serve(engine)" in err
     assert "Traceback" not in err
 
 

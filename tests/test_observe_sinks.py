@@ -15,7 +15,7 @@ import pytest
 
 from migrators import MigrationError, StreamToPostgres
 from migrators.postgres import RetryPolicy
-from sstore import Engine
+from sstore import Engine, observe
 from sstore.errors import SStoreError
 from tests.observe_flow import ROWS_PER_BATCH, declare_flow, feed
 from tests.test_observe import get, sample, scrape
@@ -33,7 +33,7 @@ def test_watermark_lag_rows_and_halt_of_a_sink(state_path: str, pg_url: str) -> 
     eng = Engine(state_path)
     declare_flow(eng)
     sink = StreamToPostgres(eng, "k_enriched", pg_url, "public.enriched")
-    url = eng.serve(0)
+    url = observe.serve(eng, 0)
     feed(eng, 4)
     first_commit = committed_at(eng, "k_enriched", 1)
     time.sleep(0.5)
@@ -93,7 +93,7 @@ def test_lag_of_batches_committed_before_this_process(state_path: str, pg_url: s
     with Engine(state_path) as eng:  # a new process would see the same: nothing in memory
         declare_flow(eng)
         StreamToPostgres(eng, "k_enriched", pg_url, "public.enriched")
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         eng.run_until_idle()
         m = scrape(url)
         assert sample(m, "sstore_sink_lag_batches", **SINK) == 3
@@ -111,7 +111,7 @@ def test_retries_are_counted(state_path: str) -> None:
         sink = StreamToPostgres(eng, "k_enriched", f"postgresql://postgres@127.0.0.1:{port}/x",
                                 "public.enriched",
                                 retry=RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.01))
-        url = eng.serve(0)
+        url = observe.serve(eng, 0)
         feed(eng, 1)
         with pytest.raises(SStoreError):
             sink.run_pending()

@@ -47,10 +47,11 @@ from sstore.cli.options import (
 )
 from sstore.engine import Engine
 from sstore.errors import SStoreError
+from sstore.observe.live import file_status
 from sstore.observe.options import serve_options, start_serving
 from sstore.readonly import ReadOnlyQueryError
 from sstore.retry import RetryPolicy
-from sstore.statefile import explain, file_status, query_file
+from sstore.statefile import explain, query_file
 from sstore.stopping import command_stops
 
 
@@ -157,9 +158,9 @@ def status_command(state: str, as_json: bool) -> None:
     Reads STATE read-only: procedures in dataflow order with the streams they read and
     write, the last batch each one committed and when, stream and window sizes, and the
     latest errors. While a process runs the dataflow it holds the file (DuckDB allows one
-    writer and no readers meanwhile): if that process serves (--serve PORT, Engine.serve),
-    the status comes from it, live, with rates and sink lags; otherwise this fails and says
-    so.
+    writer and no readers meanwhile): if that process serves (--serve PORT,
+    sstore.observe.serve), the status comes from it, live, with rates and sink lags;
+    otherwise this fails and says so.
     """
     try:
         status = file_status(state)

@@ -5,7 +5,8 @@ status STATE`` cannot open a file a running pipeline holds. A serving engine the
 ``STATE.live.json`` beside the state file (pid, host, port, URL), and removes it when it
 closes. The protocol, from the reader's side:
 
-1. Opening STATE read-only fails with DuckDB's lock error.
+1. Opening STATE read-only fails with DuckDB's lock error (``sstore.statefile.file_status``
+   raises ``StateFileLockedError``; ``file_status`` here catches it).
 2. ``find(STATE)`` reads ``STATE.live.json``. A file whose pid no longer runs (a process
    killed before it could remove it), or whose pid is not the one DuckDB names as the lock
    holder, is stale and ignored.
@@ -23,6 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sstore.errors import TerminalError
+from sstore.statefile import StateFileLockedError
+from sstore.statefile import file_status as status_from_file
+from sstore.status import EngineStatus
 
 SUFFIX = ".live.json"
 FETCH_TIMEOUT = 10.0
@@ -123,3 +127,17 @@ def _running(pid: int) -> bool:
             return stat.read().rpartition(")")[2].split()[0] != "Z"
     except (OSError, IndexError):
         return True  # no /proc here: kill(pid, 0) has answered
+
+
+def file_status(state: str) -> EngineStatus:
+    """A state file's status: read from the file (``sstore.statefile.file_status``), or, when
+    a serving engine holds it, asked of that engine over HTTP (the discovery file names the
+    process and its URL). A holder that does not serve: the file's ``StateFileLockedError``,
+    which says how to make it serve."""
+    try:
+        return status_from_file(state)
+    except StateFileLockedError as error:
+        found = find(state, lock_pid=error.holder or None)
+        if found is None:
+            raise
+    return EngineStatus.from_dict(fetch_status(found))

@@ -12,22 +12,16 @@ import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from sstore.status import (
-    EngineStatus,
-    ProcedureStatus,
-    StreamStatus,
-    dataflow_nodes,
-    read_status,
-)
+from sstore.status import EngineStatus, ProcedureStatus, StreamStatus, dataflow_nodes
 
 if TYPE_CHECKING:
-    from sstore.engine import Engine
+    from sstore.engine_view import EngineView
     from sstore.observe.metrics import EngineMetrics, Live
 
 STATUS_LOCK_TIMEOUT = 0.5
 
 
-def live_status(engine: Engine, metrics: EngineMetrics, url: str) -> dict[str, Any]:
+def live_status(engine: EngineView, metrics: EngineMetrics, url: str) -> dict[str, Any]:
     """The JSON document of ``/status`` (also what ``sstore status`` prints when live)."""
     live = metrics.snapshot()
     status, skipped = _engine_status(engine)
@@ -39,22 +33,20 @@ def live_status(engine: Engine, metrics: EngineMetrics, url: str) -> dict[str, A
     return doc
 
 
-def _engine_status(engine: Engine) -> tuple[EngineStatus | None, str | None]:
-    """``Engine.status()`` if the engine's lock comes free in time; else why not."""
+def _engine_status(engine: EngineView) -> tuple[EngineStatus | None, str | None]:
+    """``Engine.status()`` (before the engine starts: the state file's) if the engine's lock
+    comes free in time; else why not."""
     if not engine.lock.acquire(timeout=STATUS_LOCK_TIMEOUT):
         return None, (f"the engine held its lock for more than {STATUS_LOCK_TIMEOUT:g} s (a "
                       f"long transaction): procedures and streams are from memory, consumers "
                       f"and errors (read from DuckDB) were skipped")
     try:
-        if engine.runtime is None:  # not started: what the state file says so far
-            return read_status(engine.connection, durability=engine.durability,
-                               path=engine.path), None
         return engine.status(), None
     finally:
         engine.lock.release()
 
 
-def _from_memory(engine: Engine, live: Live) -> EngineStatus:
+def _from_memory(engine: EngineView, live: Live) -> EngineStatus:
     graph = engine.graph
     status = EngineStatus(engine.path, engine.durability, engine_id=engine.engine_id)
     for p in live.procedures:

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Histogram
 
 from sstore.observe.rates import RateMeter
-from sstore.observe.sinks import ObservableSink, SinkSnapshot
 from sstore.runtime import CommitEvent, Runtime
+from sstore.sink_view import ObservableSink, SinkSnapshot
 
 if TYPE_CHECKING:
-    from sstore.engine import Engine
+    from sstore.engine_view import EngineView
 
 LOCK_TIMEOUT = 0.25  # seconds a reader waits for the engine's lock before using its last view
 KEEP_TIMES = 100_000  # commit times kept per stream a sink reads (older ones: looked up)
@@ -175,13 +175,14 @@ class _LedgerView:
 
 class EngineMetrics:
     """Counters, a TE latency histogram and live snapshots of one engine (see the module
-    docstring). Created by ``Engine.metrics()``; one ``CollectorRegistry`` per engine, so
-    several engines in one process never mix their numbers."""
+    docstring), read through the engine's read-only view (``Engine.view()``). Created by
+    ``sstore.observe.metrics_of(engine)``; one ``CollectorRegistry`` per engine, so several
+    engines in one process never mix their numbers."""
 
-    def __init__(self, engine: Engine, lock_timeout: float = LOCK_TIMEOUT) -> None:
+    def __init__(self, view: EngineView, lock_timeout: float = LOCK_TIMEOUT) -> None:
         from sstore.observe.prometheus import EngineCollector
 
-        self.engine = engine
+        self.engine: EngineView = view  # the engine is reached only through its view
         self.lock_timeout = lock_timeout
         self.registry = CollectorRegistry(auto_describe=False)
         self.te_seconds = Histogram("sstore_procedure_te_seconds",
@@ -197,9 +198,11 @@ class EngineMetrics:
         self._outputs: dict[str, tuple[str, ...]] = {}
         self._view: _LedgerView | None = None
         self.registry.register(EngineCollector(self))
-        for sink in engine.sinks():
-            self.track_sink(sink)
-        engine.observe(self.on_commit)
+        with view.lock:  # no sink registered between the two
+            for sink in view.sinks():
+                self.track_sink(sink)
+            view.on_sink(self.track_sink)
+        view.observe(self.on_commit)
 
     # ------------------------------------------------------------------ commit path
     def track_sink(self, sink: ObservableSink) -> None:
@@ -297,7 +300,7 @@ class EngineMetrics:
             with self._mutex:  # every sink of the stream has these: their times can go
                 for stream, mark in delivered.items():
                     self.times.forget_through(stream, mark)
-            view.pressure = self.engine.backpressure.report(rt).to_dict()
+            view.pressure = self.engine.pressure(rt).to_dict()
         finally:
             rt.lock.release()
         self._view = view

@@ -33,6 +33,8 @@ def start_serving(engine: Engine, port: int | None, host: str,
     """Serve ``engine`` if ``port`` was given; tell the user where."""
     if port is None:
         return None
-    url = engine.serve(port, host)
+    from sstore.observe.serving import serve
+
+    url = serve(engine, port, host)
     say(f"Live status, metrics and dashboard: {url} (/status, /metrics)")
     return url

@@ -1,5 +1,5 @@
 """The HTTP side: ``/metrics``, ``/status`` and the dashboard, from a thread of the engine's
-process (``Engine.serve``).
+process (``sstore.observe.serve(engine)``).
 
 Lifecycle:
 
@@ -9,7 +9,7 @@ Lifecycle:
 2. Requests read the engine through ``EngineMetrics`` and ``live_status``: counters without
    the engine's lock, the rest with a short lock timeout, so a long transaction delays an
    answer by a fraction of a second, never forever.
-3. ``Server.stop`` (from ``Engine.close``): stop serving, close the socket, remove the
+3. ``Server.stop`` (from ``Engine.close``, a hook of its view): stop serving, close the socket, remove the
    discovery file. A process killed before step 3 leaves the file; readers see that its pid
    is gone and ignore it.
 """
@@ -31,7 +31,7 @@ from sstore.observe import live as discovery
 from sstore.observe.livestatus import live_status
 
 if TYPE_CHECKING:
-    from sstore.engine import Engine
+    from sstore.engine_view import EngineView
     from sstore.observe.metrics import EngineMetrics
 
 log = logging.getLogger("sstore.observe")
@@ -49,7 +49,7 @@ def dashboard_html() -> bytes:
 class Server:
     """One engine's HTTP server (see the module docstring)."""
 
-    def __init__(self, engine: Engine, metrics: EngineMetrics, host: str, port: int) -> None:
+    def __init__(self, engine: EngineView, metrics: EngineMetrics, host: str, port: int) -> None:
         self.engine = engine
         self.metrics = metrics
         try:
