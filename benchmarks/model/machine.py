@@ -466,6 +466,7 @@ class ModelMachine(WarehouseRules):
             if isinstance(exc, InputLogError):
                 raise Violation(f"replay refused the log after a rename: {exc}") from exc
             self.open(self.program)  # refused loudly at start: the old program goes on
+            self.acks_after_restart()  # a restart all the same (weak: acks not logged)
             return
         if self.stopped is not None:
             return
