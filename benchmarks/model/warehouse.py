@@ -7,6 +7,7 @@ of ``benchmarks.model.machine.ModelMachine``, whose state (``sys``, ``model``, `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
@@ -38,8 +39,9 @@ class WarehouseRules(RuleBasedStateMachine):
     def step(self, rule: str) -> None:
         self.ctx.count(rule)
 
-    def open(self, program: Program) -> None:
-        raise NotImplementedError
+    #: reopens the system with ``program``: ``machine.ModelMachine.open`` (this class is
+    #: its mixin of the warehouse rules, never used alone)
+    open: Callable[[Program], None]
 
     # ------------------------------------------------------------------ the warehouse target
     def expected_delivery(self, reset: bool) -> dict[int, tuple[Any, ...]]:
