@@ -433,7 +433,7 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     and COMMIT. psycopg's own BEGIN would be one more, and on a loaded machine every
     round trip waits for the scheduler twice.
     ``begin=False``: the UPDATE alone, in a transaction already open (a later member of a
-    sink group's transaction, ``migrators.sink_group``).
+    sink group's transaction, ``migrators.sink_runner``).
 
     Only a row under its table's canonical name can match: the key is a plain ``schema.table``
     (``_plain``), quoted part by part, so the table ``to_regclass`` finds for it is named
@@ -504,6 +504,15 @@ def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget |
                     (key.merge_key, key.source, key.stream, watermark.target, key.merge_key))
     con.commit()
     return watermark
+
+
+def skip_to(cur: psycopg.Cursor, key: SinkKey, watermark: int, after: int) -> None:
+    """Move the watermark from ``watermark`` to ``after`` without delivering (a gap the
+    writer accepted: the batches in between are gone from the source), in the caller's
+    transaction, after ``lock``; nothing changes if another writer moved it meanwhile."""
+    cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, updated_at = now() WHERE source = %s "
+                f"AND stream = %s AND target = %s AND batch_id = %s",
+                (after, key.source, key.stream, key.target, watermark))
 
 
 def read(con: psycopg.Connection, key: SinkKey) -> int | None:
