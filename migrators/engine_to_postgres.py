@@ -575,8 +575,8 @@ class StreamToPostgres:
         told is younger than ``ACK_WAIT_MAX``: a group commit holds that lock for a whole
         batch, and waiting for it after every delivery made a sink group's next round wait
         as long (84% of a round's time at 100-trade TPC-DI batches). A busy engine is told on
-        a later try (the sink thread wakes every ``ack_every`` seconds, at least every 10 ms,
-        while it has something to tell), and after ``ACK_WAIT_MAX`` the sink waits: garbage
+        a later try (the runner's thread wakes every ``ack_every`` seconds, at least every
+        10 ms, while it has something to tell), and after ``ACK_WAIT_MAX`` the sink waits: garbage
         collection and backpressure are never kept waiting long."""
         now = time.monotonic()
         if not self._unacked or not (force or now - self._acked_at >= self.ack_every):
