@@ -16,7 +16,7 @@ POINTS = (
     "ingest.before_log", "ingest.before_commit", "ingest.after_commit",
     "te.before_commit", "te.after_commit",
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
-    "dead_letters.before_delete",
+    "dead_letters.before_delete", "file.before_rename",
 )
 
 _target: tuple[str, int] | None = None
