@@ -5,7 +5,7 @@ with a plain-Python model of what every stream, table and target must hold.
 
 - ``test_random_programs_match_the_model``: the CI budget of random programs, every operation
   on, reproducible: ``SSTORE_MODEL_SEED`` (default 34) and ``SSTORE_MODEL_EXAMPLES``
-  (programs, default 6); a violation fails with the shrunk program. It runs on a private
+  (programs, default 4); a violation fails with the shrunk program. It runs on a private
   PostgreSQL of this module's own (``private_pg``), which the programs stop and start; never
   on the shared server.
 - ``test_step_kind``: PostgreSQL restarts, targets emptied by hand with and without
@@ -35,7 +35,7 @@ from benchmarks.model.run import private_server, run_one
 from migrators.embedded_postgres import PrivatePostgres
 
 SEED = int(os.environ.get("SSTORE_MODEL_SEED", "34"))
-EXAMPLES = int(os.environ.get("SSTORE_MODEL_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("SSTORE_MODEL_EXAMPLES", "4"))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ crash, recovered from the WAL at the next start), does something while it is awa
 it again, so that between steps the server always runs and the comparison can read the target:
 
 - ``sink``: a one-shot ``StreamToPostgres.run_once`` while it is away must fail loudly (its
-  few retries spent) and leave everything as it was;
+  few retries spent) with a ``TransientError`` (a caller may retry it later) and leave
+  everything as it was;
 - ``migrate``: ``sstore migrate`` likewise (exit status not 0, nothing changed);
 - ``ingest``: the engine goes on without the warehouse (a new batch, run); an attached sink
   retries in its thread and delivers once the server is back;
@@ -30,6 +31,7 @@ from hypothesis.stateful import precondition, rule
 
 from benchmarks.model.context import Violation, ctx, on
 from benchmarks.model.warehouse import WarehouseRules, quick_retry
+from sstore.errors import SStoreError, TransientError
 
 DURING = ("sink", "migrate", "ingest", "before_commit", "after_commit")
 
@@ -74,8 +76,11 @@ class OutageRules(WarehouseRules):
                                 accept_gap=True, retry=quick_retry())
         try:
             sink.run_once()
-        except Exception:  # noqa: BLE001 - loud: the comparison checks that nothing changed
-            return
+        except TransientError:
+            return  # loud, and retryable: the comparison checks that nothing changed
+        except Exception as exc:
+            raise Violation(f"a sink with PostgreSQL stopped raised {type(exc).__name__}, not a "
+                            f"transient error (a caller would not retry): {exc}") from exc
         finally:
             self.sys.e.unregister_sink(sink)
         raise Violation("a sink delivered while PostgreSQL was stopped")
@@ -114,7 +119,6 @@ class OutageRules(WarehouseRules):
         try:
             sink.run_once()
         except Exception as exc:  # noqa: BLE001 - judged below
-            from sstore.errors import SStoreError
             if isinstance(exc, SStoreError):
                 self.refused(f"a sink with PostgreSQL restarted {where}", exc, gap, True)
                 return
