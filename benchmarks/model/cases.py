@@ -165,6 +165,21 @@ KINDS: dict[str, tuple[str, list[Step]]] = {
         ("target_by_hand", {"what": "drop"}),
         ("migrate", {"reset": False, "accept_gap": True}),
     ]),
+    # the same while a continuous sink runs: it notices at the next commit, and halts (the
+    # user resumes it) or refills
+    "truncated_while_attached": ("full", [
+        ("attach_sink", {"group": False, "accept_gap": False}),
+        ("append_batch", {}), ("run", {}), ("read_and_acknowledge", {}),
+        ("collect_garbage", {"run_first": False}),
+        ("target_by_hand", {"what": "truncate"}),
+        ("append_batch", {}), ("run", {}),
+        ("attach_sink", {"group": True, "accept_gap": True}),
+        ("target_by_hand", {"what": "drop"}),
+        ("collect_garbage", {"run_first": True}),
+        ("append_batch", {}), ("collect_garbage", {"run_first": True}),
+        ("target_by_hand", {"what": "truncate"}),
+        ("append_batch", {}), ("run", {}),
+    ]),
     # SIGTERM stops a child cleanly, with an attached sink in it (SIGINT: the random programs)
     "signal_stops": ("weak", [
         ("append_batch", {}), ("run", {}), ("sink", {}),

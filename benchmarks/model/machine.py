@@ -297,6 +297,7 @@ class ModelMachine(ProcessRules, OutageRules):
         also keeps it out of the first place among the rules hypothesis tries most.)"""
         if run_first:
             self.run()
+            self.settle()  # an attached sink delivers first, as after any other step
         self.step("collect_garbage")
         self.sys.e.collect_garbage()
 

@@ -32,6 +32,10 @@ class WarehouseRules(RuleBasedStateMachine):
     system: System | None
     #: PostgreSQL restarts a rule asked the attached sink's hooks for: where -> stop mode
     pending_pg_fault: dict[str, str]
+    #: the attached sink's ``accept_gap``; the target was truncated or dropped by hand while
+    #: it ran, and it has not delivered since (``settle``)
+    attached_accept_gap: bool = True
+    hand_pending: bool = False
 
     @property
     def sys(self) -> System:
@@ -124,8 +128,8 @@ class WarehouseRules(RuleBasedStateMachine):
         """A continuous sink (``StreamToPostgres.attach``, or a ``SinkGroup`` of it) that
         stays attached across steps: every batch that commits reaches the target through the
         sink thread; after each step the check waits for it (``settle``). It ends when the
-        engine closes (a restart, a crash, ``sstore migrate``) or before the target is
-        changed by hand."""
+        engine closes (a restart, a crash, ``sstore migrate``) or halts; the target changed
+        by hand meanwhile is ``settle``'s."""
         from migrators import StreamToPostgres
         from migrators.sink_group import SinkGroup
         group = group and self.ctx.switches.on("sink_group")
@@ -143,29 +147,50 @@ class WarehouseRules(RuleBasedStateMachine):
             self.sys.e.unregister_sink(sink)
             self.refused("attaching the sink", exc, gap, accept_gap)
             return
-        self.sys.attached = runner
+        self.sys.attached, self.attached_accept_gap, self.hand_pending = runner, accept_gap, False
         if gap and not accept_gap:
             raise Violation("the sink attached over a gap it was not told to accept")
         self.settle(expected)
 
     def settle(self, expected: dict[int, tuple[Any, ...]] | None = None) -> None:
         """Wait until the attached sink delivered every committed batch, then take its
-        effect: ``expected`` (an attach), else the target continued from its watermark. A
-        halt (a target that would round) is loud: the sink is detached, the halt stays."""
+        effect: ``expected`` (an attach), else the target continued from its watermark.
+
+        A target truncated or dropped by hand while the sink runs (``hand_pending``) is
+        noticed at the next batch that commits: the sink starts over from the first batch
+        the engine still has (docs/migrators.md, "What a user must do"), or, if garbage
+        collection removed batches the target lacks and the sink was not told to accept
+        that, halts with ``GapError``: loud, the user then resumes it. A halt because the
+        target would round (lower precision) is loud too. Either way the sink is detached."""
         from migrators.errors import MigrationError
         runner = self.sys.attached if self.system is not None else None
         if runner is None or self.sys.engine is None:
             return
+        gap = self.hand_pending and self.gap_expected(reset=False)
         try:
             done = runner.flush(timeout=60.0)
         except MigrationError as exc:
             self.sys.detach()
             if self.lowprec:
                 return
-            raise Violation(f"the attached sink halted: {exc}") from exc
+            if not (gap and not self.attached_accept_gap and "GapError" in str(exc)):
+                raise Violation(f"the attached sink halted: {exc}") from exc
+            self.sys.e.resume(self.sys.consumer)  # the user saw the gap, and goes on
+            self.hand_pending = False
+            if self.model.target is None and self.sys.target_exists():
+                self.model.target = {}  # the sink made the table again before the check
+            return
         if not done:
             raise Violation("the attached sink did not deliver what committed in 60 s "
                             f"(last error: {getattr(runner, 'last_error', None)})")
+        if self.hand_pending:
+            if max(self.model.processed, default=0) <= self.model.delivered:
+                return  # nothing committed since: the sink has not looked at the target
+            self.hand_pending = False
+            if gap and not self.attached_accept_gap:
+                raise Violation("the attached sink refilled a target emptied by hand over a "
+                                "gap it was not told to accept")
+            expected = self.expected_delivery(reset=False)
         self.delivered(expected if expected is not None else self.continued())
 
     def pg_fault_hook(self, where: str) -> Callable[[Any], None]:
@@ -227,7 +252,8 @@ class WarehouseRules(RuleBasedStateMachine):
         if what == "delete_one" and not target:
             return
         self.step(f"target_{what}")
-        self.sys.detach()  # the program's sink stops first (the model keeps no row in flight)
+        # an attached sink goes on: it notices a truncate or a drop at the next commit
+        self.hand_pending = self.sys.attached is not None and what != "delete_one"
         if what == "truncate":
             self.sys.by_hand("TRUNCATE {t}")
             self.model.target = {}
