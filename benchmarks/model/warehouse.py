@@ -1,8 +1,13 @@
-"""The warehouse half of the model's rules: the PostgreSQL target that the sink
-(``migrators.StreamToPostgres``) and ``sstore migrate`` fill from ``enriched``, and the user's
-hands on it (truncate, delete a row, drop, create it with a time of lower precision). A mixin
-of ``benchmarks.model.machine.ModelMachine``, whose state (``sys``, ``model``, ``program``,
-``lowprec``) these rules read and change; the outcomes follow that module's docstring.
+"""The warehouse half of the model's rules: the PostgreSQL target that the sinks
+(``migrators.StreamToPostgres``: one-shot ``run_once``, or attached across steps on its own or
+as a ``SinkGroup``) and ``sstore migrate`` fill from ``enriched``, with and without
+``accept_gap``, and the user's hands on it (truncate, delete a row, drop, create it with a time
+of lower precision). What a delivery must do is docs/migrators.md's promise: a target that
+holds rows continues from its watermark; a missing or emptied one starts over from the first
+batch the engine still has; if garbage collection removed batches it lacks, ``GapError``
+unless the gap is accepted. A mixin of ``benchmarks.model.machine.ModelMachine``, whose state
+(``sys``, ``model``, ``program``, ``lowprec``) these rules read and change; the outcomes follow
+that module's docstring.
 """
 
 from __future__ import annotations
