@@ -113,6 +113,11 @@ class SinkRunner:
     PostgreSQL database. Attach and detach the runner, not its sinks; each sink keeps its
     own watermark, halt, metrics and ``flush``."""
 
+    #: deliver in rounds (one transaction for every sink) even with a single sink: a
+    #: ``SinkGroup`` does, so that a group of one takes the same path as a larger one; a
+    #: runner of one sink (``StreamToPostgres.attach``) delivers on the sink's own path
+    rounds_alone = False
+
     def __init__(self, sinks: Sequence[StreamToPostgres]) -> None:
         if not sinks:
             raise DeclarationError("a sink group needs at least one sink")
@@ -325,7 +330,8 @@ class SinkRunner:
                             raise
                         sink.halt(exc)
                         live.remove(sink)
-            if not (len(self.sinks) > 1 and self._together(live, report)):
+            if not ((len(self.sinks) > 1 or self.rounds_alone)
+                    and self._together(live, report)):
                 self.one_by_one += 1
                 for sink in live:
                     try:
@@ -442,8 +448,11 @@ class SinkRunner:
         return True
 
 
-#: The runner of several sinks (the name the pipelines and the docs use).
-SinkGroup = SinkRunner
+class SinkGroup(SinkRunner):
+    """The runner of several sinks delivered in one transaction (the name the pipelines and
+    the docs use); a group of one delivers in rounds too (``rounds_alone``)."""
+
+    rounds_alone = True
 
 
 def _write_round(con: psycopg.Connection,

@@ -23,7 +23,7 @@ from sstore import Engine
 from sstore.errors import TransientError
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("one", "group")
+MODES = ("one", "group", "group of one")
 FAST = dict(first_delay=0.01, max_delay=0.05)
 
 
@@ -36,8 +36,9 @@ def ids(url: str, table: str) -> list[int]:
 def fed(eng: Engine, url: str, mode: str,
         before_commit: Callable[[psycopg.Connection], None] | None = None
         ) -> Iterator[list[StreamToPostgres]]:
-    """Sink ``r.a`` of stream ``a`` fed on its own (``mode`` "one": ``attach``) or in a group
-    with sink ``r.b`` of stream ``b`` (``SinkGroup``); detached on the way out."""
+    """Sink ``r.a`` of stream ``a`` fed on its own (``mode`` "one": ``attach``), in a group
+    with sink ``r.b`` of stream ``b`` ("group": ``SinkGroup``) or in a group alone ("group of
+    one", which delivers in rounds too); detached on the way out."""
     eng.stream("a", {"id": "BIGINT"})
     eng.stream("b", {"id": "BIGINT"})
     sinks = [StreamToPostgres(eng, "a", url, "r.a", before_commit=before_commit,
@@ -49,8 +50,9 @@ def fed(eng: Engine, url: str, mode: str,
         finally:
             sinks[0].detach(flush_seconds=1)
         return
-    sinks.append(StreamToPostgres(eng, "b", url, "r.b",
-                                  retry=RetryPolicy(attempts=1, **FAST)))  # type: ignore[arg-type]
+    if mode == "group":
+        sinks.append(StreamToPostgres(eng, "b", url, "r.b",
+                                      retry=RetryPolicy(attempts=1, **FAST)))  # type: ignore
     group = SinkGroup(sinks)
     group.attach()
     try:

@@ -136,7 +136,7 @@ class WarehouseRules(RuleBasedStateMachine):
         engine closes (a restart, a crash, ``sstore migrate``) or halts; the target changed
         by hand meanwhile is ``settle``'s."""
         from migrators import StreamToPostgres
-        from migrators.sink_group import SinkGroup
+        from migrators.sink_runner import SinkGroup
         group = group and self.ctx.switches.on("sink_group")
         accept_gap = self.accept_gap(accept_gap)
         self.step("attach_group" if group else "attach_sink")
