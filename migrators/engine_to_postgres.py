@@ -48,9 +48,6 @@ import pyarrow.compute as pc
 from migrators import backfill, delivery
 from migrators.delivery import SinkKey
 from migrators.errors import IncompatibleSchemaError, MigrationError
-from migrators.read_ahead import Chunk, Converted, in_batch_order
-from migrators.recent_batches import RecentBatches
-from migrators.sink_runner import MigrationReport, SinkRunner
 from migrators.postgres import (
     RetryPolicy,
     Session,
@@ -63,6 +60,9 @@ from migrators.postgres import (
     target_columns,
     with_retries,
 )
+from migrators.read_ahead import Chunk, Converted, in_batch_order
+from migrators.recent_batches import RecentBatches
+from migrators.sink_runner import MigrationReport, SinkRunner
 from migrators.typemap import (
     check_engine_table,
     check_sendable,
@@ -71,6 +71,7 @@ from migrators.typemap import (
     for_target,
 )
 from sstore.backpressure import Bound
+from sstore.consumer_port import ConsumerPort
 from sstore.engine import Engine
 from sstore.errors import DeclarationError, GapError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
@@ -162,6 +163,7 @@ class StreamToPostgres:
     _target_types: dict[str, tuple[str, int | None, int | None]] = field(
         default_factory=dict, init=False)
     _session: Session | None = field(default=None, init=False)
+    _port: ConsumerPort | None = field(default=None, init=False)
     # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
     # nothing and check no value (``checks_values``); the dict, not its id(): a new dict may
     # get a freed one's id
@@ -223,6 +225,15 @@ class StreamToPostgres:
                        ",".join(self.key) if self.mode == "merge" else None)
 
     @property
+    def port(self) -> ConsumerPort:
+        """Everything this sink asks of the engine about its stream, each call checked against
+        what the stream committed (``sstore.consumer_port``); made when first used, after the
+        engine started."""
+        if self._port is None:
+            self._port = self.engine.port(self.stream, self.consumer)
+        return self._port
+
+    @property
     def session(self) -> Session:
         if self._session is None:
             self._session = Session(self.url, self.retry, stop=self.cancel)
@@ -244,7 +255,7 @@ class StreamToPostgres:
     def start(self) -> int:
         """Step 2 of the module docstring; returns the batch the sink continues after."""
         engine = self.engine
-        halted = engine.consumer_halt(self.consumer)
+        halted = self.port.halted()
         if halted is not None:
             raise MigrationError(f"sink {self.stream} -> {self.table} ({self.consumer}) is "
                                  f"halted since {halted}; fix the cause, then resume it: "
@@ -260,22 +271,22 @@ class StreamToPostgres:
         claimed = self.session.run(lambda con: self._claim(con, schema),
                                    f"prepare {self.table}")
         watermark = claimed.batch_id
-        new_hold = engine.hold(self.stream, self.consumer)
+        new_hold = self.port.hold()
         try:
             after = self._continue_from(claimed)
             if after > watermark:  # an accepted gap: the target's watermark moves past it
                 self.session.run(lambda con: self._skip_gap(con, watermark, after),
                                  f"record the accepted gap in {self.table}")
-            acked = engine.acknowledged(self.consumer)
+            acked = self.port.acknowledged()
             if after > acked:
-                engine.acknowledge(self.consumer, after)  # crashed between COMMIT and ack
+                self.port.acknowledge(after)  # crashed between COMMIT and ack
             elif after < acked:
                 log.warning("%s: the target has batches up to %d only, the engine had been "
                             "told %d; delivering them again", self.sink_key, after, acked)
-                engine.rewind(self.consumer, after)
+                self.port.rewind(after)
         except BaseException:
             if new_hold:
-                engine.drop_consumer(self.stream, self.consumer)
+                self.port.drop()
             raise
         self._after, self._unacked = after, 0
         return after
@@ -289,10 +300,9 @@ class StreamToPostgres:
         no longer knows them: the engine does (its acknowledgement, which a failed start never
         moves back), and this start's claim knows them when it was the one that reset."""
         try:
-            return self.engine.continue_from(self.stream, self.consumer, claimed.batch_id,
-                                             accept_gap=self.accept_gap)
+            return self.port.continue_from(claimed.batch_id, accept_gap=self.accept_gap)
         except GapError as gap:
-            delivered = max(claimed.previous, self.engine.acknowledged(self.consumer))
+            delivered = max(claimed.previous, self.port.acknowledged())
             if delivered <= claimed.batch_id:
                 raise
             raise GapError(gap.stream, gap.consumer, gap.first, gap.last, why=(
@@ -381,7 +391,7 @@ class StreamToPostgres:
 
         with self.mutex:
             forgotten = with_retries(self.url, forget, self.retry, f"reset {self.table}")
-            self.engine.rewind(self.consumer, 0)
+            self.port.rewind(0)
             self._after = None  # a running sink plans again from the watermark
         return forgotten
 
@@ -449,7 +459,7 @@ class StreamToPostgres:
         """Consecutive batches grouped up to ``chunk_rows`` rows (a bigger batch goes alone)."""
         chunks: list[Chunk] = []
         current: Chunk | None = None
-        for batch_id, n in self.engine.batches(self.stream, after):
+        for batch_id, n in self.port.batches(after):
             if current is not None and current.rows + n > self.chunk_rows:
                 chunks.append(current)
                 current = None
@@ -582,7 +592,7 @@ class StreamToPostgres:
         if not self._unacked or not (force or now - self._acked_at >= self.ack_every):
             return
         wait = force or now - self._unacked_since >= ACK_WAIT_MAX
-        if self.engine.acknowledge(self.consumer, self._unacked, wait=wait):
+        if self.port.acknowledge(self._unacked, wait=wait):
             self._unacked, self._acked_at = 0, now
 
     # ------------------------------------------------------------------ as its runner sees it
@@ -602,13 +612,18 @@ class StreamToPostgres:
 
     def halt(self, exc: BaseException) -> None:
         """A terminal error: record it and the halt in the engine (``status`` shows them; the
-        halt lasts until ``sstore resume``). Its runner stops feeding it."""
-        self.last_error = self.halted = f"{type(exc).__name__}: {first_line(exc)}"
-        log.error("sink %s -> %s halted: %s", self.stream, self.table, self.halted)
+        halt lasts until ``sstore resume``). Its runner stops feeding it.
+
+        The engine records the halt before ``halted`` is set: whoever sees ``halted`` (a
+        ``flush`` raising it) then finds it in ``status`` too."""
+        message = f"{type(exc).__name__}: {first_line(exc)}"
+        self.last_error = message
+        log.error("sink %s -> %s halted: %s", self.stream, self.table, message)
         try:
-            self.engine.halt_consumer(self.consumer, self._after or 0, self.halted)
+            self.port.halt(self._after or 0, message)
         except SStoreError as also:  # the engine is closing: the log line above remains
             log.error("could not record the sink's halt: %s", also)
+        self.halted = message
 
 
 def _exists(con: psycopg.Connection, table: str) -> bool:

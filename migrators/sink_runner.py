@@ -190,15 +190,14 @@ class SinkRunner:
             sink.runner = self
         if not background:
             self._subscriptions = [
-                sink.engine.subscribe(sink.stream,
-                                      lambda _b, _t: self.run_pending(ack=True, halt=False))
+                sink.port.subscribe(lambda _b, _t: self.run_pending(ack=True, halt=False))
                 for sink in self.sinks]
             return
         name = "sstore-sink-group" if len(self.sinks) > 1 else f"sstore-sink-{self.sinks[0].table}"
         self._thread = threading.Thread(target=self._loop, daemon=True, name=name)
         self._wake.set()  # move whatever is already committed
         self._thread.start()
-        self._subscriptions = [sink.engine.subscribe(sink.stream, self._committed_to(sink))
+        self._subscriptions = [sink.port.subscribe(self._committed_to(sink))
                                for sink in self.sinks]
 
     def _committed_to(self, sink: StreamToPostgres) -> Callable[[int, pa.Table], None]:
@@ -224,9 +223,9 @@ class SinkRunner:
                 if sink.halted is not None:
                     raise MigrationError(f"sink {sink.stream} -> {sink.table} is halted: "
                                          f"{sink.halted}")
-                acked = sink.engine.acknowledged(sink.consumer)
+                acked = sink.port.acknowledged()
                 delivered = sink.after
-                if not sink.engine.batches(sink.stream, max(acked, delivered or 0)):
+                if not sink.port.batches(max(acked, delivered or 0)):
                     if delivered is None or acked >= delivered:
                         return True
                     if self._thread is None:  # no runner thread: acknowledge here
