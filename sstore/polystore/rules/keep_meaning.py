@@ -1,0 +1,38 @@
+"""After the rules: drop the plans whose final query would run where PostgreSQL's meaning is
+not kept (``sstore.polystore.meaning``).
+
+A query with an integer division, a NATURAL JOIN, a function no other engine runs the same
+way... gets PostgreSQL's answer only from PostgreSQL: plans that run its final query in the
+engine's DuckDB, in the island or in Spark are not proposed; the plans that move the other
+fragments into PostgreSQL remain. Fetches never carry such a construct: a filter is pushed
+into a fragment only when its engine keeps the filter's meaning (``rules.common``).
+"""
+
+from __future__ import annotations
+
+from sstore.polystore.meaning import kept_in_postgres
+from sstore.polystore.plan import ISLAND, Plan
+from sstore.polystore.planning import PlanningInput
+from sstore.polystore.sqltext import ISLAND_DIALECT, QueryError
+
+
+def final_dialect(inp: PlanningInput, plan: Plan) -> str:
+    engine = plan.final.engine
+    return ISLAND_DIALECT if engine == ISLAND else inp.dialect(engine)
+
+
+def keep_meaning(inp: PlanningInput, plans: list[Plan]) -> list[Plan]:
+    """The plans whose final query keeps PostgreSQL's meaning; none left is a ``QueryError``
+    that says what only PostgreSQL answers."""
+    kept, reasons = [], []
+    for plan in plans:
+        why = kept_in_postgres(inp.tree, final_dialect(inp, plan))
+        if why:
+            reasons.extend(r for r in why if r not in reasons)
+        else:
+            kept.append(plan)
+    if plans and not kept:
+        raise QueryError("only PostgreSQL answers this query as written ("
+                         + "; ".join(reasons) + "), and no plan can run it there: its objects "
+                         "live only in other engines")
+    return kept
