@@ -14,7 +14,7 @@ from pathlib import Path
 from sstore.polystore.catalog import CatalogObject, EngineEntry, EngineKind, Fragment
 from sstore.polystore.plan import Delivered
 from sstore.polystore.planning import FragmentStats, PlanningInput
-from sstore.polystore.rules import REWRITES, RULES
+from sstore.polystore.rules import CHECKS, REWRITES, RULES
 from sstore.polystore.sqltext import parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"
@@ -59,9 +59,13 @@ class Golden:
 
     def actual(self) -> str:
         """A proposing rule: the plans it proposes. A rewrite: the plans every proposing
-        rule makes of the rewritten input."""
+        rule makes of the rewritten input. A check: what it keeps of every rule's plans."""
         rewrites = {r.__name__: r for r in REWRITES}
-        if self.rule in rewrites:
+        checks = {c.__name__: c for c in CHECKS}
+        if self.rule in checks:
+            inp = self.planning_input()
+            plans = checks[self.rule](inp, [plan for rule in RULES for plan in rule(inp)])
+        elif self.rule in rewrites:
             inp = rewrites[self.rule](self.planning_input())
             plans = [plan for rule in RULES for plan in rule(inp)]
         else:

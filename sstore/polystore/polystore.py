@@ -53,8 +53,7 @@ from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.probes import Probes
 from sstore.polystore.proposals import ProposalCache, shape_key
-from sstore.polystore.rules import REWRITES, RULES
-from sstore.polystore.rules.keep_meaning import keep_meaning
+from sstore.polystore.rules import CHECKS, REWRITES, RULES
 from sstore.polystore.scratch import (
     CastExistsError,
     ProtectedObjectError,
@@ -579,7 +578,9 @@ def _propose(inp: PlanningInput) -> list[Plan]:
         plans.extend(rule(inp))
     if not plans:
         raise QueryError("no rule could plan this query")
-    return keep_meaning(inp, plans)
+    for check in CHECKS:
+        plans = check(inp, plans)
+    return plans
 
 
 def _with_cached(plan: Plan, cached: Mapping[str, int]) -> Plan:
