@@ -33,7 +33,8 @@ class Generator:
         shape = self.rng.choice([
             self.plain, self.plain, self.distinct, self.grouped, self.grouped, self.total,
             self.join, self.join, self.natural, self.using, self.union_all, self.scalar_sub,
-            self.cte, self.having_sub, self.alias_list, self.where_sub])
+            self.cte, self.having_sub, self.alias_list, self.where_sub, self.self_join,
+            self.lateral, self.in_sub, self.window, self.dim_values, self.moments])
         sql = shape()
         return FuzzQuery(sql, frozenset(self.features))
 
@@ -129,6 +130,14 @@ class Generator:
     def select_list(self, n: int, p: str = "") -> list[str]:
         return [f"{self.any_expr(p)} AS c{i}" for i in range(n)]
 
+    def ts_expr(self, p: str = "") -> str:
+        return self.pick([
+            (f"{p}ts", "timestamptz"), (f"{p}ts::date", "timestamptz"),
+            (f"extract(hour from {p}ts)", "timestamptz"), (f"CAST({p}ts AS text)", "timestamptz"),
+            (f"{p}ts + interval '1 hour'", "timestamptz"),
+            (f"date_trunc('day', {p}ts)", "timestamptz"),
+            (f"{p}ts > TIMESTAMPTZ '2024-06-01 00:00:00+00'", "timestamptz")])
+
     # ------------------------------------------------------------------ shapes
     def plain(self) -> str:
         cols = [f"{'e.' if self.rng.random() < 0.3 else ''}id AS c_id",
@@ -213,3 +222,44 @@ class Generator:
             "SELECT x.b, x.a FROM ev AS x(a, b) WHERE x.a < 10",
             "SELECT e.a, q.n FROM ev AS e(a, kk) JOIN dim AS q(kk, c, n) ON e.kk = q.kk",
         ])
+
+    def self_join(self) -> str:
+        self.tag("self_join")
+        return (f"SELECT a.id AS c_id, b.id AS c_next FROM ev AS a JOIN ev AS b "
+                f"ON b.id = a.id + 1 WHERE {self.predicate('a.')}")
+
+    def lateral(self) -> str:
+        self.tag("lateral")
+        return ("SELECT e.id AS c_id, l.n FROM ev AS e, "
+                "LATERAL (SELECT count(*) AS n FROM dim AS q WHERE q.k = e.k) AS l"
+                f"{' WHERE ' + self.predicate('e.') if self.rng.random() < 0.5 else ''}")
+
+    def in_sub(self) -> str:
+        self.tag("in_subquery")
+        return self.rng.choice([
+            "SELECT id AS c_id FROM ev WHERE k IN (SELECT k FROM dim WHERE cat IS NOT NULL)",
+            "SELECT id AS c_id FROM ev WHERE k NOT IN (SELECT k FROM dim WHERE k > 1)",
+            "SELECT id AS c_id FROM ev AS e WHERE EXISTS (SELECT 1 FROM dim AS q "
+            "WHERE q.k = e.k AND q.name = e.name)"])
+
+    def window(self) -> str:
+        self.tag("window")
+        fn = self.pick([("sum(amt) OVER (PARTITION BY k)", None),
+                        ("row_number() OVER (ORDER BY id)", "row_number"),
+                        ("count(*) OVER (PARTITION BY flag)", None),
+                        ("max(name) OVER (PARTITION BY k ORDER BY id)", None)])
+        return f"SELECT id AS c_id, {fn} AS w FROM ev{self.where()}"
+
+    def dim_values(self) -> str:
+        self.tag("join")
+        expr = self.pick([("q.code = 'ab'", "char_n"), ("length(q.code)", "char_n"),
+                          ("q.code || 'x'", "char_n"), ("q.code", "char_n"),
+                          ("q.ratio", "numeric_unconstrained"),
+                          ("q.ratio * 3", "numeric_unconstrained"),
+                          ("CAST(q.code AS varchar)", "char_n")])
+        return (f"SELECT e.id AS c_id, {expr} AS v FROM ev AS e JOIN dim AS q ON e.k = q.k"
+                f"{' WHERE ' + self.predicate('e.') if self.rng.random() < 0.5 else ''}")
+
+    def moments(self) -> str:
+        cols = [f"{self.ts_expr()} AS t{i}" for i in range(self.rng.randint(1, 2))]
+        return f"SELECT id AS c_id, {', '.join(cols)} FROM ev{self.where()}"

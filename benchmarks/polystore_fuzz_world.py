@@ -26,14 +26,25 @@ from migrators.engine_to_postgres import StreamToPostgres
 from sstore import Engine
 from sstore.polystore import Polystore
 from sstore.polystore.cost import CostModel
+from sstore.sql import ident as quote_identifier
+from sstore.sql import literal as quote_literal
 
 EV_COLUMNS = {"id": "INTEGER", "k": "INTEGER", "amt": "DECIMAL(8,2)", "name": "VARCHAR",
-              "d": "DATE", "flag": "BOOLEAN"}
+              "d": "DATE", "flag": "BOOLEAN", "ts": "TIMESTAMPTZ"}
 #: the oracle's ``ev``: the split object's columns in its order (the stream's batch-id first,
 #: which the sink's table keeps too), so ``SELECT *`` and alias lists mean the same
-EV_PG = "_batch_id bigint, id integer, k integer, amt numeric(8,2), name text, d date, flag boolean"
-DIM_ROWS = [(0, "zero", "a_b", "ab"), (1, "one", "ab", "x"), (2, "two", None, "ab "),
-            (3, None, "A%b", None), (4, "four", "abc", "q")]
+EV_PG = "_batch_id bigint, id integer, k integer, amt numeric(8,2), name text, d date, flag boolean, ts timestamptz"
+#: dim: a char(3) (PostgreSQL pads it and ignores the padding when comparing) and an
+#: unconstrained numeric (more digits than any fixed DECIMAL of DuckDB's: 18 before the point
+#: and 19 after; past 38 in all, Arrow's decimal128 holds none and every plan, PostgreSQL's
+#: own included, answers text, as ``migrators`` reads it: docs/polystore.md)
+DIM_ROWS = [(0, "zero", "a_b", "ab", decimal.Decimal("0.1234567890123456789")),
+            (1, "one", "ab", "x", decimal.Decimal("123456789012345678.5")),
+            (2, "two", None, "ab ", None), (3, None, "A%b", None, decimal.Decimal("-2.5")),
+            (4, "four", "abc", "q", decimal.Decimal("1"))]
+#: PostgreSQL's time zone for the world's database: not the machine's (UTC), and not a whole
+#: number of hours, so a timestamptz shown, cut or cast to a date in another zone differs
+TIME_ZONE = "Asia/Kolkata"
 NAMES = ["a_b", "ab", "abc", "A%b", "b", "", " ab", "Ab"]
 
 Row = tuple[object, ...]
@@ -45,8 +56,10 @@ def random_row(rng: random.Random, ident: int) -> Row:
         return None if rng.random() < 0.15 else value
     amt = decimal.Decimal(rng.randint(-50000, 50000)) / 100
     day = datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randint(0, 800))
+    moment = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
+        minutes=rng.randint(0, 800 * 24 * 60))
     return (ident, maybe(rng.randint(0, 6)), maybe(amt), maybe(rng.choice(NAMES)),
-            maybe(day), maybe(rng.random() < 0.5))
+            maybe(day), maybe(rng.random() < 0.5), maybe(moment))
 
 
 class World:
@@ -64,11 +77,15 @@ class World:
         self.engine.stream("ev_in", dict(EV_COLUMNS))
         self.sink = StreamToPostgres(self.engine, "ev_in", pg_url, "public.ev_old",
                                      batch_column="_batch_id")
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            database = con.info.dbname
+            con.execute(f"ALTER DATABASE {quote_identifier(database)} SET timezone = "
+                        f"{quote_literal(TIME_ZONE)}")
         self.oracle = psycopg.connect(pg_url, autocommit=True)
         self.oracle.execute("CREATE TABLE public.dim (k integer, cat text, name text, "
-                            "code char(3))")
+                            "code char(3), ratio numeric)")
         with self.oracle.cursor() as cur:
-            cur.executemany("INSERT INTO public.dim VALUES (%s, %s, %s, %s)", DIM_ROWS)
+            cur.executemany("INSERT INTO public.dim VALUES (%s, %s, %s, %s, %s)", DIM_ROWS)
         self.oracle.execute("CREATE SCHEMA oracle")
         self.oracle.execute(f"CREATE TABLE oracle.ev ({EV_PG})")
         self.oracle.execute("CREATE VIEW oracle.dim AS SELECT * FROM public.dim")
@@ -91,7 +108,7 @@ class World:
         self.engine.ingest("ev_in", table, batch_id=self.next_batch)
         self.next_batch += 1
         with self.oracle.cursor() as cur:
-            cur.executemany("INSERT INTO oracle.ev VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            cur.executemany("INSERT INTO oracle.ev VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                             [(self.next_batch - 1, *row) for row in rows])
 
     def step(self) -> None:
@@ -137,8 +154,10 @@ def normalised(rows: Sequence[Row]) -> list[tuple[str, ...]]:
         if isinstance(v, bool):
             return f"b:{v}"
         if isinstance(v, (int, float, decimal.Decimal)):
-            number = round(float(v), 6)
-            return f"n:{0.0 if number == 0 else number!r}"
+            number = float(v)  # 12 significant digits: a double's rounding passes, a numeric
+            return f"n:{0.0 if number == 0 else number:.12g}"  # cut to 3 places does not
+        if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+            return f"t:{v.astimezone(datetime.UTC).isoformat()}"  # the same instant
         if isinstance(v, (datetime.date, datetime.datetime, datetime.time)):
             return f"t:{v.isoformat()}"
         if isinstance(v, datetime.timedelta):

@@ -110,6 +110,30 @@ def kept_in_postgres(tree: exp.Expression, dialect: str) -> list[str]:
     return reasons
 
 
+def kept_types(types: Mapping[tuple[str, str], Mapping[str, str]]) -> dict[str, str]:
+    """Column -> why its values mean something else outside PostgreSQL, from the types the
+    planning probes read ((engine, table) -> {column: PostgreSQL type}): a ``char(n)`` is
+    padded with blanks that PostgreSQL ignores when it compares, measures or casts it, and
+    every other engine keeps."""
+    kept: dict[str, str] = {}
+    for (_engine, table), columns in types.items():
+        for column, kind in columns.items():
+            if kind.startswith(("character(", "bpchar")) or kind == "character":
+                kept.setdefault(column, f"{kind} column {table}.{column} (blank-padded)")
+    return kept
+
+
+def naming_kept_columns(tree: exp.Expression, kept: Mapping[str, str]) -> list[str]:
+    """The reasons of ``kept`` columns the query names (any identifier of that name: a
+    superset is safe) or reads with ``*``."""
+    if not kept:
+        return []
+    if any(not isinstance(star.parent, exp.Count) for star in tree.find_all(exp.Star)):
+        return list(dict.fromkeys(kept.values()))
+    names = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    return list(dict.fromkeys(why for column, why in kept.items() if column.lower() in names))
+
+
 def _reason(node: exp.Expression, dialect: str, names: frozenset[str]) -> str | None:
     if isinstance(node, exp.Div) and not _non_integer_division(node):
         return "integer division (/ of operands whose types are not known to be numeric)"

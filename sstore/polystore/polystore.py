@@ -48,6 +48,7 @@ from sstore.polystore.connectors import (
 from sstore.polystore.corrections import plan_key
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner, learned_path, learner_for
+from sstore.polystore.meaning import kept_types
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
 from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
@@ -253,6 +254,16 @@ class Polystore:
             self.plan_cache.put(key, chosen, runner_up(plans, chosen))
         return chosen
 
+    def _postgres_time_zone(self, engines: Mapping[str, object]) -> str | None:
+        """The session time zone of the first PostgreSQL engine the query reads (None: it
+        reads none): plans that run it elsewhere run it in that zone."""
+        for name, entry in engines.items():
+            if getattr(entry, "kind", None) is EngineKind.POSTGRES:
+                connector = self.connector(name)
+                if isinstance(connector, PostgresConnector):
+                    return connector.time_zone()
+        return None
+
     def _still_empty(self, engine: str, physical: str) -> bool:
         return self.connector(engine).is_empty(physical)
 
@@ -333,7 +344,8 @@ class Polystore:
         read_only = frozenset(name for name, c in self._connectors.items()
                               if isinstance(c, StreamingConnector) and c.read_only)
         inp = PlanningInput(tree, tuple(objects), engines, stats, read_only=read_only,
-                            memory_budget_bytes=self.memory_budget_bytes)
+                            memory_budget_bytes=self.memory_budget_bytes,
+                            kept_columns=kept_types(probes.types))
         links = delivered.links(inp, self.connector)  # streams a sink delivers: read past it
         if links:
             inp = replace(inp, delivered=links)
@@ -348,7 +360,9 @@ class Polystore:
         if candidates is None:
             candidates = _propose(inp)
             self.proposals.put(shape, candidates)
+        zone = self._postgres_time_zone(engines)
         for plan in candidates:
+            plan.time_zone = zone if kinds_of(plan, engines) is not EngineKind.POSTGRES else None
             plan.pruned = pruned
             plan.guards = tuple(g for g in links.values() if delivered.uses(plan, g))
             plan.checks = tuple(  # the target read without its stream: is it still whole?
@@ -561,6 +575,13 @@ class Polystore:
             return pa.table({"batch_id": [batch_id]})
         raise QueryError(f"no running streaming engine here has a procedure {procedure!r} "
                          f"(pass the live engine to Polystore(engines=...))")
+
+
+def kinds_of(plan: Plan, engines: Mapping[str, object]) -> EngineKind | str:
+    """The kind of engine the plan's final query runs in (``ISLAND`` for the island)."""
+    if plan.final.engine == ISLAND:
+        return ISLAND
+    return getattr(engines.get(plan.final.engine), "kind", ISLAND)
 
 
 def runner_up(plans: list[Plan], chosen: Plan) -> Plan | None:

@@ -10,7 +10,7 @@ into a fragment only when its engine keeps the filter's meaning (``rules.common`
 
 from __future__ import annotations
 
-from sstore.polystore.meaning import kept_in_postgres
+from sstore.polystore.meaning import POSTGRES, kept_in_postgres, naming_kept_columns
 from sstore.polystore.plan import ISLAND, Plan
 from sstore.polystore.planning import PlanningInput
 from sstore.polystore.sqltext import ISLAND_DIALECT, QueryError
@@ -26,7 +26,10 @@ def keep_meaning(inp: PlanningInput, plans: list[Plan]) -> list[Plan]:
     that says what only PostgreSQL answers."""
     kept, reasons = [], []
     for plan in plans:
-        why = kept_in_postgres(inp.tree, final_dialect(inp, plan))
+        dialect = final_dialect(inp, plan)
+        why = kept_in_postgres(inp.tree, dialect)
+        if dialect != POSTGRES:
+            why += naming_kept_columns(inp.tree, inp.kept_columns)
         if why:
             reasons.extend(r for r in why if r not in reasons)
         else:
