@@ -138,13 +138,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-spark", action="store_true", help="leave Spark's plans out")
     parser.add_argument("--postgres", default=None, help="PostgreSQL server URL (database "
-                        "sstore_fuzz is created on it afresh); default: the warehouse rule")
+                        "sstore_fuzz_PID is created on it); default: the warehouse rule")
     parser.add_argument("--output", default=str(RESULTS))
     args = parser.parse_args(argv)
     from benchmarks.common import fresh_database  # noqa: PLC0415 - only the CLI needs them
     from migrators.warehouse_url import resolve_warehouse  # noqa: PLC0415
     started = time.perf_counter()
-    url = fresh_database(resolve_warehouse(args.postgres).url, "sstore_fuzz")
+    url = fresh_database(resolve_warehouse(args.postgres).url, f"sstore_fuzz_{os.getpid()}")
     with tempfile.TemporaryDirectory() as tmp:
         report = run(url, Path(tmp), args.queries, args.seed, spark=not args.no_spark,
                      verbose=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sstore.polystore.catalog import CatalogObject, EngineEntry, EngineKind, Fragment
+from sstore.polystore.meaning import kept_types
 from sstore.polystore.plan import Delivered
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.rules import CHECKS, REWRITES, RULES
@@ -34,6 +35,7 @@ class Golden:
         stats: dict[Fragment, FragmentStats] = {}
         cached: dict[str, int] = {}
         delivered: dict[Fragment, Delivered] = {}
+        types: dict[tuple[str, str], dict[str, str]] = {}
         for line in self.header:
             word, *args = line.split()
             if word == "engine":
@@ -45,6 +47,9 @@ class Golden:
                 fields = dict(a.split("=", 1) for a in args[1:])
                 stats[Fragment(*args[0].split(":", 1))] = FragmentStats(
                     int(fields["rows"]), fields["columns"].split(","), fields.get("growing"))
+            elif word == "types":  # types ENGINE:TABLE col=type ...: what the probe read
+                engine, table = args[0].split(":", 1)
+                types[(engine, table)] = dict(a.split("=", 1) for a in args[1:])
             elif word == "cached":
                 cached[args[0]] = int(args[1])
             elif word == "delivered":  # delivered STREAM_FRAGMENT INTO_FRAGMENT: a sink
@@ -55,7 +60,8 @@ class Golden:
         tree = parse(self.query)
         names = [n for n in _names(tree)]
         used = [o for o in objects if o.name in names]
-        return PlanningInput(tree, tuple(used), engines, stats, cached, delivered=delivered)
+        return PlanningInput(tree, tuple(used), engines, stats, cached, delivered=delivered,
+                             kept_columns=kept_types(types))
 
     def actual(self) -> str:
         """A proposing rule: the plans it proposes. A rewrite: the plans every proposing
