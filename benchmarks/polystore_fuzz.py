@@ -31,6 +31,8 @@ from pathlib import Path
 
 from benchmarks.polystore_fuzz_gen import FuzzQuery, Generator
 from benchmarks.polystore_fuzz_world import World, columns_of, normalised
+from sstore.polystore.meaning import kept_in_postgres
+from sstore.polystore.sqltext import parse
 
 RESULTS = Path(__file__).parent / "results" / "polystore_fuzz.json"
 
@@ -45,6 +47,8 @@ class Report:
     mismatches: list[dict] = field(default_factory=list)
     refusals: list[dict] = field(default_factory=list)
     plans: Counter = field(default_factory=Counter)
+    #: why queries were kept in PostgreSQL (plans elsewhere not proposed), by reason
+    kept: Counter = field(default_factory=Counter)
 
     def summary(self) -> dict:
         by_feature: Counter = Counter()
@@ -60,7 +64,8 @@ class Report:
                 "mismatches_by_plan": dict(Counter(m["plan"] for m in self.mismatches)),
                 "mismatches_by_feature": dict(wrong_by_feature.most_common()),
                 "refusals_by_plan": dict(Counter(r["plan"] for r in self.refusals)),
-                "refusals_by_feature": dict(by_feature.most_common())}
+                "refusals_by_feature": dict(by_feature.most_common()),
+                "kept_in_postgres_by_reason": dict(self.kept.most_common())}
 
 
 def check_query(world: World, query: FuzzQuery, report: Report,
@@ -79,6 +84,8 @@ def check_query(world: World, query: FuzzQuery, report: Report,
         report.refusals.append({"sql": query.sql, "plan": "(planning)",
                                 "features": sorted(query.features), "error": _short(exc)})
         return
+    tree = parse(query.sql)
+    report.kept.update(kept_in_postgres(tree, "duckdb") or ["(nothing: every plan proposed)"])
     for plan in plans:
         if not plan.feasible or not plan_filter(plan.name):
             continue

@@ -37,6 +37,9 @@ KEPT = [
     ("SELECT CAST(amt AS integer) FROM t", "spark", ["a cast to an integer type"]),
     ("SELECT CAST(amt AS integer) FROM t", "duckdb", []),
     ("SELECT round(a) FROM t", "spark", ["round"]),
+    ("SELECT x.a FROM t AS x(a)", "spark", ["an alias list"]),        # fuzz seed 1, Spark
+    ("SELECT x.a FROM t AS x(a)", "duckdb", []),
+    ("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)", "duckdb", []),
     ("SELECT k FROM t WHERE a IS NULL AND b = 2 OR NOT c", "duckdb", []),
     ("SELECT id / 2 FROM t", "postgres", []),
 ]

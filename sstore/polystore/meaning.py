@@ -35,6 +35,7 @@ PORTABLE: frozenset[type[exp.Expression]] = frozenset({
     exp.Length, exp.Upper, exp.Lower, exp.Substring, exp.Replace, exp.Trim, exp.Left,
     exp.Right, exp.Concat, exp.StrPosition, exp.Reverse, exp.Pad, exp.Extract,
     exp.Coalesce, exp.Nullif, exp.Case, exp.If, exp.Cast, exp.GroupConcat, exp.Trunc,
+    exp.Exists, exp.RowNumber,
 })
 #: functions sqlglot leaves as names (``exp.Anonymous``) that an engine runs as PostgreSQL does
 PORTABLE_NAMES: Mapping[str, frozenset[str]] = {
@@ -143,6 +144,8 @@ def _reason(node: exp.Expression, dialect: str, names: frozenset[str]) -> str | 
         return "SELECT * over JOIN ... USING (the order of its columns)"
     if dialect == "spark" and _spark_interval(node):
         return _spark_interval(node)
+    if dialect == "spark" and isinstance(node, exp.TableAlias) and node.args.get("columns"):
+        return "an alias list (Spark wants every column named; PostgreSQL renames the first)"
     if isinstance(node, exp.Anonymous):
         if node.name.lower() not in names:
             return f"function {node.name.lower()}"
