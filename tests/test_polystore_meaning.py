@@ -39,6 +39,8 @@ KEPT = [
     ("SELECT round(a) FROM t", "spark", ["round"]),
     ("SELECT x.a FROM t AS x(a)", "spark", ["an alias list"]),        # fuzz seed 1, Spark
     ("SELECT x.a FROM t AS x(a)", "duckdb", []),
+    ("SELECT CAST(ts AS text), d::varchar FROM t", "spark", ["a cast to text"]),  # seed 2
+    ("SELECT CAST(ts AS text) FROM t", "duckdb", []),
     ("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)", "duckdb", []),
     ("SELECT k FROM t WHERE a IS NULL AND b = 2 OR NOT c", "duckdb", []),
     ("SELECT id / 2 FROM t", "postgres", []),

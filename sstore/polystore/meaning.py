@@ -171,6 +171,8 @@ def _spark_reason(node: exp.Func) -> str | None:
         return SPARK_KEPT[type(node)]
     if isinstance(node, exp.Cast) and node.to.this in INTEGER_TYPES:
         return "a cast to an integer type (Spark truncates, PostgreSQL rounds)"
+    if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.TEXT_TYPES):
+        return "a cast to text (Spark prints a timestamptz without its offset)"
     return None
 
 
