@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.polystore_fuzz_gen import FuzzQuery, Generator
+from benchmarks.polystore_fuzz_gen import FuzzQuery, Generator, TlpQuery
 from benchmarks.polystore_fuzz_world import World, columns_of, normalised
 from sstore.polystore.meaning import kept_in_postgres
-from sstore.polystore.sqltext import parse
+from sstore.polystore.sqltext import QueryError, parse
 
 RESULTS = Path(__file__).parent / "results" / "polystore_fuzz.json"
 
@@ -47,6 +47,8 @@ class Report:
     mismatches: list[dict] = field(default_factory=list)
     refusals: list[dict] = field(default_factory=list)
     plans: Counter = field(default_factory=Counter)
+    tlp_queries: int = 0               # TLP pairs run (the second oracle)
+    tlp_kept: int = 0                  # TLP pairs only PostgreSQL could answer: refused
     #: why queries were kept in PostgreSQL (plans elsewhere not proposed), by reason
     kept: Counter = field(default_factory=Counter)
 
@@ -57,7 +59,8 @@ class Report:
         wrong_by_feature: Counter = Counter()
         for m in self.mismatches:
             wrong_by_feature.update(m["features"])
-        return {"queries": self.queries, "runs": self.runs, "oracle_errors": self.oracle_errors,
+        return {"queries": self.queries, "tlp_queries": self.tlp_queries,
+                "tlp_refused_kept_in_postgres": self.tlp_kept, "runs": self.runs, "oracle_errors": self.oracle_errors,
                 "mismatches": len(self.mismatches), "refusals": len(self.refusals),
                 "mismatch_rate": len(self.mismatches) / self.runs if self.runs else 0.0,
                 "runs_by_plan": dict(self.plans),
@@ -104,6 +107,36 @@ def check_query(world: World, query: FuzzQuery, report: Report,
                                       "final_sql": plan.final.sql})
 
 
+def check_tlp(world: World, query: TlpQuery, report: Report) -> None:
+    """Each plan of ``query.base`` against the plan of the same name of its partitions
+    (``TlpQuery``); a query the planner keeps in PostgreSQL that only the engine holds is
+    refused by design (``QueryError``), not counted."""
+    try:
+        plans = world.ps.plans(query.base)
+        split = {p.name: p for p in world.ps.plans(query.partitions)}
+    except QueryError:
+        report.tlp_kept += 1
+        return
+    report.tlp_queries += 1
+    for plan in plans:
+        if not plan.feasible or plan.name not in split:
+            continue
+        report.runs += 1
+        report.plans[f"{plan.name} (TLP)"] += 1
+        entry = {"sql": query.base, "plan": f"{plan.name} (TLP)",
+                 "features": sorted(query.features)}
+        try:
+            whole = normalised(columns_of(world.ps.run_plan(plan))[1])
+            parts = normalised(columns_of(world.ps.run_plan(split[plan.name]))[1])
+        except Exception as exc:  # noqa: BLE001 - the plan failed: a refusal
+            report.refusals.append({**entry, "error": _short(exc)})
+            continue
+        if whole != parts:
+            report.mismatches.append({**entry, "expected": _sample(whole),
+                                      "got": _sample(parts), "columns": [],
+                                      "final_sql": split[plan.name].final.sql})
+
+
 def run(pg_url: str, directory: Path, queries: int, seed: int, *, spark: bool = True,
         spark_queries: int | None = None, verbose: bool = False) -> Report:
     """``queries`` random queries (seeded) in a new world; Spark's plans for the first
@@ -120,6 +153,8 @@ def run(pg_url: str, directory: Path, queries: int, seed: int, *, spark: bool = 
             before = (len(report.mismatches), len(report.refusals))
             check_query(world, query, report,
                         lambda name, s=with_spark: s or not name.startswith("in spark"))
+            if i % 4 == 3:  # the second oracle: the stream alone (no PostgreSQL holds it)
+                check_tlp(world, generator.tlp(generator.rng.choice(["ev_in", "ev"])), report)
             if verbose:
                 for m in report.mismatches[before[0]:]:
                     print(f"MISMATCH [{m['plan']}] {m['sql']}\n  expected {m['expected']}\n"

@@ -21,6 +21,17 @@ class FuzzQuery:
     features: frozenset[str]
 
 
+@dataclass(frozen=True)
+class TlpQuery:
+    """Ternary-logic partitioning (SQLancer's TLP): ``base``'s rows are, as a multiset, the
+    UNION ALL of ``partitions`` (its WHERE p, WHERE NOT p, WHERE p IS NULL), whatever the
+    engine. A second oracle that needs no PostgreSQL: for objects PostgreSQL does not hold."""
+
+    base: str
+    partitions: str
+    features: frozenset[str]
+
+
 class Generator:
     """``next()`` gives one random query; ``rng`` decides everything."""
 
@@ -37,6 +48,17 @@ class Generator:
             self.lateral, self.in_sub, self.window, self.dim_values, self.moments])
         sql = shape()
         return FuzzQuery(sql, frozenset(self.features))
+
+    def tlp(self, table: str) -> TlpQuery:
+        """A TLP pair over ``table`` (any object: the split ``ev``, or the engine's stream
+        ``ev_in`` alone, which only the engine answers)."""
+        self.features = {"tlp"}
+        cols = ", ".join(self.select_list(self.rng.randint(1, 3)))
+        p = self.predicate()
+        head = f"SELECT {cols} FROM {table}"
+        parts = " UNION ALL ".join(f"{head} WHERE {w}"
+                                   for w in (f"({p})", f"NOT ({p})", f"({p}) IS NULL"))
+        return TlpQuery(head, parts, frozenset(self.features))
 
     # ------------------------------------------------------------------ pieces
     def tag(self, *names: str) -> None:

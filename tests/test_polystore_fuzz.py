@@ -28,6 +28,7 @@ def _failures(report: Report) -> str:
 def test_every_plan_answers_as_postgresql_does(tmp_path, pg_url: str, seed: int) -> None:
     report = run(pg_url, tmp_path, QUERIES, seed, spark=False)
     assert report.queries >= QUERIES * 0.9 and report.runs > report.queries
+    assert report.tlp_queries > 0  # the second oracle ran too (the stream alone among them)
     assert not report.mismatches and not report.refusals, _failures(report)
 
 
