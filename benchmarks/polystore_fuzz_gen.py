@@ -98,6 +98,7 @@ class Generator:
             (f"replace({p}name, 'a', 'z')", "string_fn"), (f"trim({p}name)", "string_fn"),
             (f"{p}id::text", "cast"), (f"left({p}name, 2)", "string_fn"),
             (f"concat({p}name, {p}k)", "concat"), (f"CAST({p}d AS text)", "cast"),
+            (f"concat({p}name, {p}flag)", "concat"), (f"{p}name || {p}flag", "concat"),
             (f"to_hex({p}id)", "string_fn"), (f"initcap({p}name)", "string_fn"),
             (f"reverse({p}name)", "string_fn"), (f"CAST({p}flag AS text)", "cast"),
             (f"lpad({p}name, 4, '*')", "string_fn")])

@@ -41,6 +41,9 @@ KEPT = [
     ("SELECT x.a FROM t AS x(a)", "duckdb", []),
     ("SELECT CAST(ts AS text), d::varchar FROM t", "spark", ["a cast to text"]),  # seed 2
     ("SELECT CAST(ts AS text) FROM t", "duckdb", []),
+    # Spark, fuzz seed 3: COALESCE(k, '') of an integer; concat('a', true) is 'at' in PostgreSQL
+    ("SELECT concat(name, k) FROM t", "duckdb", ["function concat"]),
+    ("SELECT name || 'x' FROM t", "spark", []),
     ("SELECT 1 FROM t WHERE EXISTS (SELECT 1 FROM u)", "duckdb", []),
     ("SELECT k FROM t WHERE a IS NULL AND b = 2 OR NOT c", "duckdb", []),
     ("SELECT id / 2 FROM t", "postgres", []),

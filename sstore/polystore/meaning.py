@@ -33,7 +33,7 @@ PORTABLE: frozenset[type[exp.Expression]] = frozenset({
     exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.LogicalAnd, exp.LogicalOr,
     exp.Abs, exp.Ceil, exp.Floor, exp.Sign, exp.Greatest, exp.Least, exp.Round,
     exp.Length, exp.Upper, exp.Lower, exp.Substring, exp.Replace, exp.Trim, exp.Left,
-    exp.Right, exp.Concat, exp.StrPosition, exp.Reverse, exp.Pad, exp.Extract,
+    exp.Right, exp.StrPosition, exp.Reverse, exp.Pad, exp.Extract,
     exp.Coalesce, exp.Nullif, exp.Case, exp.If, exp.Cast, exp.GroupConcat, exp.Trunc,
     exp.Exists, exp.RowNumber,
 })
@@ -42,6 +42,8 @@ PORTABLE_NAMES: Mapping[str, frozenset[str]] = {
     "duckdb": frozenset({"make_date", "every", "octet_length"}),
     "spark": frozenset({"make_date", "every", "octet_length"}),
 }
+# not concat(): PostgreSQL prints a boolean argument as t/f there, DuckDB and Spark as
+# true/false (the types of columns are not known here); || prints true/false everywhere
 #: Spark changes these where DuckDB does not (so they are kept in PostgreSQL for Spark only)
 SPARK_KEPT: Mapping[type[exp.Expression], str] = {
     exp.Round: "round (Spark rounds a double half up, PostgreSQL half to even)",
