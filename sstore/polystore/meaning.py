@@ -153,8 +153,9 @@ def _reason(node: exp.Expression, dialect: str, names: frozenset[str]) -> str | 
             return f"function {node.name.lower()}"
         return None
     if isinstance(node, exp.Func) and not isinstance(node, (exp.Connector, exp.Binary)):
-        if type(node) not in PORTABLE:
-            return f"function {node.sql(POSTGRES).split('(')[0].lower() or type(node).__name__}"
+        if type(node) not in PORTABLE:  # named as the user wrote it (to_hex, not hex)
+            printed = translate(node, POSTGRES).sql(POSTGRES).split("(")[0].lower()
+            return f"function {printed or type(node).__name__}"
         if dialect == "spark":
             return _spark_reason(node)
     return None

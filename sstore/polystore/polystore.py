@@ -48,7 +48,7 @@ from sstore.polystore.connectors import (
 from sstore.polystore.corrections import plan_key
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner, learned_path, learner_for
-from sstore.polystore.meaning import kept_types
+from sstore.polystore.meaning import kept_in_postgres, kept_types
 from sstore.polystore.plan import ISLAND, Move, Plan, Run
 from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
@@ -330,9 +330,7 @@ class Polystore:
         self._check_sql(parsed.sql)
         tree = parse_shared(parsed.sql, self.dialect)
         if not table_names(tree):  # SELECT 1, now(): nothing to fetch, the island answers
-            plan = Plan("island", "no_tables", (),
-                        Run(ISLAND, to_sql(tree, ISLAND_DIALECT), 0, 0, 1, 1))
-            return [self.costs.price(plan, {ISLAND: ISLAND})]
+            return [self._without_tables(tree)]
         objects = self._objects(tree, parsed.island)
         engines = {name: self.catalog.engine(name)
                    for obj in objects for name in obj.engines()}
@@ -382,6 +380,24 @@ class Polystore:
         if self.learner is not None:  # what each plan of this query measured against its price
             corrections.apply(candidates, self.learner.corrections(self.costs))
         return sorted(candidates, key=lambda p: (p.cost, p.name))
+
+    def _without_tables(self, tree: exp.Expression) -> Plan:
+        """The plan of a query that reads no table: the island runs it, unless it holds
+        something only PostgreSQL answers as written (``SELECT 7 / 2`` is 3 there, 3.5 in
+        DuckDB): then the catalog's first PostgreSQL engine does, and with none it is refused
+        with the reason."""
+        reasons = kept_in_postgres(tree, ISLAND_DIALECT)
+        if not reasons:
+            plan = Plan("island", "no_tables", (),
+                        Run(ISLAND, to_sql(tree, ISLAND_DIALECT), 0, 0, 1, 1))
+            return self.costs.price(plan, {ISLAND: ISLAND})
+        for entry in self.catalog.engines.values():
+            if entry.kind is EngineKind.POSTGRES:
+                plan = Plan(f"in {entry.name}", "no_tables", (),
+                            Run(entry.name, to_sql(tree, "postgres"), 0, 0, 1, 1))
+                return self.costs.price(plan, {entry.name: entry.kind.value})
+        raise QueryError("only PostgreSQL answers this query as written ("
+                         + "; ".join(reasons) + "), and the catalog has no PostgreSQL engine")
 
     def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
         """Execute a plan from ``plans`` (benchmarks time each plan this way); ``refreshes``
