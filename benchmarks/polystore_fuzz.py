@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> None:
                         "sstore_fuzz_PID is created on it); default: the warehouse rule")
     parser.add_argument("--output", default=str(RESULTS))
     args = parser.parse_args(argv)
-    from benchmarks.common import fresh_database  # noqa: PLC0415 - only the CLI needs them
-    from migrators.warehouse_url import resolve_warehouse  # noqa: PLC0415
+    from benchmarks.common import fresh_database
+    from migrators.warehouse_url import resolve_warehouse
     started = time.perf_counter()
     url = fresh_database(resolve_warehouse(args.postgres).url, f"sstore_fuzz_{os.getpid()}")
     with tempfile.TemporaryDirectory() as tmp:

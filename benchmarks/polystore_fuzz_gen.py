@@ -107,7 +107,7 @@ class Generator:
         return self.pick([
             (f"{p}d", None), (f"{p}d + 1", "date_arith"), (f"{p}d - 7", "date_arith"),
             (f"date_trunc('month', {p}d)", "date_fn"), (f"{p}d + interval '1 day'", "date_arith"),
-            (f"make_date(2024, 2, 29)", "date_fn")])
+            ("make_date(2024, 2, 29)", "date_fn")])
 
     def any_expr(self, p: str = "") -> str:
         kind = self.rng.choice([self.int_expr, self.num_expr, self.text_expr, self.date_expr])
@@ -262,8 +262,8 @@ class Generator:
         return self.rng.choice([
             "SELECT id AS c_id FROM ev WHERE k IN (SELECT k FROM dim WHERE cat IS NOT NULL)",
             "SELECT id AS c_id FROM ev WHERE k NOT IN (SELECT k FROM dim WHERE k > 1)",
-            "SELECT id AS c_id FROM ev AS e WHERE EXISTS (SELECT 1 FROM dim AS q "
-            "WHERE q.k = e.k AND q.name = e.name)"])
+            ("SELECT id AS c_id FROM ev AS e WHERE EXISTS (SELECT 1 FROM dim AS q "
+             "WHERE q.k = e.k AND q.name = e.name)")])
 
     def window(self) -> str:
         self.tag("window")

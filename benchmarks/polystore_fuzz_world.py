@@ -41,7 +41,7 @@ EV_PG = "_batch_id bigint, id integer, k integer, amt numeric(8,2), name text, d
 DIM_ROWS = [(0, "zero", "a_b", "ab", decimal.Decimal("0.1234567890123456789")),
             (1, "one", "ab", "x", decimal.Decimal("123456789012345678.5")),
             (2, "two", None, "ab ", None), (3, None, "A%b", None, decimal.Decimal("-2.5")),
-            (4, "four", "abc", "q", decimal.Decimal("1"))]
+            (4, "four", "abc", "q", decimal.Decimal(1))]
 #: PostgreSQL's time zone for the world's database: not the machine's (UTC), and not a whole
 #: number of hours, so a timestamptz shown, cut or cast to a date in another zone differs
 TIME_ZONE = "Asia/Kolkata"

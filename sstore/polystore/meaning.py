@@ -45,7 +45,7 @@ PORTABLE_NAMES: Mapping[str, frozenset[str]] = {
 # not concat(): PostgreSQL prints a boolean argument as t/f there, DuckDB and Spark as
 # true/false (the types of columns are not known here); || prints true/false everywhere
 #: Spark changes these where DuckDB does not (so they are kept in PostgreSQL for Spark only)
-SPARK_KEPT: Mapping[type[exp.Expression], str] = {
+SPARK_KEPT: Mapping[type[exp.Expr], str] = {
     exp.Round: "round (Spark rounds a double half up, PostgreSQL half to even)",
     exp.Trunc: "trunc (Spark's is a cast to bigint)",
     exp.GroupConcat: "string_agg (Spark has no ordered string_agg)",
@@ -55,11 +55,11 @@ INTEGER_TYPES = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.Data
                  exp.DataType.Type.BIGINT}
 
 
-def _every(node: exp.Anonymous) -> exp.Expression:
+def _every(node: exp.Expression) -> exp.Expression:
     return exp.LogicalAnd(this=node.expressions[0].copy())
 
 
-def _octet_length(node: exp.Anonymous) -> exp.Expression:
+def _octet_length(node: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this="strlen", expressions=[e.copy() for e in node.expressions])
 
 
@@ -83,10 +83,11 @@ TRANSLATIONS: Mapping[str, Mapping[tuple[type[exp.Expression], str | None],
 }
 
 
-def translate(tree: exp.Expression, dialect: str) -> exp.Expression:
+def translate(tree: exp.Expr, dialect: str) -> exp.Expr:
     """``tree`` (parsed as PostgreSQL) with each construct ``dialect`` needs rewritten
-    (``TRANSLATIONS``); the tree itself is not changed. Only called for trees whose
-    ``kept_in_postgres`` is empty or whose reasons do not apply to ``dialect``."""
+    (``TRANSLATIONS``); the tree itself is not changed. Every tree printed for an engine
+    goes through it (``sqltext.to_sql``); plans that would need more than it offers are not
+    proposed (``kept_in_postgres``)."""
     table = TRANSLATIONS.get(dialect)
     if not table:
         return tree
@@ -137,7 +138,7 @@ def naming_kept_columns(tree: exp.Expression, kept: Mapping[str, str]) -> list[s
     return list(dict.fromkeys(why for column, why in kept.items() if column.lower() in names))
 
 
-def _reason(node: exp.Expression, dialect: str, names: frozenset[str]) -> str | None:
+def _reason(node: exp.Expr, dialect: str, names: frozenset[str]) -> str | None:
     if isinstance(node, exp.Div) and not _non_integer_division(node):
         return "integer division (/ of operands whose types are not known to be numeric)"
     if isinstance(node, exp.Join) and (node.args.get("method") or "").upper() == "NATURAL":
@@ -161,7 +162,7 @@ def _reason(node: exp.Expression, dialect: str, names: frozenset[str]) -> str | 
     return None
 
 
-def _spark_interval(node: exp.Expression) -> str | None:
+def _spark_interval(node: exp.Expr) -> str | None:
     if isinstance(node, exp.Interval):
         return "interval arithmetic (Spark's date + interval is a date, PostgreSQL's a timestamp)"
     if isinstance(node, exp.Sub) and not (node.left.is_number or node.right.is_number):
@@ -181,7 +182,7 @@ def _spark_reason(node: exp.Func) -> str | None:
 
 def _non_integer_division(node: exp.Div) -> bool:
     """True when one operand is surely not an integer, so no engine divides as integers."""
-    def fractional(side: exp.Expression) -> bool:
+    def fractional(side: exp.Expr) -> bool:
         while isinstance(side, exp.Paren):
             side = side.this
         if isinstance(side, exp.Literal) and side.is_number:

@@ -48,13 +48,14 @@ from sstore.polystore.connectors import (
 from sstore.polystore.corrections import plan_key
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner, learned_path, learner_for
-from sstore.polystore.meaning import kept_in_postgres, kept_types
-from sstore.polystore.plan import ISLAND, Move, Plan, Run
+from sstore.polystore.meaning import kept_types
+from sstore.polystore.plan import ISLAND, Move, Plan
 from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.probes import Probes
 from sstore.polystore.proposals import ProposalCache, shape_key
 from sstore.polystore.rules import CHECKS, REWRITES, RULES
+from sstore.polystore.rules.keep_meaning import runs_outside_postgres, without_tables
 from sstore.polystore.scratch import (
     CastExistsError,
     ProtectedObjectError,
@@ -62,12 +63,10 @@ from sstore.polystore.scratch import (
     is_cast,
 )
 from sstore.polystore.sqltext import (
-    ISLAND_DIALECT,
     QueryError,
     parse,
     parse_shared,
     table_names,
-    to_sql,
 )
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
@@ -360,7 +359,7 @@ class Polystore:
             self.proposals.put(shape, candidates)
         zone = self._postgres_time_zone(engines)
         for plan in candidates:
-            plan.time_zone = zone if kinds_of(plan, engines) is not EngineKind.POSTGRES else None
+            plan.time_zone = zone if runs_outside_postgres(plan, engines) else None
             plan.pruned = pruned
             plan.guards = tuple(g for g in links.values() if delivered.uses(plan, g))
             plan.checks = tuple(  # the target read without its stream: is it still whole?
@@ -382,22 +381,11 @@ class Polystore:
         return sorted(candidates, key=lambda p: (p.cost, p.name))
 
     def _without_tables(self, tree: exp.Expression) -> Plan:
-        """The plan of a query that reads no table: the island runs it, unless it holds
-        something only PostgreSQL answers as written (``SELECT 7 / 2`` is 3 there, 3.5 in
-        DuckDB): then the catalog's first PostgreSQL engine does, and with none it is refused
-        with the reason."""
-        reasons = kept_in_postgres(tree, ISLAND_DIALECT)
-        if not reasons:
-            plan = Plan("island", "no_tables", (),
-                        Run(ISLAND, to_sql(tree, ISLAND_DIALECT), 0, 0, 1, 1))
-            return self.costs.price(plan, {ISLAND: ISLAND})
-        for entry in self.catalog.engines.values():
-            if entry.kind is EngineKind.POSTGRES:
-                plan = Plan(f"in {entry.name}", "no_tables", (),
-                            Run(entry.name, to_sql(tree, "postgres"), 0, 0, 1, 1))
-                return self.costs.price(plan, {entry.name: entry.kind.value})
-        raise QueryError("only PostgreSQL answers this query as written ("
-                         + "; ".join(reasons) + "), and the catalog has no PostgreSQL engine")
+        """The priced plan of a query that reads no table (``rules.keep_meaning``)."""
+        plan = without_tables(tree, self.catalog.engines)
+        engine = plan.final.engine
+        kind = ISLAND if engine == ISLAND else self.catalog.engine(engine).kind.value
+        return self.costs.price(plan, {engine: kind})
 
     def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
         """Execute a plan from ``plans`` (benchmarks time each plan this way); ``refreshes``
@@ -591,13 +579,6 @@ class Polystore:
             return pa.table({"batch_id": [batch_id]})
         raise QueryError(f"no running streaming engine here has a procedure {procedure!r} "
                          f"(pass the live engine to Polystore(engines=...))")
-
-
-def kinds_of(plan: Plan, engines: Mapping[str, object]) -> EngineKind | str:
-    """The kind of engine the plan's final query runs in (``ISLAND`` for the island)."""
-    if plan.final.engine == ISLAND:
-        return ISLAND
-    return getattr(engines.get(plan.final.engine), "kind", ISLAND)
 
 
 def runner_up(plans: list[Plan], chosen: Plan) -> Plan | None:

@@ -17,6 +17,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from sstore.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
+from sstore.polystore.meaning import translate
 
 ISLAND_DIALECT = "duckdb"
 
@@ -84,7 +85,6 @@ def syntax_error(exc: ParseError) -> str:
 def to_sql(tree: exp.Expression, dialect: str) -> str:
     """``tree`` (PostgreSQL's SQL) printed for ``dialect``, with PostgreSQL's meaning kept
     where the dialect needs a rewrite for it (``meaning.translate``)."""
-    from sstore.polystore.meaning import translate  # noqa: PLC0415 - meaning reads DIALECTS
     return translate(tree, dialect).sql(dialect=dialect)
 
 
