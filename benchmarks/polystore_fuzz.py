@@ -43,7 +43,7 @@ class Report:
 
     queries: int = 0
     runs: int = 0                      # (query, plan) pairs run
-    oracle_errors: int = 0             # queries PostgreSQL itself refused (not counted)
+    oracle_errors: list[dict] = field(default_factory=list)  # PostgreSQL refused them too
     mismatches: list[dict] = field(default_factory=list)
     refusals: list[dict] = field(default_factory=list)
     plans: Counter = field(default_factory=Counter)
@@ -60,7 +60,8 @@ class Report:
         for m in self.mismatches:
             wrong_by_feature.update(m["features"])
         return {"queries": self.queries, "tlp_queries": self.tlp_queries,
-                "tlp_refused_kept_in_postgres": self.tlp_kept, "runs": self.runs, "oracle_errors": self.oracle_errors,
+                "tlp_refused_kept_in_postgres": self.tlp_kept, "runs": self.runs,
+                "oracle_errors": len(self.oracle_errors),
                 "mismatches": len(self.mismatches), "refusals": len(self.refusals),
                 "mismatch_rate": len(self.mismatches) / self.runs if self.runs else 0.0,
                 "runs_by_plan": dict(self.plans),
@@ -76,8 +77,8 @@ def check_query(world: World, query: FuzzQuery, report: Report,
     """Run ``query`` under every proposed plan and compare each answer with the oracle's."""
     try:
         names, expected = world.expected(query.sql)
-    except Exception:  # noqa: BLE001 - PostgreSQL refuses it too: not a polystore question
-        report.oracle_errors += 1
+    except Exception as exc:  # noqa: BLE001 - PostgreSQL refuses it: not the polystore's
+        report.oracle_errors.append({"sql": query.sql, "error": _short(exc)})
         return
     report.queries += 1
     want = normalised(expected)
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as out:
         json.dump({**summary, "mismatch_list": report.mismatches,
-                   "refusal_list": report.refusals}, out, indent=2, default=str)
+                   "refusal_list": report.refusals, "oracle_error_list": report.oracle_errors},
+                  out, indent=2, default=str)
 
 
 if __name__ == "__main__":

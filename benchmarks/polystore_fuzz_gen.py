@@ -207,7 +207,7 @@ class Generator:
         self.tag("using_join")
         cols = self.rng.choice(["k, id, cat", "*", "k, count(*)"])
         group = " GROUP BY k" if "count" in cols else ""
-        return f"SELECT {cols} FROM ev JOIN dim USING (k){self.where()}{group}"
+        return f"SELECT {cols} FROM ev JOIN dim USING (k){self.where('ev.')}{group}"
 
     def union_all(self) -> str:
         self.tag("union_all")
