@@ -94,9 +94,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                        help="run the model instead of the TPC-DI chaos run")
     model.add_argument("--seconds", type=float, default=60.0,
                        help="how long the model runs (default 60; at least one round)")
-    model.add_argument("--postgres", default=os.environ.get(
-        "SSTORE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-        help="a PostgreSQL server the model makes a database of its own on")
+    model.add_argument("--postgres", default=None,
+                       help="a PostgreSQL server the model makes a database of its own on, "
+                            "never restarted (default: a private server of the run's own, "
+                            "which the model stops and starts)")
     return parser.parse_args(argv)
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.chaos_procs import ROOT, admin, backends, child_env, in_copy, watermarks
+from migrators import delivery
 from sstore.maintenance import StreamTarget
 from sstore.sql import ident, qualified
 
@@ -118,9 +119,7 @@ def lock_target(url: str, table: str) -> psycopg.Connection | None:
     try:
         con.execute("SET lock_timeout = '5s'")
         con.execute(f"LOCK TABLE {qualified(table)} IN SHARE MODE")
-        if con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
-            con.execute("SELECT 1 FROM sstore.watermarks WHERE target = %s FOR UPDATE",
-                        (table,))
+        delivery.lock_rows(con, table)
     except psycopg.Error:
         con.close()
         return None

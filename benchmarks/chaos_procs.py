@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psycopg
 
+from migrators import delivery
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -153,8 +155,4 @@ def watermarks(con: psycopg.Connection, table: str) -> frozenset[str]:
     """The watermark rows of ``table`` as text (``con`` in autocommit). Compared before and
     after, any change means a sink committed a chunk, whatever else the rows hold (which
     engine, how many rows, when)."""
-    if not con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
-        return frozenset()
-    rows = con.execute("SELECT w::text FROM sstore.watermarks w WHERE target = %s",
-                       (table,)).fetchall()
-    return frozenset(r[0] for r in rows)
+    return delivery.rows_of(con, table)

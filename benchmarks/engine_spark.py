@@ -44,7 +44,6 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from benchmarks.common import percentile
 from benchmarks.engine_driver import Budget, LatencyProbe, Measurement, measure, slices
@@ -56,6 +55,7 @@ from benchmarks.engine_workloads import (
     lookup_rows,
 )
 from benchmarks.sss_batches import BatchBoard
+from sstore.files import parquet_bytes, write_atomically
 
 MASTER = "local[2]"
 RAW_SCHEMA = "event_id BIGINT, user_id BIGINT, amount DOUBLE, kind STRING"
@@ -180,12 +180,8 @@ class SparkChain:
         """Drop the batch's file into the input directory; wait for its foreachBatch."""
         started = time.perf_counter()
         name = f"batch-{batch_id:08d}.parquet"
-        staged = os.path.join(self.staging, name)
-        with open(staged, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(staged, os.path.join(self.inbox, name))
+        write_atomically(os.path.join(self.inbox, name), parquet_bytes(table),
+                         staging_dir=self.staging)
         self.write_ms.append((time.perf_counter() - started) * 1000)
         self.probe.record(batch_id, started, self._board.wait(batch_id, self.query))
         return 1

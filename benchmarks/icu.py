@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import fresh_database, machine_info, percentile, write_results
-from migrators.sink_group import SinkGroup
+from migrators.sink_runner import SinkGroup
 from sstore.engine import Engine
 from sstore.extras import needs
 from sstore.workloads.icu import dataflow, rules, run

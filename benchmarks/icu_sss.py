@@ -32,12 +32,12 @@ import time
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
+from sstore.files import parquet_bytes, write_atomically
 from sstore.sql import ident
 from sstore.workloads.icu import rules
 from sstore.workloads.icu.dataflow import REASON_SQL
@@ -183,10 +183,9 @@ class StructuredStreamingIcu:
         """Drop arrival batch ``index`` into the watched directory; return the time it was
         sent (``perf_counter``), once Spark has processed every file sent so far."""
         name = f"batch-{index:08d}.parquet"
-        staged = os.path.join(self.staging, name)
-        pq.write_table(table.cast(READING_SCHEMA), staged)
         sent = time.perf_counter()
-        os.replace(staged, os.path.join(self.inbox, name))
+        write_atomically(os.path.join(self.inbox, name), parquet_bytes(table.cast(READING_SCHEMA)),
+                         staging_dir=self.staging)
         self.query.processAllAvailable()
         if self._failure is not None:
             raise RuntimeError(f"Spark foreachBatch failed: {self._failure}") from self._failure

@@ -56,6 +56,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.plans_report import plot_shape, summarize, summary_table
+from migrators import delivery
 from migrators.engine_to_postgres import StreamToPostgres
 from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine
@@ -104,8 +105,7 @@ def setup_share(folder: str, url: str, feed: Feed, rows: int, share: float
     with psycopg.connect(url) as con:
         con.execute("DROP TABLE IF EXISTS public.orders_hist")
         con.execute("DROP SCHEMA IF EXISTS sstore_cache CASCADE")
-        con.execute("DELETE FROM sstore.watermarks WHERE target = 'public.orders_hist'"
-                    if _has_watermarks(con) else "SELECT 1")
+        delivery.forget_target(con, "public.orders_hist")
     sink = StreamToPostgres(engine, "orders_in", url, "public.orders_hist",
                             batch_column="_batch_id", chunk_rows=50_000)
     older = rows - round(rows * share)
@@ -125,10 +125,6 @@ def setup_share(folder: str, url: str, feed: Feed, rows: int, share: float
     ps.catalog.register_many("pg", ps.connector("pg").discover("public"))
     ps.split("orders", {"stream": "orders_in", "pg": "public.orders_hist"})
     return engine, sink, ps
-
-
-def _has_watermarks(con: psycopg.Connection) -> bool:
-    return con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]
 
 
 def _parts(n: int) -> list[int]:

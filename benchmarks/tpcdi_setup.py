@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from migrators import delivery
-from migrators.delivery import WATERMARKS
 from sstore.sql import ident
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.streaming.events import (
@@ -118,12 +117,13 @@ def fresh_warehouse(url: str, schema: str) -> None:
     create_warehouse(url, schema)
     with psycopg.connect(url) as con:
         delivery.ensure_watermarks(con)
-        con.execute(f"DELETE FROM {WATERMARKS} WHERE target LIKE %s", (f"{schema}.%",))
+        delivery.forget_targets(con, schema)
 
 
 def drop_schema(url: str, schema: str) -> None:
     execute(url, f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
-    execute(url, f"DELETE FROM {WATERMARKS} WHERE target LIKE %s", (f"{schema}.%",))
+    with psycopg.connect(url) as con:
+        delivery.forget_targets(con, schema)
 
 
 # -- dimensions ---------------------------------------------------------------------------------

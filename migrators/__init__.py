@@ -18,7 +18,7 @@ from migrators.errors import (
                               UnsupportedTypeError,
 )
 from migrators.registry import MIGRATORS, cast
-from migrators.sink_group import SinkGroup
+from migrators.sink_runner import SinkGroup, SinkRunner
 
 __all__ = [
                               "MIGRATORS",
@@ -28,6 +28,7 @@ __all__ = [
                               "PostgresUnavailable",
                               "ResetRefused",
                               "SinkGroup",
+                              "SinkRunner",
                               "StreamToPostgres",
                               "UnsupportedTypeError",
                               "cast",

@@ -59,7 +59,7 @@ from psycopg.pq import TransactionStatus
 from migrators.errors import MigrationError, ResetRefused
 from migrators.postgres import parse_name
 from sstore.errors import TerminalError
-from sstore.sql import ident, qualified
+from sstore.sql import ident, literal, qualified
 
 log = logging.getLogger("sstore.migrators")
 
@@ -433,7 +433,7 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     and COMMIT. psycopg's own BEGIN would be one more, and on a loaded machine every
     round trip waits for the scheduler twice.
     ``begin=False``: the UPDATE alone, in a transaction already open (a later member of a
-    sink group's transaction, ``migrators.sink_group``).
+    sink group's transaction, ``migrators.sink_runner``).
 
     Only a row under its table's canonical name can match: the key is a plain ``schema.table``
     (``_plain``), quoted part by part, so the table ``to_regclass`` finds for it is named
@@ -504,6 +504,15 @@ def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget |
                     (key.merge_key, key.source, key.stream, watermark.target, key.merge_key))
     con.commit()
     return watermark
+
+
+def skip_to(cur: psycopg.Cursor, key: SinkKey, watermark: int, after: int) -> None:
+    """Move the watermark from ``watermark`` to ``after`` without delivering (a gap the
+    writer accepted: the batches in between are gone from the source), in the caller's
+    transaction, after ``lock``; nothing changes if another writer moved it meanwhile."""
+    cur.execute(f"UPDATE {WATERMARKS} SET batch_id = %s, updated_at = now() WHERE source = %s "
+                f"AND stream = %s AND target = %s AND batch_id = %s",
+                (after, key.source, key.stream, key.target, watermark))
 
 
 def read(con: psycopg.Connection, key: SinkKey) -> int | None:
@@ -643,3 +652,125 @@ def _claim(cur: psycopg.Cursor, key: SinkKey, oid: int, shared_target: bool, fre
                 f"NULL THEN batch_id ELSE 0 END, rows_total = CASE WHEN target_oid IS NULL THEN "
                 f"rows_total ELSE 0 END, updated_at = now() WHERE source = %s AND "
                 f"stream = %s AND target = %s", (oid, key.source, key.stream, key.target))
+
+
+# ---------------------------------------------------------------- for readers and upkeep
+# Every other module that asks about (or clears) watermarks goes through what follows, so
+# that this module stays the only code that names the table in SQL (``tests/
+# test_watermark_owner.py``): how a row is matched to a table (canonical name, a bare name,
+# the OID it was written for) is decided here once.
+
+#: A SQL expression, true when the watermark table exists (a reader may run before any sink).
+EXISTS_SQL = f"to_regclass('{WATERMARKS}') IS NOT NULL"
+
+#: The watermark rows of the sinks feeding one table, with four parameters
+#: (``target_params``): rows under its name written for it (or before any table was), and
+#: any row written for the table now under its name whatever spelling it was recorded under
+#: (an older sstore recorded the target as the writer spelt it; ``lock`` adopts such rows at
+#: the sink's next start, and until then the table is still the sink's).
+TARGET_ROWS = ("((target IN (%s, %s) AND (target_oid IS NULL OR target_oid = to_regclass(%s))) "
+               "OR target_oid = to_regclass(%s))")
+
+#: (max batch, rows written, sinks) of one table's watermark rows (``TARGET_ROWS``): how far
+#: a sink-fed table reaches; as one query, and as a text-array subquery for a larger question.
+GROWTH_SQL = (f"SELECT max(batch_id), sum(rows_total), count(*) FROM {WATERMARKS} "
+              f"WHERE {TARGET_ROWS}")
+GROWTH_ARRAY_SQL = ("(SELECT ARRAY[max(batch_id)::text, sum(rows_total)::text, count(*)::text] "
+                    f"FROM {WATERMARKS} WHERE {TARGET_ROWS})")
+#: How many sinks write one table (``TARGET_ROWS``), as a subquery.
+WRITERS_SQL = f"(SELECT count(*) FROM {WATERMARKS} WHERE {TARGET_ROWS})"
+
+#: One stream's watermark rows in one table, as (source, batch_id, rows_total, updated_at,
+#: whether the row was written for the table now under the name, merge_key) plus ``{rows}``
+#: (an extra column or nothing); parameters: qualified name, stream, canonical name, bare
+#: name (or canonical), qualified name, source, source (None: any source).
+SINK_ROWS_SQL = ("SELECT source, batch_id, rows_total, updated_at, "
+                 "coalesce(target_oid = to_regclass(%s)::oid, false), "
+                 "to_jsonb(w) ->> 'merge_key'{rows} "  # to_jsonb: an older table has no column
+                 f"FROM {WATERMARKS} w "
+                 "WHERE stream = %s AND (target IN (%s, %s) OR "
+                 "target_oid = to_regclass(%s)::oid) AND "
+                 "(%s::text IS NULL OR source = %s) ORDER BY source")
+
+
+def target_params(schema: str, name: str) -> tuple[str, str, str, str]:
+    """The parameters of ``TARGET_ROWS`` for table ``schema.name``: its canonical name, the
+    bare name an older sstore recorded a ``public`` table under, and its qualified name."""
+    full = f"{schema}.{name}"
+    return full, name if schema == "public" else full, qualified(full), qualified(full)
+
+
+def exists(con: psycopg.Connection) -> bool:
+    """Whether the watermark table exists (in the caller's transaction)."""
+    row = con.execute(f"SELECT {EXISTS_SQL}").fetchone()
+    return bool(row and row[0])
+
+
+def watermark_of(con: psycopg.Connection, stream: str, target: str,
+                 source: str | None = None) -> int | None:
+    """Where the watermark of ``stream`` in ``target`` stands (found by the name given or by
+    the table under it, any spelling): ``source``'s, or with None the most recently advanced
+    of any source; None when there is none (or no watermark table). Reports only: a writer
+    locks it (``lock``)."""
+    if not exists(con):
+        return None
+    row = con.execute(
+        f"SELECT batch_id FROM {WATERMARKS} WHERE stream = %s AND (target = %s OR target_oid "
+        f"= to_regclass(%s)::oid) AND (source = %s OR %s::text IS NULL) "
+        f"ORDER BY updated_at DESC, batch_id DESC LIMIT 1",
+        (stream, target, qualified(target), source, source)).fetchone()
+    return int(row[0]) if row else None
+
+
+def rows_of(con: psycopg.Connection, target: str) -> frozenset[str]:
+    """Every watermark row recorded under ``target`` as text (empty without the table):
+    compared before and after, any change means a writer committed a delivery."""
+    if not exists(con):
+        return frozenset()
+    rows = con.execute(f"SELECT w::text FROM {WATERMARKS} w WHERE target = %s",
+                       (target,)).fetchall()
+    return frozenset(r[0] for r in rows)
+
+
+def lock_rows(con: psycopg.Connection, target: str) -> None:
+    """Lock the watermark rows recorded under ``target`` (``FOR UPDATE``, in the caller's open
+    transaction): every writer of that table waits until it ends (a fault harness)."""
+    if exists(con):
+        con.execute(f"SELECT 1 FROM {WATERMARKS} WHERE target = %s FOR UPDATE", (target,))
+
+
+def forget_target(con: psycopg.Connection, target: str) -> int:
+    """Forget every watermark recorded under the name ``target`` (in the caller's
+    transaction), after the table was dropped on purpose: a watermark that outlived its table
+    would skip every batch it names. Returns the rows removed. ``reset`` is the checked way
+    for a table that stays."""
+    if not exists(con):
+        return 0
+    return con.execute(f"DELETE FROM {WATERMARKS} WHERE target = %s", (target,)).rowcount
+
+
+def forget_targets(con: psycopg.Connection, schema: str) -> int:
+    """``forget_target`` for every table of ``schema`` (a warehouse schema dropped whole)."""
+    if not exists(con):
+        return 0
+    return con.execute(f"DELETE FROM {WATERMARKS} WHERE split_part(target, '.', 1) = %s",
+                       (schema,)).rowcount
+
+
+def move_statement(source: str | None, stream: str, schema: str, name: str,
+                   batch_id: int) -> str:
+    """The one ``UPDATE`` a user runs by hand to say that the table now under
+    ``schema.name`` holds ``stream``'s batches up to ``batch_id`` (restored from a backup):
+    it matches the sink's row by ``source`` (None: any), the stream and the target under
+    both spellings (a sink records ``public.orders``, an older sstore recorded a bare name
+    bare), and sets ``rows_total`` to the table's count (a watermark that counts no rows
+    would not notice the table emptied later). Literal text, for a message."""
+    full = qualified(f"{schema}.{name}")
+    names = [f"{schema}.{name}", *([name] if schema == "public" else [])]
+    where = [f"stream = {literal(stream)}",
+             f"target IN ({', '.join(literal(n) for n in names)})"]
+    if source is not None:
+        where.insert(0, f"source = {literal(source)}")
+    return (f"UPDATE {WATERMARKS} SET batch_id = {int(batch_id)}, target_oid = "
+            f"to_regclass({literal(full)})::oid, rows_total = (SELECT count(*) FROM {full}) "
+            f"WHERE {' AND '.join(where)}")

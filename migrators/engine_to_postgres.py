@@ -23,10 +23,14 @@ A sink's life:
 4. The engine is told (acknowledgements grouped by ``ack_every`` seconds); only then may
    garbage collection remove the batches.
 
-The continuous sink (``attach``) runs steps 3-4 in its own thread whenever a batch commits:
-transient failures (PostgreSQL away, a terminated backend) are retried for as long as it runs;
-a terminal one (a schema mismatch, a gap, a target claimed by another state file) halts the
-sink, records the error in the engine (``status`` shows it) and makes ``flush`` raise it.
+This module says WHAT to write and keeps the sink's bookkeeping; it starts no thread. WHEN
+and by whom is ``migrators.sink_runner``'s: one runner drives one sink or a group of them
+(``SinkGroup``), in a thread of its own as batches commit (``attach``), in the committing
+thread, or once (``run_once``). Transient failures (PostgreSQL away, a terminated backend)
+are retried for as long as it runs; a terminal one (a schema mismatch, a gap, a target
+claimed by another state file) halts the sink (``halt``), records the error in the engine
+(``status`` shows it) and makes ``flush`` raise it. ``attach``, ``flush``, ``detach``,
+``run_pending`` and ``run_once`` here are conveniences that hand the sink to a runner of one.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -42,11 +46,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from migrators import backfill, delivery
-from migrators.delivery import SinkKey, TargetBehind
+from migrators.delivery import SinkKey
 from migrators.errors import IncompatibleSchemaError, MigrationError
-from migrators.read_ahead import Chunk, Converted, ReadAhead, in_batch_order
+from migrators.read_ahead import Chunk, Converted, in_batch_order
 from migrators.recent_batches import RecentBatches
-from migrators.sink_loop import feed_until_stopped, idle_seconds
+from migrators.sink_runner import MigrationReport, SinkRunner
 from migrators.postgres import (
     RetryPolicy,
     Session,
@@ -66,7 +70,6 @@ from migrators.typemap import (
     for_copy,
     for_target,
 )
-from sstore import interrupts
 from sstore.backpressure import Bound
 from sstore.engine import Engine
 from sstore.errors import DeclarationError, GapError, SStoreError
@@ -74,7 +77,6 @@ from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import first_line
 from sstore.sql import ident, qualified
 from sstore.streams import BATCH_COLUMN
-from sstore.subscriptions import Subscription
 
 log = logging.getLogger("sstore.migrators")
 
@@ -91,21 +93,6 @@ def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
     last = numbered.group_by(list(key), use_threads=False).aggregate([("__pos", "max")])
     positions = last["__pos_max"].combine_chunks()
     return rows.take(positions.take(pc.array_sort_indices(positions)))
-
-
-@dataclass
-class MigrationReport:
-    chunks: int = 0
-    batches: int = 0
-    rows: int = 0
-    seconds: float = 0.0
-    retries: int = 0
-    watermark: int = 0
-    chunk_seconds: list[float] = field(default_factory=list)
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows / self.seconds if self.seconds else 0.0
 
 
 @dataclass(frozen=True)
@@ -182,19 +169,17 @@ class StreamToPostgres:
     _unacked: int = field(default=0, init=False)
     _unacked_since: float = field(default=0.0, init=False)  # when _unacked last left 0
     _acked_at: float = field(default=0.0, init=False)
-    _mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
-    _wake: threading.Event = field(default_factory=threading.Event, init=False)
-    _ack_now: threading.Event = field(default_factory=threading.Event, init=False)  # flush
-    _stopping: threading.Event = field(default_factory=threading.Event, init=False)
-    _thread: threading.Thread | None = field(default=None, init=False)
-    _subscription: Subscription | None = field(default=None, init=False)
+    #: one caller at a time moves this sink's batches (its runner, ``run_once``, ``reset``)
+    mutex: threading.Lock = field(default_factory=threading.Lock, init=False)
+    #: set by the runner that stops feeding: cuts short the retries of this sink's session
+    cancel: threading.Event = field(default_factory=threading.Event, init=False)
+    #: the runner feeding this sink as batches commit (``migrators.sink_runner``), if any
+    runner: SinkRunner | None = field(default=None, init=False)
     _rows_moved: int = field(default=0, init=False)  # by this object, for metrics
     _batches_moved: int = field(default=0, init=False)
-    _loop_retries: int = field(default=0, init=False)  # retries of the sink thread's loop
-    #: batches handed over by the subscription that wakes the sink thread, not yet delivered
+    _loop_retries: int = field(default=0, init=False)  # retries of its runner's loop
+    #: batches handed over by the subscription that wakes the runner, not yet delivered
     _recent: RecentBatches = field(default_factory=RecentBatches, init=False)
-    #: the running read-ahead's ``kick`` (``migrators.read_ahead``), called once a COPY is sent
-    _kick: Callable[[], None] = field(default_factory=lambda: _no_kick, init=False)
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "merge"):
@@ -214,13 +199,12 @@ class StreamToPostgres:
     def metrics_snapshot(self) -> SinkSnapshot:
         """This sink's numbers for the engine's metrics (``sstore.observe.sinks``): read
         from its own fields, no I/O and no engine call."""
-        thread = self._thread
+        runner = self.runner
         return SinkSnapshot(self.consumer, self.stream, self.target, self._after,
                             self._rows_moved, self._batches_moved,
                             self.retry.retries_done + self._loop_retries, self.last_error,
-                            self.halted, (thread is not None and thread.is_alive())
-                            or self._subscription is not None,
-                            thread is not None and thread.is_alive())
+                            self.halted, runner is not None and runner.attached,
+                            runner is not None and runner.threaded)
 
     @property
     def consumer(self) -> str:
@@ -241,8 +225,20 @@ class StreamToPostgres:
     @property
     def session(self) -> Session:
         if self._session is None:
-            self._session = Session(self.url, self.retry, stop=self._stopping)
+            self._session = Session(self.url, self.retry, stop=self.cancel)
         return self._session
+
+    @property
+    def after(self) -> int | None:
+        """The batch the target has everything up to, as this sink last learnt it (None: not
+        started, or released; the next delivery starts again)."""
+        return self._after
+
+    @property
+    def acks_pending(self) -> bool:
+        """Whether a delivery has not been acknowledged to the engine yet (held back by
+        ``ack_every``): the runner then wakes up to tell it even when no batch commits."""
+        return bool(self._unacked)
 
     # ------------------------------------------------------------------ setup
     def start(self) -> int:
@@ -356,13 +352,11 @@ class StreamToPostgres:
             f"--batch-column COL)")
 
     def _skip_gap(self, con: psycopg.Connection, watermark: int, after: int) -> None:
+        """An accepted gap: the target's watermark moves from ``watermark`` past it."""
         with con.cursor() as cur:
             delivery.lock(cur, self.sink_key, self._prepare_target, self.shared_target,
                           self.drained_target)
-            cur.execute(f"UPDATE {delivery.WATERMARKS} SET batch_id = %s, updated_at = now() "
-                        f"WHERE source = %s AND stream = %s AND target = %s AND batch_id = %s",
-                        (after, self.sink_key.source, self.sink_key.stream, self.target,
-                         watermark))
+            delivery.skip_to(cur, self.sink_key, watermark, after)
         con.commit()
 
     def reset(self) -> int:
@@ -385,7 +379,7 @@ class StreamToPostgres:
             return delivery.reset(con, self.stream, self.table,
                                   self.key if self.mode == "merge" else ())
 
-        with self._mutex:
+        with self.mutex:
             forgotten = with_retries(self.url, forget, self.retry, f"reset {self.table}")
             self.engine.rewind(self.consumer, 0)
             self._after = None  # a running sink plans again from the watermark
@@ -393,80 +387,63 @@ class StreamToPostgres:
 
     def close(self) -> None:
         """Acknowledge what is pending and close the PostgreSQL connection."""
-        self._acknowledge(force=True)
+        self.acknowledge(force=True)
         if self._session is not None:
             self._session.close()
 
-    # ------------------------------------------------------------------ moving
-    def run_once(self, progress: Callable[[int, int], None] | None = None) -> MigrationReport:
-        """Move every committed batch not yet in PostgreSQL, chunk by chunk; then return.
+    def release(self) -> None:
+        """``close``, and forget where the target stands: the next delivery starts again
+        (``start``). A runner that stops feeding the sink calls it, holding ``mutex``."""
+        self.close()
+        self._after = None
 
-        ``progress(rows_done, rows_total)`` is called after each chunk."""
-        report = MigrationReport()
-        began = time.perf_counter()
-        retries_before = self.retry.retries_done
-        try:
-            with self._mutex:
-                report.watermark = self.start()
-                self._move_pending(report, progress)
-        finally:
-            self.close()
-        report.seconds = time.perf_counter() - began
-        report.retries = self.retry.retries_done - retries_before
-        return report
+    # ------------------------------------------------------------------ conveniences
+    def run_once(self, progress: Callable[[int, int], None] | None = None) -> MigrationReport:
+        """Move every committed batch not yet in PostgreSQL, chunk by chunk; then return
+        (``SinkRunner.run_once``). ``progress(rows_done, rows_total)`` after each chunk."""
+        return SinkRunner([self]).run_once(progress)
 
     def run_pending(self, ack: bool = True) -> int:
-        """Move what has committed since the last delivery (one caller at a time).
+        """Move what has committed since the last delivery, in the caller's thread (one
+        caller at a time); returns the rows moved. A terminal error is raised, not recorded
+        as a halt (``SinkRunner.run_pending``).
 
-        ``ack``: tell the engine at once; otherwise only once ``ack_every`` has passed (the
-        sink thread, woken by every commit: each acknowledgement is a DuckDB commit under
-        the engine's lock, and the watermark in PostgreSQL, not the acknowledgement, is what
-        a restart trusts)."""
-        with self._mutex:
-            if self._after is None:
-                self.start()
-            report = MigrationReport()
-            self._move_pending(report, None)
-            self._acknowledge(force=ack)
-            return report.rows
+        ``ack``: tell the engine at once; otherwise only once ``ack_every`` has passed."""
+        return SinkRunner([self]).run_pending(ack=ack, halt=False)
 
-    def _move_pending(self, report: MigrationReport,
-                      progress: Callable[[int, int], None] | None) -> None:
-        """Step 3 until nothing is pending; a target found behind the plan re-plans once
-        (twice in a row means something keeps removing the target's rows: a terminal error)."""
-        for attempt in (1, 2):
-            assert self._after is not None
-            chunks = self._chunks(self._after)
-            total = sum(c.rows for c in chunks)
-            try:
-                ahead = self._read_ahead(chunks)
-                try:
-                    self._move_chunks(iter(ahead), report, progress, total)
-                finally:
-                    ahead.close()
-                    self._kick = _no_kick
-                return
-            except TargetBehind as behind:
-                if attempt == 2:
-                    raise
-                log.warning("%s; planning again from batch %d", behind,
-                            behind.watermark.batch_id)
-                report.watermark = self.start()
+    def attach(self, background: bool = True) -> None:
+        """Feed the target as batches commit: a runner of one (``SinkRunner.attach``) moves
+        them in a thread of its own (PostgreSQL transactions never under the engine's lock,
+        so stream processing does not wait for PostgreSQL; if PostgreSQL is away it keeps
+        retrying and the engine keeps the batches), or in the committing thread with
+        ``background=False``. A terminal error halts the sink (see the module docstring)."""
+        SinkRunner([self]).attach(background)
 
-    def _move_chunks(self, planned: Iterator[tuple[Chunk, pa.Table, Converted | None]],
-                     report: MigrationReport, progress: Callable[[int, int], None] | None,
-                     total: int) -> None:
-        """Step 3 for each planned chunk, counted in ``report``."""
-        for chunk, rows, ahead in planned:
-            t0 = time.perf_counter()
-            moved = self._move_chunk(chunk, rows, ahead)
-            report.chunk_seconds.append(time.perf_counter() - t0)
-            report.chunks += 1
-            report.rows += moved
-            report.batches += chunk.batches
-            report.watermark = chunk.last
-            if progress is not None:
-                progress(report.rows, total)
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every batch committed so far is in PostgreSQL; False on timeout. A
+        halted sink raises its error (waiting would never end). ``SinkRunner.flush_sink``,
+        of the runner feeding it, if any."""
+        return (self.runner or SinkRunner([self])).flush_sink(self, timeout)
+
+    def detach(self, flush_seconds: float | None = None) -> None:
+        """Stop feeding (``SinkRunner.detach``): deliver what has committed for at most
+        ``flush_seconds``, finish the chunk in flight, acknowledge, close the connection. A
+        member of a group is detached with its group (``SinkGroup.detach``)."""
+        runner = self.runner
+        if runner is None:
+            with self.mutex:
+                self.release()
+            return
+        if len(runner.sinks) > 1:
+            raise MigrationError(f"sink {self.stream} -> {self.table} is fed by a sink group: "
+                                 f"detach the group, not its members")
+        runner.detach(flush_seconds)
+
+    # ------------------------------------------------------------------ what to write
+    def plan(self) -> list[Chunk]:
+        """Step 3's chunks after where the target stands (``after``, set by ``start``)."""
+        assert self._after is not None
+        return self._chunks(self._after)
 
     def _chunks(self, after: int) -> list[Chunk]:
         """Consecutive batches grouped up to ``chunk_rows`` rows (a bigger batch goes alone)."""
@@ -484,26 +461,15 @@ class StreamToPostgres:
             chunks.append(current)
         return chunks
 
-    def _read_ahead(self, chunks: list[Chunk]) -> ReadAhead:
-        """The plan's chunks, read (and converted) ahead in a helper thread
-        (``migrators.read_ahead``), unless this thread holds the engine's lock: a helper
-        reading would wait for it forever (a sink moving batches in the committing thread,
-        ``attach(background=False)``)."""
-        assert self._after is not None
-        ahead = ReadAhead(chunks, self._after, self._read_group, self._convert,
-                          threaded=not self.engine.holds_lock(),
-                          name=f"sstore-sink-read-{self.table}")
-        self._kick = ahead.kick
-        return ahead
-
-    def _convert(self, rows: pa.Table, after: int) -> Converted:
-        """``rows`` ready for a delivery after watermark ``after`` (``Converted``)."""
+    def convert(self, rows: pa.Table, after: int) -> Converted:
+        """``rows`` ready for a delivery after watermark ``after`` (``Converted``; the
+        runner's read-ahead calls it in its helper thread)."""
         types = self._target_types
-        data = self._rows_for_target(rows, after, types)
+        data = self.rows_for_target(rows, after, types)
         payload = encode_copy(data) if self.mode == "append" and data.num_rows else None
         return Converted(after, types, data, payload)
 
-    def _read_group(self, group: list[Chunk]) -> pa.Table:
+    def read(self, group: list[Chunk]) -> pa.Table:
         """The rows of a group's batches, in batch order, read through ``Engine.query`` (a
         read-only cursor, committed state only, like ``Engine.read_batches``) but without
         its ORDER BY: DuckDB returns a filtered scan in insertion order, which is batch
@@ -520,9 +486,10 @@ class StreamToPostgres:
                                  f"BETWEEN ? AND ?", group[0].first, group[-1].last)
         return in_batch_order(rows)
 
-    def _move_chunk(self, chunk: Chunk, rows: pa.Table, ahead: Converted | None = None
-                    ) -> int:
+    def move_chunk(self, chunk: Chunk, rows: pa.Table, ahead: Converted | None = None,
+                   sent: Callable[[], None] | None = None) -> int:
         """Deliver one chunk (steps 1-6 of ``migrators.delivery``), then acknowledge it.
+        ``sent``: called once its COPY is in the socket (the read-ahead's ``kick``).
 
         The rows are converted for the target once, before the PostgreSQL transaction (and
         its retries), or were by the reader (``ahead``); the count lets ``delivery`` lock and
@@ -533,12 +500,12 @@ class StreamToPostgres:
         after = self._after
         types = self._target_types
         planned = ahead if ahead is not None and ahead.after == after and \
-            ahead.types is types else self._convert(rows, after)
+            ahead.types is types else self.convert(rows, after)
 
         def write(cur: psycopg.Cursor, watermark: int) -> int:
             if watermark == after and self._target_types is types:
-                return self._write(cur, planned.data, planned.payload, sent=self._kick)
-            return self._write(cur, self._rows_for_target(rows, watermark))
+                return self.write(cur, planned.data, planned.payload, sent=sent)
+            return self.write(cur, self.rows_for_target(rows, watermark))
 
         done = self.session.run(
             lambda con: delivery.deliver(
@@ -547,10 +514,10 @@ class StreamToPostgres:
                 drained_target=self.drained_target,
                 before_commit=self.before_commit, planned_rows=planned.data.num_rows),
             f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
-        self._delivered(chunk, rows, done, time.perf_counter())
+        self.delivered(chunk, rows, done, time.perf_counter())
         return done.rows
 
-    def _delivered(self, chunk: Chunk, rows: pa.Table, done: delivery.Delivery,
+    def delivered(self, chunk: Chunk, rows: pa.Table, done: delivery.Delivery,
                    committed_at: float) -> None:
         """After the COMMIT that delivered ``chunk`` (its own, or a sink group's): the sink
         continues after it, drops its held rows, counts it, acknowledges it (step 7)."""
@@ -561,12 +528,12 @@ class StreamToPostgres:
         self._recent.forget_through(chunk.last)
         self._rows_moved += done.rows
         self._batches_moved += chunk.batches
-        self._acknowledge(force=False)  # step 7
+        self.acknowledge(force=False)  # step 7
         if self.on_delivered is not None and not done.skipped:
             ids = pc.unique(rows["_batch_id"]).to_pylist() if rows.num_rows else []
             self.on_delivered(Delivered(chunk.first, chunk.last, ids, done.rows, committed_at))
 
-    def _rows_for_target(self, rows: pa.Table, watermark: int,
+    def rows_for_target(self, rows: pa.Table, watermark: int,
                          types: TargetColumns | None = None) -> pa.Table:
         """The rows of batches above ``watermark``, converted for the target (for ``types``,
         by default the target's now: the reader thread passes the types it records, so that
@@ -589,7 +556,7 @@ class StreamToPostgres:
             self._unchanged = (data.schema, types)
         return converted
 
-    def _write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None,
+    def write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None,
                sent: Callable[[], None] | None = None) -> int:
         """Step 4: converted rows into the target (``payload``: their COPY encoding;
         ``sent``: called as PostgreSQL starts on them, ``copy_arrow``)."""
@@ -601,15 +568,15 @@ class StreamToPostgres:
             merge_rows(cur, self.target, data, self.key)
         return data.num_rows
 
-    def _acknowledge(self, force: bool) -> None:
+    def acknowledge(self, force: bool) -> None:
         """Step 7, at most every ``ack_every`` seconds unless ``force`` (``flush``).
 
         Unforced, it does not wait for the engine's lock while the oldest delivery not yet
         told is younger than ``ACK_WAIT_MAX``: a group commit holds that lock for a whole
         batch, and waiting for it after every delivery made a sink group's next round wait
         as long (84% of a round's time at 100-trade TPC-DI batches). A busy engine is told on
-        a later try (the sink thread wakes every ``ack_every`` seconds, at least every 10 ms,
-        while it has something to tell), and after ``ACK_WAIT_MAX`` the sink waits: garbage
+        a later try (the runner's thread wakes every ``ack_every`` seconds, at least every
+        10 ms, while it has something to tell), and after ``ACK_WAIT_MAX`` the sink waits: garbage
         collection and backpressure are never kept waiting long."""
         now = time.monotonic()
         if not self._unacked or not (force or now - self._acked_at >= self.ack_every):
@@ -618,110 +585,30 @@ class StreamToPostgres:
         if self.engine.acknowledge(self.consumer, self._unacked, wait=wait):
             self._unacked, self._acked_at = 0, now
 
-    # ------------------------------------------------------------------ continuous
-    def attach(self, background: bool = True) -> None:
-        """Feed the target as batches commit.
-
-        Each committed batch of the stream wakes a sink thread that moves what is pending (its
-        own PostgreSQL transactions, never under the engine's lock), so stream processing does
-        not wait for PostgreSQL; if PostgreSQL is away the sink keeps retrying and the engine
-        keeps the batches. A terminal error halts the sink (see the module docstring).
-        ``background=False`` moves them in the committing thread instead.
-        """
-        self.halted = None
-        self._stopping.clear()
-        with self._mutex:
-            self.start()
-        if not background:
-            self._subscription = self.engine.subscribe(self.stream,
-                                                       lambda _b, _t: self.run_pending())
-            return
-        self._wake.set()  # move whatever is already committed
-        self._thread = threading.Thread(target=self._sink_loop, daemon=True,
-                                        name=f"sstore-sink-{self.table}")
-        self._thread.start()
-        self._subscription = self.engine.subscribe(self.stream, self._committed)
-
-    def _committed(self, batch_id: int, rows: pa.Table) -> None:
-        """A batch of the stream committed: keep its rows for the sink thread, wake it."""
+    # ------------------------------------------------------------------ as its runner sees it
+    def remember(self, batch_id: int, rows: pa.Table) -> None:
+        """A batch of the stream committed (the runner's subscription): keep its rows, so
+        that ``read`` need not ask the engine for them (``RecentBatches``)."""
         self._recent.remember(batch_id, rows)
-        self._wake.set()
 
-    def _sink_loop(self) -> None:
-        def remember(exc: BaseException, _attempt: int) -> None:
-            self.last_error = f"{type(exc).__name__}: {first_line(exc)}"
-            self._loop_retries += 1
+    def note_retry(self, exc: BaseException) -> None:
+        """Its runner retries a transient failure: shown in ``last_error`` and counted."""
+        self.last_error = f"{type(exc).__name__}: {first_line(exc)}"
+        self._loop_retries += 1
 
-        def cleared() -> None:
-            self.last_error = None
+    def note_recovered(self) -> None:
+        """Its runner got past the failures it retried."""
+        self.last_error = None
 
-        feed_until_stopped(self._wake, self._stopping, self.retry,
-                           f"sink {self.stream} -> {self.table}",
-                           lambda: self.run_pending(ack=self._ack_now.is_set()),
-                           lambda: idle_seconds([self]), remember, cleared, self._halt)
-
-    def _halt(self, exc: BaseException) -> None:
-        """A terminal error: stop feeding, record the error and the halt in the engine
-        (``status`` shows them; the halt lasts until ``sstore resume``)."""
+    def halt(self, exc: BaseException) -> None:
+        """A terminal error: record it and the halt in the engine (``status`` shows them; the
+        halt lasts until ``sstore resume``). Its runner stops feeding it."""
         self.last_error = self.halted = f"{type(exc).__name__}: {first_line(exc)}"
         log.error("sink %s -> %s halted: %s", self.stream, self.table, self.halted)
         try:
             self.engine.halt_consumer(self.consumer, self._after or 0, self.halted)
         except SStoreError as also:  # the engine is closing: the log line above remains
             log.error("could not record the sink's halt: %s", also)
-
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every batch committed so far is in PostgreSQL; False on timeout. A
-        halted sink raises its error (waiting would never end)."""
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if self.halted is not None:
-                    raise MigrationError(f"sink {self.stream} -> {self.table} is halted: "
-                                         f"{self.halted}")
-                acked = self.engine.acknowledged(self.consumer)
-                delivered = self._after
-                if not self.engine.batches(self.stream, max(acked, delivered or 0)):
-                    if delivered is None or acked >= delivered:
-                        return True
-                    if self._thread is None:  # no sink thread: acknowledge here
-                        with self._mutex:
-                            self._acknowledge(force=True)
-                    else:
-                        self._ack_now.set()  # the sink thread acknowledges at once
-                self._wake.set()
-                time.sleep(0.01)
-            return False
-        finally:
-            self._ack_now.clear()
-
-    def detach(self, flush_seconds: float | None = None) -> None:
-        """Stop feeding: first deliver what has committed (for at most ``flush_seconds``:
-        default 10 s, 1 s when the process is stopping on a signal, so a stop stays quick),
-        then finish the chunk in flight, acknowledge, close the connection. What is not
-        delivered by then stays held in the engine for the next run."""
-        if self._thread is not None and self.halted is None:
-            if flush_seconds is None:
-                flush_seconds = 1.0 if interrupts.PROCESS_STOP.is_set() else 10.0
-            try:
-                self.flush(timeout=flush_seconds)
-            except MigrationError:
-                pass  # halted meanwhile: the halt is recorded; nothing more to deliver
-        if self._subscription is not None:
-            self._subscription.close()
-            self._subscription = None
-        if self._thread is not None:
-            self._stopping.set()
-            self._wake.set()
-            self._thread.join()
-            self._thread = None
-        with self._mutex:
-            self.close()
-        self._after = None
-
-
-def _no_kick() -> None:
-    """``StreamToPostgres._kick`` with no read-ahead running."""
 
 
 def _exists(con: psycopg.Connection, table: str) -> bool:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 from sstore.errors import TerminalError
 from sstore.extras import needs
+from sstore.files import write_atomically
 
 with needs("spark"):
     from pyspark.sql import SparkSession
@@ -143,8 +144,5 @@ def _log4j2_file() -> str:
     """A log4j2 configuration that keeps errors only: one file per user, replaced atomically,
     so concurrent processes never read half of it and nothing piles up in the temp directory."""
     path = os.path.join(tempfile.gettempdir(), f"sstore-spark-log4j2-{os.getuid()}.properties")
-    fd, staging = tempfile.mkstemp(prefix="sstore-spark-log4j2-", dir=os.path.dirname(path))
-    with os.fdopen(fd, "w") as out:
-        out.write(_LOG4J2)
-    os.replace(staging, path)
+    write_atomically(path, _LOG4J2)
     return path

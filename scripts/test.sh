@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv and Java's PostgreSQL driver, runs the whole suite.
+# The test command: installs what the suite needs (Debian packages: scripts/system.sh; .venv:
+# scripts/setup.sh), then runs the whole suite. Tests of external data (real DIGen output, at
+# $SSTORE_DIGEN_DIR) that is absent do not run and are listed loudly at the end of the run;
+# with SSTORE_REQUIRE_EXTERNAL_DATA=1 (CI) they fail instead.
 # PostgreSQL: $SSTORE_POSTGRES_URL, else the server at the default address, else a private one
 # that the test session starts under .sstore/postgres and stops at its end (tests/conftest.py).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+bash scripts/system.sh
 bash scripts/setup.sh test,bench,spark,airflow
 bash scripts/jdbc.sh
 bash scripts/jemalloc.sh

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from sstore import (
     adhoc,
+    consumer_port,
     consumers,
     event_windows,
     fusion,
@@ -41,6 +42,7 @@ from sstore import (
 )
 from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
 from sstore.checkpoints import WAL_LIMIT_BYTES
+from sstore.consumer_port import ConsumerPort
 from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow
 from sstore.engine_view import EngineView
@@ -52,7 +54,7 @@ from sstore.readonly import check_query
 from sstore.rows import RowsLike
 from sstore.runtime import CommitEvent, Runtime
 from sstore.sink_view import ObservableSink
-from sstore.sql import bind, ident, literal
+from sstore.sql import bind, literal
 from sstore.status import EngineStatus, read_status
 from sstore.subscriptions import Callback, Subscribers, Subscription
 from sstore.transaction import Transaction
@@ -429,6 +431,15 @@ class Engine:
         """Why ``consumer`` is halted ("batch N: error"), or None."""
         return halts.consumer_halt(self._runtime(), consumer)
 
+    def port(self, stream: str, consumer: str) -> ConsumerPort:
+        """Everything ``consumer`` may ask of this engine about ``stream`` (list, read, hold,
+        acknowledge, rewind, halt, subscribe, drop), each call checked against what the
+        stream committed (``sstore.consumer_port``)."""
+        streams = self._runtime().graph.streams  # starts the engine: outputs declared
+        if stream not in streams:
+            raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(streams)}")
+        return ConsumerPort(self._runtime, stream, consumer, self.subscribe)
+
     def collect_garbage(self) -> int:
         rt = self._runtime()
         with rt.lock:
@@ -580,9 +591,7 @@ class Engine:
 
         The hold is recorded in the state file and lasts until ``drop_consumer``: a consumer
         that is not running still holds its batches. Returns True if the hold is new."""
-        rt = self._runtime()
-        with rt.lock:
-            return consumers.hold(rt.con, rt.ledger, stream, consumer)
+        return self.port(stream, consumer).hold()
 
     def release(self, stream: str, consumer: str) -> bool:
         """Stop holding ``stream`` for ``consumer`` (same as ``drop_consumer``)."""
@@ -591,10 +600,7 @@ class Engine:
     def drop_consumer(self, stream: str, consumer: str) -> bool:
         """End ``consumer``'s hold on ``stream``: its batches are collected as if it had never
         existed. True if there was such a consumer."""
-        rt = self._runtime()
-        with rt.lock:
-            rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks
-            return consumers.drop(rt.con, rt.ledger, stream, consumer, rt.pending_acks)
+        return self.port(stream, consumer).drop()
 
     def consumers(self) -> list[ConsumerStatus]:
         """Every consumer hold: its stream, acknowledged batch, pending batches, accepted gaps."""
@@ -614,17 +620,14 @@ class Engine:
         has everything up to ``after``: ``after`` itself, unless garbage collection already
         removed batches above it. Then ``GapError`` names them, or, with ``accept_gap``, the
         gap is recorded (``status`` shows it) and the answer is the last collected batch."""
-        rt = self._runtime()
-        with rt.lock:
-            return consumers.continue_from(rt.con, rt.ledger, stream, consumer, after,
-                                           accept_gap)
+        return self.port(stream, consumer).continue_from(after, accept_gap=accept_gap)
 
     def rewind(self, consumer: str, batch_id: int) -> None:
         """Move ``consumer``'s acknowledgement back to ``batch_id``: its target lost batches it
         had taken (the engine delivers them again if it still has them)."""
         rt = self._runtime()
         with rt.lock:
-            consumers.rewind(rt.con, rt.ledger, consumer, batch_id, rt.pending_acks)
+            consumer_port.rewind(rt, consumer, batch_id)
 
     def collected_through(self, stream: str) -> int:
         """The highest batch-id of ``stream`` that garbage collection has removed (0: none)."""
@@ -644,13 +647,11 @@ class Engine:
 
     def read_batches(self, stream: str, first: int, last: int) -> pa.Table:
         """Rows of batches ``first``..``last`` of ``stream`` with their ``_batch_id``, in
-        batch order."""
+        batch order: all of them, or an error (``GapError`` for batches garbage collection
+        removed, ``ReadAheadError`` for batches not committed yet)."""
         rt = self._runtime()
         with rt.lock:
-            if rt.store.schema(stream) is None:
-                return pa.table({"_batch_id": pa.array([], pa.int64())})
-            return arrow(rt.con, f"SELECT * FROM {ident(stream)} WHERE _batch_id BETWEEN ? AND ? "
-                                 f"ORDER BY _batch_id", [first, last], large=True)
+            return consumer_port.read(rt, stream, first, last)
 
     def load_table(self, table: str, rows: pa.Table, mode: str = "append",
                    key: Sequence[str] = ()) -> int:
@@ -686,7 +687,7 @@ class Engine:
         if not rt.lock.acquire(blocking=wait):
             return False
         try:
-            if consumers.acknowledge(rt.ledger, rt.pending_acks, consumer, batch_id):
+            if consumer_port.acknowledge(rt, consumer, batch_id):
                 rt.wakeup.notify_all()  # an ingest waiting for this consumer re-checks now
         finally:
             rt.lock.release()

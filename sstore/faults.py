@@ -5,6 +5,10 @@ protocols. Normally that is a dictionary lookup and nothing else. When the envir
 ``SSTORE_CRASH_AT`` names a point and a count (``te.before_commit:17``), the process kills
 itself with SIGKILL the 17th time it reaches that point: a crash test can hit every step of the
 protocol on purpose instead of hoping a timer lands there.
+
+``SSTORE_CRASH_SIGNAL`` (``TERM``, ``INT``; default ``KILL``) sends another signal instead, once,
+at that pass: a clean stop requested at a known step of a protocol (``sstore.stopping``), which
+the process then finishes as it would after a user's Ctrl-C or ``kill``.
 """
 
 from __future__ import annotations
@@ -16,15 +20,20 @@ POINTS = (
     "ingest.before_log", "ingest.before_commit", "ingest.after_commit",
     "te.before_commit", "te.after_commit",
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
-    "dead_letters.before_delete",
+    "dead_letters.before_delete", "file.before_rename",
 )
 
 _target: tuple[str, int] | None = None
+_signal: int = signal.SIGKILL
 _hits: dict[str, int] = {}
 
 
 def _load() -> None:
-    global _target
+    global _target, _signal
+    name = os.environ.get("SSTORE_CRASH_SIGNAL", "KILL").upper().removeprefix("SIG")
+    if name not in ("KILL", "TERM", "INT"):
+        raise ValueError(f"SSTORE_CRASH_SIGNAL names {name!r}; known: KILL, TERM, INT")
+    _signal = getattr(signal, f"SIG{name}")
     spec = os.environ.get("SSTORE_CRASH_AT", "")
     if not spec:
         _target = None
@@ -39,8 +48,10 @@ def crash_point(point: str) -> None:
     if _target is None or _target[0] != point:
         return
     _hits[point] = _hits.get(point, 0) + 1
-    if _hits[point] >= _target[1]:
-        os.kill(os.getpid(), signal.SIGKILL)
+    # once: a process that survives the signal (a clean stop) passes the point again, and a
+    # second SIGTERM would end it at once (``sstore.stopping``)
+    if _hits[point] == _target[1]:
+        os.kill(os.getpid(), _signal)
 
 
 _load()

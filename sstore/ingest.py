@@ -66,7 +66,8 @@ def ingest_batch(rt: Runtime, backpressure: Backpressure,
     (``run``), the Coalescer (through ``ingest_and_run``) and dead-letter replay (``along``)
     all come here, so the stream checks, the batch-id checks and re-send detection
     (``_admit``), and the commit (``apply_ingest``, or a group it leads) are the same for
-    all of them; weak durability's replay applies a logged batch with ``apply_ingest`` too.
+    all of them; weak durability's replay (``replay_ingest``) passes a logged batch through
+    ``_admit`` and ``apply_ingest`` too.
 
     ``run``: the caller runs the batch's TEs next; the batch then leads their group commit
     (``group.ingest_and_run``) when ``_may_lead`` says so, and is committed alone otherwise.
@@ -193,10 +194,18 @@ def apply_ingest(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent:
 
 
 def replay_ingest(rt: Runtime, record: LogRecord) -> None:
-    """Apply an ingest record of the input log again (``recovery.replay``), not logging it."""
+    """Apply an ingest record of the input log again (``recovery.replay``), not logging it.
+
+    Through the same checks as a live ingest (``_admit``): a logged batch the state already
+    holds (a snapshot that does not say which records it contains) is a re-send, a no-op
+    with the same rows and ``ResendMismatchError`` with others; a batch-id below the last is
+    ``OutOfOrderBatchError``. Never appended twice, never taken over other rows."""
     assert record.stream and record.batch_id and record.table is not None
     _check_logged_types(rt, record.stream, record.table)
-    apply_ingest(rt, record.stream, record.batch_id, record.table, fingerprint(record.table))
+    sent = fingerprint(record.table)
+    if _admit(rt, {}, record.stream, record.batch_id, record.table, sent).duplicate:
+        return
+    apply_ingest(rt, record.stream, record.batch_id, record.table, sent)
 
 
 def _check_logged_types(rt: Runtime, stream: str, logged: pa.Table) -> None:

@@ -198,23 +198,14 @@ def _watermarks(url: str, targets: Sequence[StreamTarget], engine_id: str | None
     the most recently advanced one of that stream and target."""
     if not targets:
         return {}
+    from migrators import delivery
     from migrators.postgres import connect
     from sstore.sql import qualified
 
     out: dict[tuple[str, str], tuple[int, int | None]] = {}
     with connect(url) as con:
-        has_marks = con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL"
-                                ).fetchone()[0]
-        for target in targets:
-            mark = 0
-            if has_marks:
-                row = con.execute(  # by the name given, or by the table (any spelling)
-                    "SELECT batch_id FROM sstore.watermarks WHERE stream = %s AND (target = %s "
-                    "OR target_oid = to_regclass(%s)::oid) AND (source = %s OR %s::text IS "
-                    "NULL) ORDER BY updated_at DESC LIMIT 1",
-                    (target.stream, target.table, qualified(target.table), engine_id,
-                     engine_id)).fetchone()
-                mark = int(row[0]) if row else 0
+        for target in targets:  # by the name given, or by the table (any spelling)
+            mark = delivery.watermark_of(con, target.stream, target.table, engine_id) or 0
             rows = None
             if con.execute("SELECT to_regclass(%s) IS NOT NULL",
                            (qualified(target.table),)).fetchone()[0]:

@@ -33,8 +33,14 @@ from collections.abc import Callable, Collection
 import duckdb
 
 from sstore import gc, systables
-from sstore.errors import DeclarationError, InputLogError, ProgramChangedError, ReplayMismatchError
+from sstore.errors import (
+    DeclarationError,
+    InputLogError,
+    ProgramChangedError,
+    ReplayMismatchError,
+)
 from sstore.faults import crash_point
+from sstore.files import replace_durably
 from sstore.inputlog import InputLog, LogRecord
 from sstore.runtime import Runtime
 from sstore.sql import literal
@@ -176,7 +182,7 @@ def checkpoint(rt: Runtime, log: InputLog) -> str:
         con.execute("COPY FROM DATABASE memory TO sstore_checkpoint")
     finally:
         con.execute("DETACH sstore_checkpoint")
-    os.replace(tmp, path)
+    replace_durably(tmp, path)  # DuckDB's DETACH checkpointed and fsync'd the file
     crash_point("checkpoint.after_snapshot")
     log.restart()
     return path

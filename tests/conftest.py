@@ -48,6 +48,7 @@ from pytest_postgresql import factories
 
 from migrators.urls import parse
 from migrators.warehouse_url import URL_ENV, Warehouse, resolve_warehouse
+from tests.external_data import absent_reasons
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         del os.environ[URL_ENV]
     if chosen is not None and chosen.started and chosen.server is not None:
         chosen.server.stop("fast")  # this run's own server: no process left behind
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A banner for tests that did not run because a data set beside the project is absent
+    (``tests.external_data``): the run passes, and says loudly what it did not check."""
+    reasons = absent_reasons(terminalreporter)
+    if not reasons:
+        return
+    count = sum(1 for r in terminalreporter.stats.get("skipped", [])
+                if any(reason in str(getattr(r, "longrepr", "")) for reason in reasons))
+    terminalreporter.write_sep("!", f"{count} TESTS DID NOT RUN: EXTERNAL DATA ABSENT",
+                               red=True, bold=True)
+    for reason in reasons:
+        terminalreporter.write_line(reason, red=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -310,3 +310,51 @@ def test_a_caught_statement_error_never_reports_a_commit(tmp_path: Path, mode: s
     assert len(caught) == 1
     assert totals(engine) == {}
     engine.close()
+
+
+def _snapshot_without_its_log_position(log: Path) -> None:
+    """The snapshot forgets which log records it holds (a snapshot an older sstore wrote, or a
+    log restored from a backup beside it): replay then meets batches the state already has."""
+    con = duckdb.connect(str(log) + ".snapshot")
+    con.execute("UPDATE sstore_sys.meta SET value = 0 WHERE key IN ('snapshot_lsn', "
+                "'snapshot_te_seq')")
+    con.close()
+
+
+def test_replay_meets_a_logged_batch_the_state_has_as_a_resend(tmp_path: Path) -> None:
+    """Replay goes through the ingest path's batch-id checks and re-send detection: a logged
+    batch the snapshot already holds, with the same rows, is a no-op (not appended twice)."""
+    log = tmp_path / "in.log"
+    engine = weak(log)
+    engine.ingest("s", [(1, 10), (2, 20)])
+    saved = log.read_bytes()  # the log as it was before the checkpoint emptied it
+    engine.checkpoint()
+    engine.close()
+    log.write_bytes(saved)
+    _snapshot_without_its_log_position(log)
+    engine = weak(log)
+    assert engine.query("SELECT count(*) AS n FROM s").column("n").to_pylist() == [2]
+    engine.run_until_idle()
+    assert totals(engine) == {1: 10, 2: 20}
+    engine.close()
+
+
+def test_replay_meets_a_logged_batch_the_state_has_with_other_rows(tmp_path: Path) -> None:
+    """The same batch-id with other rows in the log than in the snapshot: refused by the
+    re-send check, naming the record, never taken as new rows or skipped silently."""
+    log = tmp_path / "in.log"
+    engine = weak(log)
+    engine.ingest("s", [(1, 10), (2, 20)])
+    engine.close()
+    other = tmp_path / "other.log"
+    engine = weak(other)
+    engine.ingest("s", [(1, 99)])  # batch 1 again, other rows, in another log
+    engine.close()
+    engine = weak(log)
+    engine.checkpoint()
+    engine.close()
+    log.write_bytes(other.read_bytes())
+    _snapshot_without_its_log_position(log)
+    engine = weak(log)
+    with pytest.raises(InputLogError, match="batch 1 of stream 's'.*already ingested with other"):
+        engine.run_until_idle()  # the engine starts (and replays) on first use

@@ -5,7 +5,12 @@ with a plain-Python model of what every stream, table and target must hold.
 
 - ``test_random_programs_match_the_model``: the CI budget of random programs, every operation
   on, reproducible: ``SSTORE_MODEL_SEED`` (default 34) and ``SSTORE_MODEL_EXAMPLES``
-  (programs, default 6); a violation fails with the shrunk program.
+  (programs, default 4); a violation fails with the shrunk program. It runs on a private
+  PostgreSQL of this module's own (``private_pg``), which the programs stop and start; never
+  on the shared server.
+- ``test_step_kind``: PostgreSQL restarts, targets emptied by hand with and without
+  ``accept_gap``, continuous sinks and sink groups, stops by SIGTERM and SIGINT, each in a
+  short fixed program (``benchmarks.model.cases.KINDS``).
 - ``test_issue_34_case``: each case of the issue's "What was seen" as the fixed program the
   model reaches it with (``benchmarks.model.cases``); ``test_found_by_the_model``: the same
   for what the model found beyond that list.
@@ -17,24 +22,42 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
 
-from benchmarks.model.cases import CASES, FOUND, run_case
+from benchmarks.model.cases import CASES, FOUND, KINDS, run_case
 from benchmarks.model.context import SWITCHES, Switches
 from benchmarks.model.dataflow import make_record
 from benchmarks.model.expected import Model, Observed, compare, enriched_rows, flagged_rows
-from benchmarks.model.run import run_one
+from benchmarks.model.run import private_server, run_one
+from migrators.embedded_postgres import PrivatePostgres
 
 SEED = int(os.environ.get("SSTORE_MODEL_SEED", "34"))
-EXAMPLES = int(os.environ.get("SSTORE_MODEL_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("SSTORE_MODEL_EXAMPLES", "4"))
 
 
-def test_random_programs_match_the_model(pg_url: str) -> None:
-    ctx, failure, printed = run_one(pg_url, SEED, EXAMPLES, Switches())
+@pytest.fixture(scope="module")
+def private_pg() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL of this module's own: the model stops and starts it."""
+    with private_server() as server:
+        yield server
+
+
+def test_random_programs_match_the_model(private_pg: PrivatePostgres) -> None:
+    ctx, failure, printed = run_one(private_pg.url, SEED, EXAMPLES, Switches(),
+                                    server=private_pg)
     assert failure is None, f"seed {SEED}: {failure}\n{printed}"
     assert ctx.programs >= EXAMPLES and ctx.steps > 0
+
+
+@pytest.mark.parametrize("case", sorted(KINDS))
+def test_step_kind(case: str, private_pg: PrivatePostgres) -> None:
+    """Each new step kind in a fixed program; the restarts and signals must land."""
+    machine = run_case(private_pg.url, case, private_pg)
+    assert machine.ctx.faults > 0 or case in ("truncated_target_gap", "truncated_while_attached",
+                                                 "weak_restart_after_gc")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

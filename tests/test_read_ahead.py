@@ -93,7 +93,7 @@ def test_an_abandoned_plan_stops_its_helper_thread(monkeypatch: pytest.MonkeyPat
     it = iter(ahead)
     next(it)
     ahead.kick()
-    it.close()  # what ``_move_pending`` does when a delivery fails (or ``ahead.close()``)
+    it.close()  # what ``SinkRunner.move_pending`` does when a delivery fails (or ``ahead.close()``)
     ahead.kick()  # after the end: nothing happens
     assert not [t for t in threading.enumerate() if t.name.startswith("t-abandon")]
     assert len(rec.reads) <= 3  # no run ahead through the rest of the plan

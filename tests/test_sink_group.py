@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pytest
 
 from migrators import MigrationError, StreamToPostgres
-from migrators.sink_group import SinkGroup
+from migrators.sink_runner import SinkGroup
 from sstore import Engine, Transaction
 from sstore.errors import DeclarationError
 
@@ -226,7 +226,7 @@ KILLED_CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, sys.argv[3])
     from sstore import Engine
-    from migrators.sink_group import SinkGroup
+    from migrators.sink_runner import SinkGroup
     from tests.test_sink_group import declare, ids_of, sinks
 
     path, url = sys.argv[1], sys.argv[2]
@@ -284,7 +284,7 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
     with Engine(str(tmp_path / "s.duckdb")) as eng:
         declare(eng)
         members = sinks(eng, pg_url)
-        convert = members[1]._rows_for_target
+        convert = members[1].rows_for_target
 
         def failing(rows: pa.Table, watermark: int, types: object = None) -> pa.Table:
             # any row of batch 3 or later: on a busy machine one chunk can hold batches 1-5
@@ -292,7 +292,7 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
                 raise IncompatibleSchemaError("column 'id': values do not fit (test)")
             return convert(rows, watermark, types)  # type: ignore[arg-type]
 
-        members[1]._rows_for_target = failing  # type: ignore[method-assign]
+        members[1].rows_for_target = failing  # type: ignore[method-assign]
         group = SinkGroup(members)
         group.attach()
         try:

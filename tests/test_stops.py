@@ -361,3 +361,27 @@ def test_an_interruption_that_came_too_late_leaves_the_interpreter_sound(tmp_pat
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False, env=env())
     assert done.returncode == 0 and "profiled" in done.stdout, done.stderr
+
+
+def test_a_crash_point_can_send_a_clean_stop_once() -> None:
+    """``SSTORE_CRASH_SIGNAL=TERM`` sends SIGTERM at the named pass of a crash point instead of
+    SIGKILL, and only once: the process, stopping cleanly, passes the point again, and a second
+    SIGTERM would end it at once (the model's stops by signal rely on both)."""
+    code = textwrap.dedent("""
+        import signal
+        got = []
+        signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+        from sstore.faults import crash_point
+        for _ in range(4):
+            crash_point("te.before_commit")
+        print(len(got))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env(), "SSTORE_CRASH_AT": "te.before_commit:2",
+                               "SSTORE_CRASH_SIGNAL": "TERM"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+    bad = subprocess.run([sys.executable, "-c", "import sstore.faults"], capture_output=True,
+                         text=True, env={**env(), "SSTORE_CRASH_AT": "te.before_commit:1",
+                                         "SSTORE_CRASH_SIGNAL": "HUP"}, timeout=60)
+    assert bad.returncode != 0 and "SSTORE_CRASH_SIGNAL" in bad.stderr

@@ -1,19 +1,19 @@
 """Real DIGen output (TPC's own generator, SF 3, partial) through the project's readers.
 
-The data lives outside the project (``../shared/tpcdi-digen-sf3`` beside the checkout, or
-``$SSTORE_DIGEN_DIR``) and is never copied in. Every file there must be read by a reader of
+The data lives outside the project, where ``$SSTORE_DIGEN_DIR`` says (``.ci/run`` finds it
+beside the checkout), and is never copied in. Every file there must be read by a reader of
 ``sstore.workloads.tpcdi`` with zero rejects, and every audit value the present files can
 answer is recomputed with the project's own code and compared with DIGen's ``*_audit.csv``
 (read here, never written down in this file). The values the files cannot answer (Batch1's
 missing Trade.txt, CustomerMgmt.xml, ...) are listed in ``NOT_COMPUTABLE`` with the reason,
 and a test checks that every audit row is either compared or listed, so nothing is skipped
-silently. The directory missing is a failure with a message, not a skip.
+silently. The directory missing: these tests do not run and the run ends with a banner that
+says so (``tests.external_data``), or they fail where the data is required (CI).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -29,9 +29,9 @@ from sstore.workloads.tpcdi.sources import AUDIT, FINWIRE_NAME, SourceRead
 from sstore.workloads.tpcdi.streaming.events import incremental_events
 from sstore.workloads.tpcdi.streaming.parse import PARSE_SQL
 from sstore.workloads.tpcdi.streaming.procedures import ALERTS_SQL
+from tests.external_data import external_data
 
 DIGEN_ENV = "SSTORE_DIGEN_DIR"
-_REPO = Path(__file__).resolve().parents[1]
 INCREMENTAL = (2, 3)
 #: Files that are not data: DIGen's report and the folder's own README.
 NOT_DATA = {"README.md", "digen_report.txt"}
@@ -73,13 +73,7 @@ NOT_COMPUTABLE_ATTRIBUTES = {
 
 
 def _digen_dir() -> Path:
-    env = os.environ.get(DIGEN_ENV)
-    path = Path(env) if env else _REPO.parent / "shared" / "tpcdi-digen-sf3"
-    if not (path / "Batch1").is_dir():
-        pytest.fail(f"real DIGen data not found at {path} (set {DIGEN_ENV}, or put DIGen's "
-                    "SF 3 output at ../shared/tpcdi-digen-sf3 beside the checkout); these "
-                    "tests check the readers against it and must not pass without it")
-    return path
+    return external_data(DIGEN_ENV, "real DIGen SF 3 output (its Batch1 folder)", "Batch1")
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,14 @@
 """The crash child: opens the model's system in a process of its own, runs a few operations, and
 is SIGKILLed by ``sstore.faults`` at the crash point its environment names
-(``SSTORE_CRASH_AT=te.before_commit:1``), or finishes and prints DONE.
+(``SSTORE_CRASH_AT=te.before_commit:1``), or finishes and prints DONE. With
+``SSTORE_CRASH_SIGNAL=TERM`` (or ``INT``) it gets that signal there instead and stops cleanly,
+as a CLI command does (``sstore.stopping.command_stops``: exit 143 or 130, the "stopped"
+message); ``"sink": true`` attaches a continuous sink to the target first (detached on the way
+out, as a program's ``finally`` would).
 
     python -m benchmarks.model.child SPEC.json
 
-SPEC: ``{"mode", "workdir", "url", "table", "program": Program, "ops": [op...]}``; an op is
+SPEC: ``{"mode", "workdir", "url", "table", "program": Program, "ops": [op...], "sink"}``; an op is
 ``{"op": "ingest" | "ingest_and_run", "batch_id": N, "rows": [[rec, k, "amt", "ts"], ...]}``,
 ``{"op": "run"}``, ``{"op": "gc"}`` or ``{"op": "checkpoint"}``.
 """
@@ -32,12 +36,27 @@ def decode(rows: list[list[Any]]) -> list[Record]:
 
 
 def main(spec_path: str) -> None:
+    from sstore.stopping import command_stops
     with open(spec_path) as f:
         spec = json.load(f)
     system = System(spec["mode"], Path(spec["workdir"]), spec["url"], spec["table"])
     p = spec["program"]
-    engine = system.open(Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"]))
-    for op in spec["ops"]:
+    with command_stops():
+        engine = system.open(Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"]))
+        try:
+            if spec.get("sink"):
+                from migrators import StreamToPostgres
+                system.attached = StreamToPostgres(engine, "enriched", system.url, system.table,
+                                                   accept_gap=True)
+                system.attached.attach()
+            run(engine, spec["ops"])
+        finally:
+            system.close()  # detaches the sink first
+    print("DONE", flush=True)
+
+
+def run(engine: Any, ops: list[dict[str, Any]]) -> None:
+    for op in ops:
         kind = op["op"]
         if kind in ("ingest", "ingest_and_run"):
             rows = [tuple(r) for r in decode(op["rows"])]
@@ -50,8 +69,6 @@ def main(spec_path: str) -> None:
             engine.checkpoint()
         else:
             raise ValueError(f"unknown op {kind!r}")
-    system.close()
-    print("DONE", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis.stateful import precondition
+
+if TYPE_CHECKING:
+    from migrators.embedded_postgres import PrivatePostgres
 
 #: operations (and checks) a run may leave out (``SSTORE_MODEL_SKIP``)
 SWITCHES = (
@@ -36,6 +39,11 @@ SWITCHES = (
     "weak_rename",      # only the rename in weak durability
     "redeclare",        # a restart declaring orders with other column types
     "crash",            # SIGKILL of a child at a named crash point
+    "signal_stop",      # SIGTERM / SIGINT of a child at a named point: a clean stop
+    "attached_sink",    # a continuous sink (StreamToPostgres.attach) across steps
+    "sink_group",       # only the continuous sink run as a SinkGroup
+    "gap_refused",      # sinks and migrate without accept_gap (a gap must be refused)
+    "pg_restart",       # the private PostgreSQL stopped and started (needs a private server)
     "wal",              # the WAL bound check
 )
 
@@ -59,13 +67,18 @@ class Switches:
 
 @dataclass
 class Context:
-    """What every program of a run shares: the PostgreSQL database, the switches, counters."""
+    """What every program of a run shares: the PostgreSQL database, the switches, counters.
+    ``server``: the private PostgreSQL the database is on, which the model may stop and start
+    (None: a shared server, never restarted; the restart rules are then left out)."""
 
     url: str
     switches: Switches = field(default_factory=Switches)
+    server: PrivatePostgres | None = None
     programs: int = 0
     steps: int = 0
     faults: int = 0
+    #: faults that landed, by kind (SIGKILL, SIGTERM, a PostgreSQL restart ...)
+    fault_kinds: dict[str, int] = field(default_factory=dict)
     by_rule: dict[str, int] = field(default_factory=dict)
     #: programs that ended at a loud refusal they cannot go past (why)
     stops: list[str] = field(default_factory=list)
@@ -73,6 +86,11 @@ class Context:
     def count(self, rule: str) -> None:
         self.steps += 1
         self.by_rule[rule] = self.by_rule.get(rule, 0) + 1
+
+    def fault(self, kind: str) -> None:
+        """A fault landed (a process killed or stopped by signal, PostgreSQL restarted)."""
+        self.faults += 1
+        self.fault_kinds[kind] = self.fault_kinds.get(kind, 0) + 1
 
 
 #: set by the test or the runner before the machine runs

@@ -39,6 +39,10 @@ class Model:
     delivered: int = 0
     #: the reader consumer acknowledged ``enriched`` up to here
     reader_acked: int = 0
+    #: every consumer of ``enriched`` had acknowledged up to here before a weak-durability
+    #: restart: garbage collection could remove those batches live (and replay repeats it),
+    #: while the acknowledgements, not logged, come back lower (docs/engine.md)
+    released: int = 0
     #: batches ``enrich`` may have run a second time (kept when a rename retired the old name):
     #: their totals may count once or twice
     reprocessed: list[int] = field(default_factory=list)
@@ -134,7 +138,8 @@ def compare(model: Model, seen: Observed, *, wal_limit: int | None) -> list[str]
                         {b: [tuple(r) for r in rs] for b, rs in model.batches.items()},
                         set(model.batches) - model.processed)
     # enriched: kept for the sink and the reader until both acknowledged it
-    keep = {b for b in processed if b > min(seen.sink_acked, seen.reader_acked)}
+    keep = {b for b in processed
+            if b > max(min(seen.sink_acked, seen.reader_acked), model.released)}
     problems += _stream("enriched", seen.enriched,
                         {b: enriched_rows(model.batches[b]) for b in processed}, keep)
     # flagged: retain "all" and no consumer: every processed batch, for ever

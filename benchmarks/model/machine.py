@@ -9,8 +9,9 @@ with what the model expects of it; after every step the whole system is compared
   input refused, a misuse accepted, an internal error. Hypothesis then shrinks the program
   to a minimal one and prints it.
 
-The warehouse's rules (sink, ``sstore migrate``, the target by hand) are the mixin
-``benchmarks.model.warehouse``; the switches, counters and ``Violation`` are
+The warehouse's rules (sinks one-shot and attached, ``sstore migrate``, the target by hand)
+are the mixin ``benchmarks.model.warehouse``, PostgreSQL restarts ``benchmarks.model.outages``,
+SIGKILLs and stops by signal ``benchmarks.model.processes``; the switches, counters and ``Violation`` are
 ``benchmarks.model.context``. Switches leave operations out, for development on a branch where a known bug
 would hide the rest; the CI test and ``benchmarks.chaos --model`` run with everything on unless
 told otherwise (``SSTORE_MODEL_SKIP=name,name``; ``SWITCHES`` lists the names).
@@ -18,46 +19,26 @@ told otherwise (``SSTORE_MODEL_SKIP=name,name``; ``SWITCHES`` lists the names).
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any
-
 import pyarrow.compute as pc
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from benchmarks.model import child
 from benchmarks.model.context import Violation, ctx, on
 from benchmarks.model.dataflow import ENRICH_NAMES, OTHER_TYPES, READER, Record, make_record
 from benchmarks.model.expected import Model, compare, enriched_rows
 from benchmarks.model.inputs import SHAPES, shaped
+from benchmarks.model.outages import OutageRules
+from benchmarks.model.processes import RECORDS, ProcessRules
 from benchmarks.model.system import NOTE_BYTES, WAL_LIMIT, WAL_SLACK, Program, System
-from benchmarks.model.warehouse import WarehouseRules
 from sstore.errors import (
     InputLogError,
     OutOfOrderBatchError,
     ResendMismatchError,
     SStoreError,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-RECORDS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 99_999),
-                             st.sampled_from([0, 600_000, 999_999, 123_456, 500_000])),
-                   min_size=1, max_size=4)
-POINTS = {
-    "full": ("ingest.before_commit", "ingest.after_commit", "te.before_commit",
-             "te.after_commit", "gc.before_commit"),
-    "weak": ("log.after_append", "ingest.before_commit", "te.before_commit",
-             "te.after_commit", "checkpoint.after_snapshot"),
-}
-
 
 def pick(data: st.DataObject, among: list[int]) -> int:
     """One of ``among`` (0 if empty), drawn as an index: the batch-ids depend on how a
@@ -66,7 +47,7 @@ def pick(data: st.DataObject, among: list[int]) -> int:
     return among[i % len(among)] if among else 0
 
 
-class ModelMachine(WarehouseRules):
+class ModelMachine(ProcessRules, OutageRules):
     """The real system and the model, side by side (module docstring)."""
 
     def __init__(self) -> None:
@@ -78,6 +59,9 @@ class ModelMachine(WarehouseRules):
         self.program = Program()
         self.system: System | None = None
         self.lowprec = False  # the target was made by hand with timestamp(0)
+        self.pending_pg_fault: dict[str, str] = {}
+        #: how far every consumer of enriched had acknowledged at the last comparison
+        self.last_released = 0
         self.note_id = 0
         #: the program ended at a loud refusal it cannot go past (a replay that refuses a
         #: log it cannot reproduce): no rule runs after it
@@ -87,6 +71,9 @@ class ModelMachine(WarehouseRules):
 
     # ------------------------------------------------------------------ helpers
     def teardown(self) -> None:
+        server = self.ctx.server
+        if server is not None and not server.is_running:
+            server.start()  # a rule that failed while PostgreSQL was away
         if self.system is not None:
             try:
                 self.system.close()
@@ -114,7 +101,10 @@ class ModelMachine(WarehouseRules):
     def open(self, program: Program) -> None:
         """Open the system. Weak durability replays the input log up to its last record: the
         transaction executions that ran after it run again with the next ``run_until_idle``
-        (until then a query sees the state as of that record), so the program runs first."""
+        (until then a query sees the state as of that record), so the program runs first.
+        Acknowledgements are not logged there: what GC could remove before stays removable."""
+        if self.sys.mode == "weak":
+            self.model.released = max(self.model.released, self.last_released)
         try:
             self.sys.open(program)
         except InputLogError as exc:
@@ -140,9 +130,12 @@ class ModelMachine(WarehouseRules):
     def matches_the_model(self) -> None:
         if self.system is None or self.system.engine is None or self.stopped is not None:
             return
+        self.settle()  # an attached sink delivers what committed first
         wal = (WAL_LIMIT + WAL_SLACK if self.sys.mode == "full" and self.ctx.switches.on("wal")
                else None)
-        problems = compare(self.model, self.sys.observe(), wal_limit=wal)
+        seen = self.sys.observe()
+        problems = compare(self.model, seen, wal_limit=wal)
+        self.last_released = min(seen.sink_acked, seen.reader_acked)
         if problems:
             raise Violation("the system differs from the model:\n  " + "\n  ".join(problems))
 
@@ -304,6 +297,7 @@ class ModelMachine(WarehouseRules):
         also keeps it out of the first place among the rules hypothesis tries most.)"""
         if run_first:
             self.run()
+            self.settle()  # an attached sink delivers first, as after any other step
         self.step("collect_garbage")
         self.sys.e.collect_garbage()
 
@@ -495,59 +489,3 @@ class ModelMachine(WarehouseRules):
             return  # an input log with no batch and no snapshot holds no types to keep
         raise Violation(f"orders redeclared with other column types ({variant}) was accepted "
                         f"on an existing state")
-
-    # ------------------------------------------------------------------ faults
-    @on("crash")
-    @rule(spec=RECORDS, fused=st.booleans(), data=st.data(), hit=st.integers(1, 2))
-    def crash(self, spec: list[tuple[int, int, int]], fused: bool, data: st.DataObject,
-              hit: int) -> None:
-        self.do_crash(spec, fused, data.draw(st.sampled_from(POINTS[self.sys.mode]),
-                                             label="point"), hit)
-
-    def do_crash(self, spec: list[tuple[int, int, int]], fused: bool, point: str,
-                 hit: int) -> None:
-        """A child process opens the system, ingests a new batch (``ingest`` or
-        ``ingest_and_run``), runs, collects garbage, checkpoints (weak), and is SIGKILLed at
-        the ``hit``-th pass of a crash point; then this process opens it again and sends the
-        batch again, as a client that does not know whether it got in would."""
-        fused = fused and self.ctx.switches.on("ingest_and_run")
-        self.step(f"crash_{self.sys.mode}")
-        records = self.records(spec)
-        batch_id = records[-1].rec
-        ops: list[dict[str, Any]] = [
-            {"op": "ingest_and_run" if fused else "ingest", "batch_id": batch_id,
-             "rows": child.encode(records)}, {"op": "run"}, {"op": "gc"}]
-        if self.sys.mode == "weak" and self.ctx.switches.on("checkpoint"):
-            ops.append({"op": "checkpoint"})
-        spec_path = self.dir / "child.json"
-        spec_path.write_text(json.dumps({
-            "mode": self.sys.mode, "workdir": str(self.dir), "url": self.sys.url,
-            "table": self.sys.table, "program": self.program.to_json(), "ops": ops}))
-        self.sys.close()
-        env = dict(os.environ, PYTHONPATH=str(ROOT), SSTORE_CRASH_AT=f"{point}:{hit}")
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.model.child", str(spec_path)],
-                              cwd=ROOT, env=env, capture_output=True, timeout=120)
-        if proc.returncode == -signal.SIGKILL:
-            self.ctx.faults += 1
-        elif proc.returncode != 0:
-            self.sys.open(self.program)
-            raise Violation(f"the crash child failed (exit {proc.returncode}):\n"
-                            f"{proc.stderr.decode(errors='replace')[-2000:]}")
-        try:
-            self.open(self.program)
-        except Exception as exc:
-            raise Violation(f"the state did not open after a SIGKILL at {point}:{hit}: "
-                            f"{type(exc).__name__}: {exc}") from exc
-        if self.stopped is not None:
-            return
-        try:
-            self.sys.e.ingest("orders", shaped(records, "tuples", self.floats()),
-                              batch_id=batch_id)
-            self.sys.e.run_until_idle()
-        except Exception as exc:
-            raise Violation(f"after a SIGKILL at {point}:{hit}, sending batch {batch_id} again "
-                            f"and running failed: {type(exc).__name__}: {exc}") from exc
-        self.model.commit(batch_id, records)
-        self.model.run_all()
-        self.acks_after_restart()
-

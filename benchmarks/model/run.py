@@ -9,10 +9,11 @@ program shrunk to a minimal one).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as hypothesis_seed
@@ -24,6 +25,9 @@ from hypothesis.internal.conjecture import engine as conjecture_engine
 from benchmarks.model import context as shared
 from benchmarks.model.context import Context, Switches
 from benchmarks.model.machine import ModelMachine
+
+if TYPE_CHECKING:
+    from migrators.embedded_postgres import PrivatePostgres
 
 #: shrinking replays whole programs (restarts, child processes): bound it below hypothesis's
 #: own five minutes (an internal knob; a run without it only shrinks for longer)
@@ -43,7 +47,9 @@ class Report:
     programs: int = 0
     steps: int = 0
     faults: int = 0
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
     violations: int = 0
+    postgres: str = ""
     skipped: list[str] = field(default_factory=list)
     by_rule: dict[str, int] = field(default_factory=dict)
     #: programs that ended at a loud refusal they cannot go past, and why
@@ -64,10 +70,12 @@ def model_settings(examples: int, steps: int = STEPS, shrink: bool = True) -> se
 
 def run_one(url: str, seed: int, examples: int, switches: Switches,
             steps: int = STEPS, context: Context | None = None,
-            printed: Callable[[str], None] | None = None) -> tuple[Context, str | None, str]:
+            printed: Callable[[str], None] | None = None,
+            server: PrivatePostgres | None = None) -> tuple[Context, str | None, str]:
     """One hypothesis run; returns (counters, the violation or None, what hypothesis printed:
-    the shrunk program)."""
-    ctx = context or Context(url, switches)
+    the shrunk program). ``server``: the private PostgreSQL ``url`` is on (PostgreSQL
+    restarts are then among the rules)."""
+    ctx = context or Context(url, switches, server)
     shared.CONTEXT = ctx
     lines: list[str] = []
 
@@ -92,9 +100,9 @@ def run_one(url: str, seed: int, examples: int, switches: Switches,
 
 
 def run(url: str, seconds: float, seed: int, switches: Switches, examples: int = 5,
-        steps: int = STEPS) -> Report:
+        steps: int = STEPS, server: PrivatePostgres | None = None) -> Report:
     report = Report(seed, skipped=sorted(switches.skip))
-    ctx = Context(url, switches)
+    ctx = Context(url, switches, server)
     began = time.monotonic()
     while True:
         ctx, failure, printed = run_one(url, seed + report.rounds, examples, switches, steps,
@@ -110,6 +118,9 @@ def run(url: str, seconds: float, seed: int, switches: Switches, examples: int =
             break
     report.seconds = round(time.monotonic() - began, 1)
     report.programs, report.steps, report.faults = ctx.programs, ctx.steps, ctx.faults
+    report.faults_by_kind = dict(sorted(ctx.fault_kinds.items()))
+    report.postgres = "private (restarted by the model)" if server is not None else \
+        "shared (never restarted)"
     report.by_rule = dict(sorted(ctx.by_rule.items()))
     report.stops = ctx.stops[:20]
     return report
@@ -148,6 +159,9 @@ def print_report(report: Report) -> None:
     table.add_row(f"{report.programs:,}", f"{report.steps:,}", f"{report.faults:,}",
                   str(report.violations))
     console.print(table)
+    console.print("faults by kind: " + (", ".join(f"{k} {n:,}" for k, n in
+                                                  report.faults_by_kind.items()) or "none")
+                  + f"; PostgreSQL: {report.postgres}")
     rules = Table(title="steps by operation")
     rules.add_column("operation")
     rules.add_column("steps", justify="right")
@@ -168,19 +182,50 @@ def print_report(report: Report) -> None:
                       "step[/]")
 
 
-def main(seconds: float, seed: int, server_url: str, out: str, examples: int = 5) -> int:
+def main(seconds: float, seed: int, server_url: str | None, out: str, examples: int = 5
+         ) -> int:
     """``python -m benchmarks.chaos --model``: run, print, write ``chaos-model.json``; exit 1
-    on a violation (its shrunk program printed)."""
+    on a violation (its shrunk program printed). ``server_url`` None: a private PostgreSQL of
+    the run's own, which the model stops and starts (``private_server``); a URL: a database
+    of its own on that server, never restarted."""
     from benchmarks.common import machine_info
     from benchmarks.engine import write_report
 
     switches = Switches.from_env()
-    url, drop = fresh_database(server_url)
-    try:
-        report = run(url, seconds, seed, switches, examples)
-    finally:
-        drop()
+    with contextlib.ExitStack() as stack:
+        server = None
+        if server_url is None:
+            server = stack.enter_context(private_server())
+            server_url = server.url
+        url, drop = fresh_database(server_url)
+        try:
+            report = run(url, seconds, seed, switches, examples, server=server)
+        finally:
+            drop()
     print_report(report)
     path = write_report({**report.to_dict(), "machine": machine_info()}, out, "chaos-model")
     print(f"wrote {path}")
     return 1 if report.violations else 0
+
+
+@contextlib.contextmanager
+def private_server() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL in a temporary directory (outside pytest's ``tmp_path``: as root
+    the server runs as another user, which must reach its data), stopped and deleted at the
+    end. Never the machine's shared server: the model stops and starts it."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from migrators.embedded_postgres import PrivatePostgres
+
+    path = Path(tempfile.mkdtemp(prefix="sstore-model-pg-"))
+    server = PrivatePostgres(path / "pg", settings={"fsync": "off"})
+    try:
+        yield server.start()
+    finally:
+        try:
+            if server.is_running:
+                server.stop("immediate")
+        finally:
+            shutil.rmtree(path, ignore_errors=True)

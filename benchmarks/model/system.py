@@ -54,6 +54,9 @@ class System:
     url: str  # the PostgreSQL database of the target
     table: str = field(default_factory=lambda: f"model_{uuid.uuid4().hex[:12]}")
     engine: Engine | None = None
+    #: the continuous sink feeding the target (``StreamToPostgres`` or ``SinkGroup``, attached),
+    #: detached before the engine closes, as a program's ``finally`` would
+    attached: Any = None
     _pg: psycopg.Connection | None = None
 
     @property
@@ -85,9 +88,23 @@ class System:
         return engine
 
     def close(self) -> None:
+        self.detach()
         if self.engine is not None:
             engine, self.engine = self.engine, None
             engine.close()
+
+    def detach(self) -> None:
+        """Detach the continuous sink (what has committed is delivered first, for a few
+        seconds at most) and forget it in the engine's list of sinks."""
+        if self.attached is None:
+            return
+        attached, self.attached = self.attached, None
+        try:
+            attached.detach(flush_seconds=10.0)
+        finally:
+            if self.engine is not None:
+                for sink in getattr(attached, "sinks", [attached]):
+                    self.engine.unregister_sink(sink)
 
     @property
     def e(self) -> Engine:
@@ -122,7 +139,12 @@ class System:
     # ------------------------------------------------------------------ the target
     def pg(self) -> psycopg.Connection:
         """One autocommit connection for the checks and the user's hands (no lock held
-        between statements)."""
+        between statements); a new one once the server restarted (the old one is dead)."""
+        if self._pg is not None and not self._pg.closed:
+            try:
+                self._pg.execute("SELECT 1")
+            except psycopg.OperationalError:
+                self.close_pg()
         if self._pg is None or self._pg.closed:
             self._pg = psycopg.connect(self.url, autocommit=True)
         return self._pg

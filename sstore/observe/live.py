@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sstore.errors import TerminalError
+from sstore.files import write_atomically
 from sstore.statefile import StateFileLockedError
 from sstore.statefile import file_status as status_from_file
 from sstore.status import EngineStatus
@@ -65,10 +66,7 @@ def write(state: str, host: str, port: int, engine_id: str) -> Discovery:
     url = f"http://[{reach}]:{port}/" if ":" in reach else f"http://{reach}:{port}/"
     found = Discovery(os.getpid(), host, port, url, engine_id, os.path.abspath(state))
     path = discovery_path(state)
-    scratch = f"{path}.{os.getpid()}.tmp"
-    with open(scratch, "w", encoding="utf-8") as out:
-        json.dump(vars(found), out)
-    os.replace(scratch, path)
+    write_atomically(path, json.dumps(vars(found)))
     return found
 
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from sstore.errors import DeclarationError
+from sstore.files import write_atomically
 
 
 class EngineKind(str, Enum):
@@ -193,12 +193,7 @@ class Catalog:
         self.version += 1
         if self.path is None:
             return
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".catalog-", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2)
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(self.to_dict(), indent=2))
 
     def _read(self, path: str) -> None:
         try:

@@ -17,14 +17,6 @@ from sstore.polystore.catalog import EngineKind
 # A cached copy remembers what it was copied from in its table comment, written in the same
 # transaction as its rows (PostgreSQL), so a copy and its description cannot disagree.
 CACHE_NOTE = "sstore cache of "
-#: The watermark rows of the sinks feeding a table, with four parameters (its name
-#: ``schema.table``, its bare name when in ``public`` else the same, and twice its quoted
-#: name): rows under its name written for it (or before any table was), and any row written
-#: for the table now under its name whatever spelling it was recorded under (an older sstore
-#: recorded the target as the writer spelt it; ``migrators.delivery`` adopts such rows at the
-#: sink's next start, and until then the table is still the sink's).
-SINK_ROWS = ("((target IN (%s, %s) AND (target_oid IS NULL OR target_oid = to_regclass(%s))) "
-             "OR target_oid = to_regclass(%s))")
 PROBE = "sstore__probe_"  # prefix of the columns a probe adds beside a table's own
 
 

@@ -20,7 +20,6 @@ callers import every connector from one place.
 from sstore.polystore.connector_base import (
     CACHE_NOTE,
     PROBE,
-    SINK_ROWS,
     CacheMoved,
     Connector,
     Growth,
@@ -31,5 +30,5 @@ from sstore.polystore.connector_postgres import PostgresConnector
 from sstore.polystore.connector_spark import SparkConnector
 from sstore.polystore.connector_streaming import StreamingConnector
 
-__all__ = ["CACHE_NOTE", "PROBE", "SINK_ROWS", "CacheMoved", "Connector", "Growth", "Probed",
+__all__ = ["CACHE_NOTE", "PROBE", "CacheMoved", "Connector", "Growth", "Probed",
            "PostgresConnector", "SparkConnector", "StreamingConnector", "single_table"]

@@ -74,7 +74,6 @@ from sstore.polystore.catalog import CatalogObject, EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
 from sstore.polystore.plan import Delivered, Plan
 from sstore.polystore.planning import PlanningInput
-from sstore.sql import literal, qualified
 from sstore.streams import BATCH_COLUMN
 
 GROWING_COLUMN = BATCH_COLUMN
@@ -417,17 +416,10 @@ def move_watermark(link: Delivered, batch_id: int) -> str:
     moves that row and no other. ``rows_total`` becomes the table's count: a watermark that
     started over counts no rows, and a table emptied later would not be noticed
     (``refuse_emptied``) while it counts none."""
+    from migrators import delivery
     from migrators.postgres import split_name
     schema, name = split_name(link.target)
-    full = qualified(f"{schema}.{name}")
-    names = [f"{schema}.{name}", *([name] if schema == "public" else [])]
-    where = [f"stream = {literal(link.stream)}",
-             f"target IN ({', '.join(literal(n) for n in names)})"]
-    if link.source is not None:
-        where.insert(0, f"source = {literal(link.source)}")
-    return (f"UPDATE sstore.watermarks SET batch_id = {int(batch_id)}, target_oid = "
-            f"to_regclass({literal(full)})::oid, rows_total = (SELECT count(*) FROM {full}) "
-            f"WHERE {' AND '.join(where)}")
+    return delivery.move_statement(link.source, link.stream, schema, name, batch_id)
 
 
 def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_total: int,

@@ -28,12 +28,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from sstore.files import write_atomically
 from sstore.polystore.corrections import Corrections, Observation, corrections
 from sstore.polystore.cost import CostModel
 
@@ -107,21 +107,7 @@ class Learner:
         """Write the kept equations to ``path`` atomically (temporary file, then rename)."""
         data = {"format": 2, "observations": [[terms, seconds, key]
                                               for terms, seconds, key in self.observations]}
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".costs-learned-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_atomically(path, json.dumps(data))
 
     def restore(self, path: str, model: CostModel) -> int:
         """Read the equations ``save`` wrote and refit ``model`` from them; the number read.

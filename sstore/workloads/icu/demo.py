@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from migrators.sink_group import SinkGroup
+from migrators.sink_runner import SinkGroup
 from sstore.engine import Engine
 from sstore.workloads.icu import dataflow, run
 from sstore.workloads.icu.generator import Generated, generate

@@ -44,7 +44,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import backfill
+from migrators import backfill, delivery
 from migrators.backfill import (
     Interval,
     IntervalNotSealed,
@@ -283,13 +283,9 @@ def _not_sealed(url: str, schema: str, batches: list[int]) -> str:
     from sstore.workloads.tpcdi.streaming.pipeline import ID_STRIDE
 
     with connect(url) as con:
-        known = con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()
-        rows = con.execute("SELECT batch_id FROM sstore.watermarks WHERE target = %s AND "
-                           "stream = 'dimtrade_changes'", (f"{schema}.dimtrade",)
-                           ).fetchall() if known and known[0] else []
+        last = delivery.watermark_of(con, "dimtrade_changes", f"{schema}.dimtrade")
     where = "the stream has delivered nothing to it"
-    if rows:
-        last = max(int(r[0]) for r in rows)
+    if last is not None:
         where = (f"the stream has delivered up to event line {last % ID_STRIDE:,} of Batch"
                  f"{last // ID_STRIDE}" if last else "the stream has delivered nothing to it")
     names = ", Batch".join(map(str, batches))

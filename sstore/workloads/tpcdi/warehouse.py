@@ -8,6 +8,7 @@ warehouses can live side by side in one database (one per test, one per run).
 
 from __future__ import annotations
 
+from migrators import delivery
 from migrators.postgres import connect
 from sstore.resources import read_schema
 from sstore.sql import ident
@@ -41,9 +42,7 @@ def drop_warehouse(url: str, schema: str) -> None:
         raise ValueError(f"refusing to drop system schema {schema!r}")
     with connect(url) as con:
         con.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
-        if con.execute("SELECT to_regclass('sstore.watermarks') IS NOT NULL").fetchone()[0]:
-            con.execute("DELETE FROM sstore.watermarks WHERE split_part(target, '.', 1) = %s",
-                        (schema,))
+        delivery.forget_targets(con, schema)
         if con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL").fetchone()[0]:
             # versions of intervals whose rows are gone would outlive them (and a backfill
             # would take them for the new load's)

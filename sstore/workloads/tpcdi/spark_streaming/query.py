@@ -45,6 +45,7 @@ from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.errors import TerminalError
+from sstore.files import write_atomically
 from sstore.sql import ident
 from sstore.workloads.tpcdi import dimtrade_spark
 from sstore.workloads.tpcdi.dimtrade_spark_events import empty_rows
@@ -100,12 +101,7 @@ def sink_id(workdir: str) -> str:
             return f.read().strip()
     except FileNotFoundError:
         made = str(uuid.uuid4())
-        staged = path + ".tmp"
-        with open(staged, "w", encoding="utf-8") as f:
-            f.write(made)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(staged, path)
+        write_atomically(path, made)
         return made
 
 
@@ -264,12 +260,7 @@ class StructuredStreamingDimTrade:
         text = "".join(event_line(n, b, line) for n, b, line in zip(
             lines["line_no"].to_pylist(), lines["tpcdi_batch"].to_pylist(),
             lines["line"].to_pylist(), strict=True))
-        staged = os.path.join(self.staging, name)
-        with open(staged, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(staged, final)
+        write_atomically(final, text, staging_dir=self.staging)
         return True
 
     def send(self, lines: pa.Table) -> BatchTimes:

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from migrators import delivery
 from migrators.engine_to_postgres import StreamToPostgres
-from migrators.sink_group import SinkGroup
+from migrators.sink_runner import SinkGroup
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from sstore.engine import Engine
@@ -132,7 +132,7 @@ class StreamingDimTrade:
         self.sinks = [StreamToPostgres(self.engine, t.stream, url, t.table, mode=t.mode,
                                        key=t.key, ack_every=0.0) for t in sinks(schema)]
         #: the three sinks deliver a batch's rows in one PostgreSQL transaction
-        #: (``migrators.sink_group``): its trades, alerts and rejects appear together
+        #: (``migrators.sink_runner``): its trades, alerts and rejects appear together
         self.sink_group = SinkGroup(self.sinks)
         self.report = StreamingReport(batch_size)
 
