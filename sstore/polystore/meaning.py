@@ -92,9 +92,15 @@ def translate(tree: exp.Expr, dialect: str) -> exp.Expr:
     if not table:
         return tree
 
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def step_of(node: exp.Expr) -> Callable[[exp.Expression], exp.Expression] | None:
         name = node.name.lower() if isinstance(node, exp.Anonymous) else None
-        step = table.get((type(node), name))
+        return table.get((type(node), name))
+
+    if not any(step_of(node) is not None for node in tree.walk()):
+        return tree  # most trees: nothing to rewrite, and a copy costs more than the walk
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        step = step_of(node)
         return step(node) if step is not None else node
 
     return tree.copy().transform(rewrite)

@@ -31,11 +31,13 @@ def keep_meaning(inp: PlanningInput, plans: list[Plan]) -> list[Plan]:
     that says what only PostgreSQL answers."""
     kept: list[Plan] = []
     reasons: list[str] = []
+    by_dialect: dict[str, list[str]] = {}  # one walk of the tree per dialect
     for plan in plans:
         dialect = final_dialect(inp, plan)
-        why = kept_in_postgres(inp.tree, dialect)
-        if dialect != POSTGRES:
-            why += naming_kept_columns(inp.tree, inp.kept_columns)
+        if dialect not in by_dialect:
+            by_dialect[dialect] = kept_in_postgres(inp.tree, dialect) + (
+                naming_kept_columns(inp.tree, inp.kept_columns) if dialect != POSTGRES else [])
+        why = by_dialect[dialect]
         if why:
             reasons.extend(r for r in why if r not in reasons)
         else:
