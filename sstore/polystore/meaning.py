@@ -71,7 +71,7 @@ def _like_escape(node: exp.Expression) -> exp.Expression:
 
 
 #: dialect -> (node class, anonymous function name or None) -> rewrite of that node
-TRANSLATIONS: Mapping[str, Mapping[tuple[type[exp.Expression], str | None],
+TRANSLATIONS: Mapping[str, Mapping[tuple[type[exp.Expr], str | None],
                                    Callable[[exp.Expression], exp.Expression]]] = {
     "duckdb": {(exp.Anonymous, "every"): _every, (exp.Anonymous, "octet_length"): _octet_length,
                (exp.Like, None): _like_escape, (exp.ILike, None): _like_escape},
