@@ -54,7 +54,7 @@ from sstore.readonly import check_query
 from sstore.rows import RowsLike
 from sstore.runtime import CommitEvent, Runtime
 from sstore.sink_view import ObservableSink
-from sstore.sql import bind
+from sstore.sql import bind, literal
 from sstore.status import EngineStatus, read_status
 from sstore.subscriptions import Callback, Subscribers, Subscription
 from sstore.transaction import Transaction
@@ -467,7 +467,8 @@ class Engine:
                 adhoc.checkpoint_if_due(self._rt)
 
     def query(self, sql: str, *args: Any,
-              params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+              params: Sequence[Any] | Mapping[str, Any] | None = None,
+              time_zone: str | None = None) -> pa.Table:
         """Run a read query over the current committed state; return an Arrow table.
 
         Read-only by construction, in two layers (statements that change state go through
@@ -482,9 +483,25 @@ class Engine:
 
         The engine's connection keeps external access (weak durability ATTACHes snapshot
         files; DuckDB cannot switch it off for one cursor), so step 1 is what keeps files out.
+
+        ``time_zone``: the query's session time zone (timestamptz values shown, cut and cast
+        in it; the polystore passes PostgreSQL's), set on the reader cursor for this query
+        only.
         """
-        return self._read(sql, bind(args, params),
-                          lambda cursor, bound: arrow(cursor, sql, bound, large=True))
+        def run(cursor: duckdb.DuckDBPyConnection, bound: Any) -> pa.Table:
+            if not time_zone:
+                return arrow(cursor, sql, bound, large=True)
+            cursor.execute(f"SET TimeZone = {literal(time_zone)}")
+            try:
+                found = arrow(cursor, sql, bound, large=True)
+            except BaseException:  # the failed query aborted the transaction: end it to
+                cursor.execute("ROLLBACK")  # reset the cursor's zone, give the caller an
+                cursor.execute("RESET TimeZone")  # open one to roll back
+                cursor.execute("BEGIN TRANSACTION READ ONLY")
+                raise
+            cursor.execute("RESET TimeZone")
+            return found
+        return self._read(sql, bind(args, params), run)
 
     def query_rows(self, sql: str, *args: Any,
                    params: Sequence[Any] | Mapping[str, Any] | None = None

@@ -126,6 +126,8 @@ class Passing:
         #: names of databases and schemas: ``x.name`` with such an ``x`` names a table
         self._schemas: frozenset[str] = frozenset()
         self._generation = -1
+        #: (statement, streams asked about) -> the answer, until the catalog changes
+        self._answers: dict[tuple[str, frozenset[str]], frozenset[str]] = {}
 
     def reads(self, con: duckdb.DuckDBPyConnection, sql: str, streams: Iterable[str]
               ) -> set[str]:
@@ -134,11 +136,20 @@ class Passing:
         wanted = set(streams)
         if not wanted:
             return wanted
+        self._refresh(con)
+        key = (sql, frozenset(wanted))
+        known = self._answers.get(key)
+        if known is None:  # a procedure's statements repeat batch after batch: asked once
+            known = self._answers[key] = frozenset(self._reads(con, sql, wanted))
+            if len(self._answers) > 4096:
+                self._answers.clear()
+        return set(known)
+
+    def _reads(self, con: duckdb.DuckDBPyConnection, sql: str, wanted: set[str]) -> set[str]:
         found = mentions(sql)
         if found is None:
             return wanted
         builtins = _builtin_functions(con)
-        self._refresh(con)
         seen: set[str] = set()
         todo = [found]
         hit: set[str] = set()
@@ -165,6 +176,7 @@ class Passing:
             self._schemas = frozenset(str(name).lower() for row in con.execute(
                 "SELECT database_name, schema_name FROM duckdb_schemas()").fetchall()
                 for name in row)
+            self._answers.clear()
             self._generation = generation
 
 

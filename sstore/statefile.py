@@ -26,7 +26,7 @@ import pyarrow as pa
 from sstore.duck import arrow, connect
 from sstore.errors import TerminalError
 from sstore.readonly import check_query
-from sstore.sql import bind
+from sstore.sql import bind, literal
 from sstore.status import EngineStatus, status_of_file
 
 
@@ -110,8 +110,19 @@ class StateFileReader:
         self._con = open_read_only(path)
 
     def query(self, sql: str, *args: Any,
-              params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
-        return run_query(self._con, sql, args, params)
+              params: Sequence[Any] | Mapping[str, Any] | None = None,
+              time_zone: str | None = None) -> pa.Table:
+        """On a cursor of its own: a plan's fetches run in parallel threads, and two of them
+        on the one connection failed at random ("connection is busy"). ``time_zone``: the
+        session's (a cursor's own setting), so timestamptz values are shown, cut and cast as
+        in that zone (the polystore passes PostgreSQL's)."""
+        cursor = self._con.cursor()
+        try:
+            if time_zone:
+                cursor.execute(f"SET TimeZone = {literal(time_zone)}")
+            return run_query(cursor, sql, args, params)
+        finally:
+            cursor.close()
 
     def query_rows(self, sql: str, *args: Any,
                    params: Sequence[Any] | Mapping[str, Any] | None = None

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sstore.polystore.catalog import CatalogObject, EngineEntry, EngineKind, Fragment
+from sstore.polystore.meaning import kept_types
 from sstore.polystore.plan import Delivered
 from sstore.polystore.planning import FragmentStats, PlanningInput
-from sstore.polystore.rules import REWRITES, RULES
+from sstore.polystore.rules import CHECKS, REWRITES, RULES
 from sstore.polystore.sqltext import parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"
@@ -34,6 +35,7 @@ class Golden:
         stats: dict[Fragment, FragmentStats] = {}
         cached: dict[str, int] = {}
         delivered: dict[Fragment, Delivered] = {}
+        types: dict[tuple[str, str], dict[str, str]] = {}
         for line in self.header:
             word, *args = line.split()
             if word == "engine":
@@ -45,6 +47,9 @@ class Golden:
                 fields = dict(a.split("=", 1) for a in args[1:])
                 stats[Fragment(*args[0].split(":", 1))] = FragmentStats(
                     int(fields["rows"]), fields["columns"].split(","), fields.get("growing"))
+            elif word == "types":  # types ENGINE:TABLE col=type ...: what the probe read
+                engine, table = args[0].split(":", 1)
+                types[(engine, table)] = dict(a.split("=", 1) for a in args[1:])
             elif word == "cached":
                 cached[args[0]] = int(args[1])
             elif word == "delivered":  # delivered STREAM_FRAGMENT INTO_FRAGMENT: a sink
@@ -55,13 +60,18 @@ class Golden:
         tree = parse(self.query)
         names = [n for n in _names(tree)]
         used = [o for o in objects if o.name in names]
-        return PlanningInput(tree, tuple(used), engines, stats, cached, delivered=delivered)
+        return PlanningInput(tree, tuple(used), engines, stats, cached, delivered=delivered,
+                             kept_columns=kept_types(types))
 
     def actual(self) -> str:
         """A proposing rule: the plans it proposes. A rewrite: the plans every proposing
-        rule makes of the rewritten input."""
+        rule makes of the rewritten input. A check: what it keeps of every rule's plans."""
         rewrites = {r.__name__: r for r in REWRITES}
-        if self.rule in rewrites:
+        checks = {c.__name__: c for c in CHECKS}
+        if self.rule in checks:
+            inp = self.planning_input()
+            plans = checks[self.rule](inp, [plan for rule in RULES for plan in rule(inp)])
+        elif self.rule in rewrites:
             inp = rewrites[self.rule](self.planning_input())
             plans = [plan for rule in RULES for plan in rule(inp)]
         else:

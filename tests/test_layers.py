@@ -1,4 +1,4 @@
-"""The layer order of ARCHITECTURE.md ("Layers and seams"), checked on the source itself.
+"""The layer order of docs/architecture.md ("Layers"), checked on the source itself.
 
     cli  ->  workloads (tpcdi, voter, icu, tpcc)  ->  polystore  ->  migrators  ->  observe
          ->  core engine
@@ -203,7 +203,7 @@ def private_findings(modules: dict[str, Path]) -> list[Finding]:
 # ---------------------------------------------------------------------------------- the repo
 def test_every_import_follows_the_layer_order() -> None:
     found = layer_findings(module_files(ROOT))
-    assert not found, "imports against the layer order (see ARCHITECTURE.md):\n" + \
+    assert not found, "imports against the layer order (see docs/architecture.md):\n" + \
         "\n".join(map(str, found))
 
 

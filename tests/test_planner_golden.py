@@ -9,14 +9,14 @@ import pytest
 
 from sstore.polystore.polystore import _with_cached
 from sstore.polystore.proposals import shape_key, with_rows
-from sstore.polystore.rules import REWRITES, RULES
+from sstore.polystore.rules import CHECKS, REWRITES, RULES
 from tests.planner_golden import fixtures, load
 
 
 def test_every_rule_has_a_fixture() -> None:
     """``<rule>.sql``, and more cases as ``<rule>--<case>.sql``."""
     names = {p.stem.split("--")[0] for p in fixtures()}
-    assert names == {rule.__name__ for rule in (*REWRITES, *RULES)}
+    assert names == {rule.__name__ for rule in (*REWRITES, *RULES, *CHECKS)}
     assert all(load(p).rule == p.stem.split("--")[0] for p in fixtures())
 
 

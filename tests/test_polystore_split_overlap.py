@@ -135,14 +135,14 @@ def test_a_delivery_and_collection_during_the_query_is_not_counted_twice_nor_los
         connector = ps.connector(engine_name)
         real = connector.fetch
 
-        def hooked(sql: str, _real=real, _name=engine_name) -> object:
+        def hooked(sql: str, _real=real, _name=engine_name, **how: object) -> object:
             first = not fired
             if first:
                 fired.append(_name)
             if first and when == "before":
                 sink.run_once()
                 engine.collect_garbage()
-            rows = _real(sql)
+            rows = _real(sql, **how)
             if first and when == "after":
                 sink.run_once()
                 engine.collect_garbage()
@@ -227,10 +227,10 @@ def test_a_sink_delivering_during_every_run_is_a_loud_error(window) -> None:
     real = connector.fetch
     runs: list[int] = []
 
-    def hooked(sql: str) -> object:
+    def hooked(sql: str, **how: object) -> object:
         runs.append(ingest([1000 + len(runs)]))
         sink.run_once()
-        return real(sql)
+        return real(sql, **how)
     connector.fetch = hooked  # type: ignore[method-assign]
     with pytest.raises(DeliveryRaced, match="run the query again"):
         ps.run_plan(plan)

@@ -48,9 +48,35 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def unique_names(names: Sequence[str]) -> list[str]:
+    """Column names as JSON object keys: a repeated name gets ``_1``, ``_2``... (skipping names
+    the answer already has), in column order. ``SELECT a.id, b.id`` answers two columns named
+    ``id``; as keys of one object the second replaced the first, and a column was lost."""
+    taken = set(names)
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        unique, n = name, 0
+        while unique in seen:
+            n += 1
+            unique = f"{name}_{n}"
+            if unique in taken:  # another column's own name: never taken over
+                unique = name
+        seen.add(unique)
+        out.append(unique)
+    return out
+
+
 def to_json(rows: Any) -> str:
-    """JSON text of an Arrow table (a list of objects) or of plain data (dicts, lists)."""
-    data = rows.to_pylist() if isinstance(rows, pa.Table) else rows
+    """JSON text of an Arrow table (a list of objects, one key per column: repeated names
+    made unique, ``unique_names``) or of plain data (dicts, lists)."""
+    if isinstance(rows, pa.Table):
+        names = unique_names(rows.column_names)
+        columns = [rows.column(i).to_pylist() for i in range(rows.num_columns)]
+        data: Any = [dict(zip(names, row)) for row in zip(*columns)] if columns else \
+            [{} for _ in range(rows.num_rows)]
+    else:
+        data = rows
     return json.dumps(data, indent=2, default=_json_default)
 
 

@@ -57,13 +57,16 @@ class Probed:
     growth: Growth | None
     notes: dict[str, str] | None
     growths: dict[int, Growth] = field(default_factory=dict)  # watermark -> growth since
+    #: column -> the engine's type name, where the probe asks it (PostgreSQL's
+    #: ``format_type``): what ``meaning.kept_types`` keeps in PostgreSQL
+    types: dict[str, str] = field(default_factory=dict)
 
 
 class Connector(Protocol):
     name: str
     kind: EngineKind
 
-    def fetch(self, sql: str) -> pa.Table: ...
+    def fetch(self, sql: str, time_zone: str | None = None) -> pa.Table: ...
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None,
               expect_note: str | None = None) -> int: ...

@@ -41,12 +41,20 @@ class PostgresConnector:
         self._writer: Any = None     # migrators.postgres.Session: casts and caches
         self._watermarks_seen = False  # sstore.watermarks existed at the last probe
         self._write_lock = threading.Lock()
+        self._time_zone: str | None = None
 
-    def fetch(self, sql: str) -> pa.Table:
+    def time_zone(self) -> str:
+        """PostgreSQL's session time zone (asked once per connector): plans that run a query
+        elsewhere run it in this zone, so timestamptz values mean what they mean here."""
+        if self._time_zone is None:
+            self._time_zone = str(self._execute("SHOW TimeZone")[0][0])
+        return self._time_zone
+
+    def fetch(self, sql: str, time_zone: str | None = None) -> pa.Table:
         """Rows of ``sql`` as Arrow over the connector's ADBC connection (kept open: opening
         one costs ~70 ms here, a query on an open one under 1 ms); reopened once if the server
         dropped it. The SQL is checked to be a plain query and runs in a READ ONLY
-        transaction, rolled back afterwards."""
+        transaction, rolled back afterwards. ``time_zone`` is PostgreSQL's own: ignored."""
         import adbc_driver_postgresql.dbapi as adbc
 
         from migrators.errors import MigrationError, PostgresUnavailable
@@ -222,6 +230,9 @@ class PostgresConnector:
         question = (
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
+            "(SELECT array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) "
+            "FROM pg_attribute a "
+            "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
             f"EXISTS (SELECT 1 FROM {table}), "
             "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique), "
             f"c.relfilenode, {delivery.EXISTS_SQL}, "
@@ -247,8 +258,9 @@ class PostgresConnector:
             found = self._execute(asked("NULL", "NULL"), (CACHE_SCHEMA, schema, name))
         if not found:
             return Probed(self.columns(physical), self.row_count(physical), None, None)
-        cols, filled, unique, origin, has_marks, notes, marks, counted = found[0]
+        cols, kinds, filled, unique, origin, has_marks, notes, marks, counted = found[0]
         columns = list(cols or [])
+        types = dict(zip(columns, kinds or []))
         notes_by_table = {t: note for t, note in (notes or [])}
         self._watermarks_seen = bool(has_marks)
         growth = None
@@ -259,11 +271,11 @@ class PostgresConnector:
                 row = (None if marks[0] is None else int(marks[0]), marks[1], int(marks[2]))
             growth = _sink_growth(row, origin)
         if not filled:
-            return Probed(columns, 0, growth, notes_by_table)
+            return Probed(columns, 0, growth, notes_by_table, types=types)
         if growth is not None:
-            return Probed(columns, max(1, growth.total), growth, notes_by_table)
+            return Probed(columns, max(1, growth.total), growth, notes_by_table, types=types)
         rows = int(counted) if counted is not None else self.row_count(physical)
-        return Probed(columns, rows, None, notes_by_table)
+        return Probed(columns, rows, None, notes_by_table, types=types)
 
     def sink_watermarks(self, stream: str, physical: str, source: str | None,
                         known: bool = False, with_rows: bool = False

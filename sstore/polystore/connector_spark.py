@@ -27,10 +27,19 @@ class SparkConnector:
         from migrators.spark_session import get_spark
         return get_spark(self.master)
 
-    def fetch(self, sql: str) -> pa.Table:
-        """Spark has no read-only mode: the check on the SQL is the guard."""
+    def fetch(self, sql: str, time_zone: str | None = None) -> pa.Table:
+        """Spark has no read-only mode: the check on the SQL is the guard. ``time_zone``:
+        the session's for this query (PostgreSQL's, from a plan), restored after."""
         check_query(sql, "spark")
-        return self.spark.sql(sql).toArrow()
+        if not time_zone:
+            return self.spark.sql(sql).toArrow()
+        conf = self.spark.conf
+        before = conf.get("spark.sql.session.timeZone")
+        conf.set("spark.sql.session.timeZone", time_zone)
+        try:
+            return self.spark.sql(sql).toArrow()
+        finally:
+            conf.set("spark.sql.session.timeZone", before)
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None,

@@ -48,8 +48,10 @@ class StreamingConnector:
         """Opened from its state file here: plans never write into it."""
         return self.engine is None
 
-    def fetch(self, sql: str) -> pa.Table:
-        return self._reader.query(sql)
+    def fetch(self, sql: str, time_zone: str | None = None) -> pa.Table:
+        """``time_zone``: the session's for this query (a plan passes PostgreSQL's, so a
+        timestamptz means there what it means in PostgreSQL)."""
+        return self._reader.query(sql, time_zone=time_zone)
 
     def store(self, table: str, rows: pa.Table, mode: str = "replace",
               note: str | None = None, delete_below: tuple[str, Any] | None = None,

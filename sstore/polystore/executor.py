@@ -21,6 +21,7 @@ from sstore.polystore import cache, delivered
 from sstore.polystore.connectors import Connector, PostgresConnector, SparkConnector
 from sstore.polystore.plan import ISLAND, Fetch, Move, Plan
 from sstore.readonly import check_query
+from sstore.sql import literal
 
 
 def execute(plan: Plan, connectors: Mapping[str, Connector],
@@ -53,7 +54,9 @@ def _execute(plan: Plan, connectors: Mapping[str, Connector],
             if refreshes is not None:
                 refreshes.append((move.table, done))
         if plan.final.engine == ISLAND:
-            return run_in_island(plan.final.sql, fetched)
+            return run_in_island(plan.final.sql, fetched, plan.time_zone)
+        if plan.time_zone:
+            return connectors[plan.final.engine].fetch(plan.final.sql, time_zone=plan.time_zone)
         return connectors[plan.final.engine].fetch(plan.final.sql)
     finally:
         for move in moves:
@@ -77,10 +80,12 @@ _island: duckdb.DuckDBPyConnection | None = None
 _island_lock = threading.Lock()
 
 
-def run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
+def run_in_island(sql: str, tables: Mapping[str, pa.Table], time_zone: str | None = None
+                  ) -> pa.Table:
     """The final query over the fetched tables, on a cursor of its own: the names registered
     on it are this query's only. The in-memory database is opened once per process (opening
-    one costs ~30 ms; a cursor, a fraction of a millisecond)."""
+    one costs ~30 ms; a cursor, a fraction of a millisecond). ``time_zone``: the cursor's
+    session zone (PostgreSQL's, from the plan)."""
     global _island
     check_query(sql, "duckdb")
     with _island_lock:
@@ -88,6 +93,8 @@ def run_in_island(sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
             _island = connect(":memory:", external_access=False)
         cursor = _island.cursor()
     try:
+        if time_zone:
+            cursor.execute(f"SET TimeZone = {literal(time_zone)}")
         for name, table in tables.items():
             cursor.register(name, table)
         return arrow(cursor, sql, large=True)

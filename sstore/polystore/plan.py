@@ -102,6 +102,9 @@ class Plan:
     checks: tuple[Delivered, ...] = ()
     feasible: bool = True
     why_not: str = ""
+    #: the session time zone the final query runs in outside PostgreSQL (PostgreSQL's, so
+    #: timestamptz values are shown, cut and cast as PostgreSQL would; None: the engine's)
+    time_zone: str | None = None
 
     def engines(self) -> set[str]:
         used = {self.final.engine}
@@ -134,8 +137,9 @@ class Plan:
                 lines.append(f"  move {step.source} -> {step.target}.{step.table}  "
                              f"(~{step.rows:,} rows x {step.columns} cols{cache})")
             lines.append(f"      {step.sql}")
+        zone = f", time zone {self.time_zone}" if self.time_zone else ""
         lines.append(f"  run in {self.final.engine}  (~{self.final.input_rows:,} rows in, "
-                     f"~{self.final.output_rows:,} out)")
+                     f"~{self.final.output_rows:,} out{zone})")
         lines.append(f"      {self.final.sql}")
         for guard in self.guards:
             lines.append(f"  {guard.stream} is delivered into {guard.engine}.{guard.target}: "

@@ -56,6 +56,10 @@ class PlanningInput:
     #: reads compare ``_batch_id`` with the guard's placeholder (the sink's watermark, bound
     #: when the plan runs: ``sstore.polystore.delivered``)
     delivered: Mapping[Fragment, Delivered] = field(default_factory=dict)
+    #: column name -> why another engine would change its values' meaning (a ``char(n)``
+    #: of a PostgreSQL fragment: ``meaning.kept_types``); plans that run a query naming it
+    #: outside PostgreSQL are not proposed (``rules.keep_meaning``)
+    kept_columns: Mapping[str, str] = field(default_factory=dict)
 
     def dialect(self, engine: str) -> str:
         return DIALECTS[self.engines[engine].kind]

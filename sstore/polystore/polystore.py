@@ -48,12 +48,14 @@ from sstore.polystore.connectors import (
 from sstore.polystore.corrections import plan_key
 from sstore.polystore.cost import CostModel
 from sstore.polystore.learning import Learner, learned_path, learner_for
-from sstore.polystore.plan import ISLAND, Move, Plan, Run
+from sstore.polystore.meaning import kept_types
+from sstore.polystore.plan import ISLAND, Move, Plan
 from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.probes import Probes
 from sstore.polystore.proposals import ProposalCache, shape_key
-from sstore.polystore.rules import REWRITES, RULES
+from sstore.polystore.rules import CHECKS, REWRITES, RULES
+from sstore.polystore.rules.keep_meaning import runs_outside_postgres, without_tables
 from sstore.polystore.scratch import (
     CastExistsError,
     ProtectedObjectError,
@@ -61,12 +63,10 @@ from sstore.polystore.scratch import (
     is_cast,
 )
 from sstore.polystore.sqltext import (
-    ISLAND_DIALECT,
     QueryError,
     parse,
     parse_shared,
     table_names,
-    to_sql,
 )
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
 from sstore.readonly import UncheckableQueryError, check_query
@@ -253,6 +253,16 @@ class Polystore:
             self.plan_cache.put(key, chosen, runner_up(plans, chosen))
         return chosen
 
+    def _postgres_time_zone(self, engines: Mapping[str, object]) -> str | None:
+        """The session time zone of the first PostgreSQL engine the query reads (None: it
+        reads none): plans that run it elsewhere run it in that zone."""
+        for name, entry in engines.items():
+            if getattr(entry, "kind", None) is EngineKind.POSTGRES:
+                connector = self.connector(name)
+                if isinstance(connector, PostgresConnector):
+                    return connector.time_zone()
+        return None
+
     def _still_empty(self, engine: str, physical: str) -> bool:
         return self.connector(engine).is_empty(physical)
 
@@ -319,9 +329,7 @@ class Polystore:
         self._check_sql(parsed.sql)
         tree = parse_shared(parsed.sql, self.dialect)
         if not table_names(tree):  # SELECT 1, now(): nothing to fetch, the island answers
-            plan = Plan("island", "no_tables", (),
-                        Run(ISLAND, to_sql(tree, ISLAND_DIALECT), 0, 0, 1, 1))
-            return [self.costs.price(plan, {ISLAND: ISLAND})]
+            return [self._without_tables(tree)]
         objects = self._objects(tree, parsed.island)
         engines = {name: self.catalog.engine(name)
                    for obj in objects for name in obj.engines()}
@@ -333,7 +341,8 @@ class Polystore:
         read_only = frozenset(name for name, c in self._connectors.items()
                               if isinstance(c, StreamingConnector) and c.read_only)
         inp = PlanningInput(tree, tuple(objects), engines, stats, read_only=read_only,
-                            memory_budget_bytes=self.memory_budget_bytes)
+                            memory_budget_bytes=self.memory_budget_bytes,
+                            kept_columns=kept_types(probes.types))
         links = delivered.links(inp, self.connector)  # streams a sink delivers: read past it
         if links:
             inp = replace(inp, delivered=links)
@@ -348,7 +357,9 @@ class Polystore:
         if candidates is None:
             candidates = _propose(inp)
             self.proposals.put(shape, candidates)
+        zone = self._postgres_time_zone(engines)
         for plan in candidates:
+            plan.time_zone = zone if runs_outside_postgres(plan, engines) else None
             plan.pruned = pruned
             plan.guards = tuple(g for g in links.values() if delivered.uses(plan, g))
             plan.checks = tuple(  # the target read without its stream: is it still whole?
@@ -368,6 +379,13 @@ class Polystore:
         if self.learner is not None:  # what each plan of this query measured against its price
             corrections.apply(candidates, self.learner.corrections(self.costs))
         return sorted(candidates, key=lambda p: (p.cost, p.name))
+
+    def _without_tables(self, tree: exp.Expression) -> Plan:
+        """The priced plan of a query that reads no table (``rules.keep_meaning``)."""
+        plan = without_tables(tree, self.catalog.engines)
+        engine = plan.final.engine
+        kind = ISLAND if engine == ISLAND else self.catalog.engine(engine).kind.value
+        return self.costs.price(plan, {engine: kind})
 
     def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
         """Execute a plan from ``plans`` (benchmarks time each plan this way); ``refreshes``
@@ -578,6 +596,8 @@ def _propose(inp: PlanningInput) -> list[Plan]:
         plans.extend(rule(inp))
     if not plans:
         raise QueryError("no rule could plan this query")
+    for check in CHECKS:
+        plans = check(inp, plans)
     return plans
 
 

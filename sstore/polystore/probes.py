@@ -43,6 +43,8 @@ class Probes:
         self._notes: dict[str, dict[str, str]] = {}           # engine -> {table: note}
         self._growth: dict[tuple[str, str, Any], Growth | None] = {}
         self.questions = 0  # round trips asked through this object (tests and profiles)
+        #: (engine, physical) -> {column: type} where the probe asked it (PostgreSQL's)
+        self.types: dict[tuple[str, str], dict[str, str]] = {}
 
     def view(self, engine: str) -> ProbeView:
         """What ``cache.changes`` asks of one engine, answered through this planning's memo."""
@@ -67,6 +69,7 @@ class Probes:
             if found.notes is not None:
                 self._notes.setdefault(engine, found.notes)
             self._growth[(engine, _pg_key(physical), None)] = found.growth
+            self.types[(engine, physical)] = found.types
             return found.columns, found.rows, found.growth is not None
         columns = connector.columns(physical)
         self.questions += 1

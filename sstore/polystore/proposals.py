@@ -46,7 +46,7 @@ def shape_key(query: str, inp: PlanningInput) -> ShapeKey:
     delivered = tuple(sorted((f.engine, f.physical, d.placeholder, d.engine, d.target)
                              for f, d in inp.delivered.items()))
     return (query, objects, stats, engines, tuple(sorted(inp.read_only)),
-            inp.memory_budget_bytes, delivered)
+            inp.memory_budget_bytes, delivered, tuple(sorted(inp.kept_columns.items())))
 
 
 def with_rows(plan: Plan, inp: PlanningInput) -> Plan | None:

@@ -17,6 +17,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from sstore.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
+from sstore.polystore.meaning import translate
 
 ISLAND_DIALECT = "duckdb"
 
@@ -82,7 +83,9 @@ def syntax_error(exc: ParseError) -> str:
 
 
 def to_sql(tree: exp.Expression, dialect: str) -> str:
-    return tree.sql(dialect=dialect)
+    """``tree`` (PostgreSQL's SQL) printed for ``dialect``, with PostgreSQL's meaning kept
+    where the dialect needs a rewrite for it (``meaning.translate``)."""
+    return translate(tree, dialect).sql(dialect=dialect)
 
 
 def cte_names(tree: exp.Expression) -> set[str]:
@@ -145,23 +148,47 @@ def substitute(tree: exp.Expression, replacements: Mapping[str, exp.Expression])
         name = _full_name(node)
         if name in ctes or name not in replacements:
             return node
-        alias = node.alias or name.split(".")[-1]
         target = replacements[name].copy()
+        alias = _kept_alias(node, name)
         if isinstance(target, exp.Table):
-            target.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+            target.set("alias", alias)
             return target
-        return exp.Subquery(this=target, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        return exp.Subquery(this=target, alias=alias)
 
     return tree.copy().transform(swap)
+
+
+def _kept_alias(node: exp.Table, name: str) -> exp.TableAlias:
+    """The reference's alias with its column list (``dim AS q(k, cat, name)`` renames the
+    columns by position), or the object's name as alias."""
+    given = node.args.get("alias")
+    if isinstance(given, exp.TableAlias) and given.this is not None:
+        return given.copy()
+    alias = exp.TableAlias(this=exp.to_identifier(name.split(".")[-1]))
+    if isinstance(given, exp.TableAlias) and given.args.get("columns"):
+        alias.set("columns", [c.copy() for c in given.args["columns"]])
+    return alias
+
+
+def references(tree: exp.Expression, name: str) -> int:
+    """How many times the query names table ``name`` (CTEs of that name excluded)."""
+    if name in cte_names(tree):
+        return 0
+    return sum(1 for table in tree.find_all(exp.Table) if _full_name(table) == name)
+
+
+def has_alias_columns(tree: exp.Expression) -> bool:
+    """Does a table reference rename columns by position (``AS q(a, b)``)?"""
+    return any(alias.args.get("columns") for alias in tree.find_all(exp.TableAlias))
 
 
 def needed_columns(tree: exp.Expression, available: Sequence[str]) -> list[str] | None:
     """The columns of an object the query can use: every available column whose name appears
     in the query. ``None`` (all) when the query has ``*`` or the columns are unknown. A superset
     is safe: projecting is only an optimisation."""
-    if not available or any(not isinstance(star.parent, exp.Count)
-                            for star in tree.find_all(exp.Star)):
-        return None
+    if not available or has_alias_columns(tree) or any(
+            not isinstance(star.parent, exp.Count) for star in tree.find_all(exp.Star)):
+        return None  # an alias list renames by position: every column, in order
     # every identifier, not only columns: JOIN ... USING (c_id) names c_id as a bare identifier
     names = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     wanted = [c for c in available if c.lower() in names]
@@ -170,8 +197,10 @@ def needed_columns(tree: exp.Expression, available: Sequence[str]) -> list[str] 
 
 def pushable_filter(tree: exp.Expression, name: str) -> exp.Expression | None:
     """The WHERE of ``SELECT ... FROM name WHERE ...`` (one table, no joins, no subqueries in
-    the condition): it can run at every fragment. Otherwise None."""
-    if not isinstance(tree, exp.Select):
+    the condition, and the query names the table nowhere else: a scalar subquery, a CTE or a
+    HAVING that reads it too must see every row, and the fetch stands for every reference):
+    it can run at every fragment. Otherwise None."""
+    if not isinstance(tree, exp.Select) or references(tree, name) != 1:
         return None
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None or tree.args.get("joins"):
@@ -184,6 +213,8 @@ def pushable_filter(tree: exp.Expression, name: str) -> exp.Expression | None:
         return None
     condition = where.this.copy()
     alias = source.alias
+    if has_alias_columns(tree):
+        return None  # the condition names the alias list's columns, not the fragment's
     if alias:  # columns qualified by the alias are plain columns of the fragment
         for col in condition.find_all(exp.Column):
             if col.table.lower() == alias.lower():

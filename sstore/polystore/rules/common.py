@@ -7,6 +7,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from sstore.polystore.catalog import CatalogObject, Fragment
+from sstore.polystore.meaning import kept_in_postgres
 from sstore.polystore.plan import Run, Step
 from sstore.polystore.planning import PlanningInput
 from sstore.polystore.sqltext import (
@@ -68,6 +69,8 @@ def read_fragment(inp: PlanningInput, obj: CatalogObject, fragment: Fragment,
     if wanted is None and obj.split:
         wanted = columns
     where = pushable_filter(inp.tree, obj.name) if project else None
+    if where is not None and kept_in_postgres(where, inp.dialect(fragment.engine)):
+        where = None  # the fragment's engine would change its meaning: the final query filters
     link = inp.delivered.get(fragment) if guard else None
     if link is not None:
         past = exp.GT(this=exp.column(GROWING_COLUMN, quoted=True),
