@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sstore.workloads.tpcdi.spark_streaming.run import SparkStreamingReport
     from sstore.workloads.tpcdi.streaming.pipeline import StreamingReport
 
+
 @click.group(context_settings=CONTEXT)
 def tpcdi() -> None:
     """TPC-DI DimTrade: generate source data, load the warehouse, audit it.

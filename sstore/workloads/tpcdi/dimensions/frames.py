@@ -56,9 +56,13 @@ def to_spark(spark: SparkSession, table: pa.Table, order: Sequence[str] | None =
 @overload
 def materialize(spark: SparkSession, rows: DataFrame, rejects: DataFrame | None = None, *,
                 lookup: Literal[True]) -> tuple[pa.Table, pa.Table, DataFrame]: ...
+
+
 @overload
 def materialize(spark: SparkSession, rows: DataFrame, rejects: DataFrame | None = None,
                 lookup: bool = False) -> tuple[pa.Table, pa.Table, DataFrame | None]: ...
+
+
 def materialize(spark: SparkSession, rows: DataFrame, rejects: DataFrame | None = None,
                 lookup: bool = False) -> tuple[pa.Table, pa.Table, DataFrame | None]:
     """Compute a job in one Spark action: its rows and its rule rejects (one query, so the
