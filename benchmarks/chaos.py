@@ -3,10 +3,11 @@ at the end the warehouse must equal an uncrashed run's, row for row.
 
 Run ``python -m benchmarks.chaos`` (SF 0.1, 120 faults) or ``--quick`` (SF 0.01, 12 faults, a
 few minutes, for CI). ``--model [--seconds N] [--seed N]`` runs the model of issue 34 instead
-(``benchmarks.model``): random programs checked against a plain-Python model after every step. ``--seed`` picks the faults, ``--kinds`` a subset of them, ``--faults``
-their number. The run is a check: it exits 1 if a row is lost, duplicated or different, or if
-fewer than five sixths of the planned faults landed (100 of 120, 10 of 12) or a kind never
-landed; 2 if it could not finish (the reason is printed).
+(``benchmarks.model``): random programs checked against a plain-Python model after every step.
+``--seed`` picks the faults, ``--kinds`` a subset of them, ``--faults`` their number. The run is a
+check: it exits 1 if a row is lost, duplicated or different, or if fewer than five sixths of the
+planned faults landed (100 of 120, 10 of 12) or a kind never landed; 2 if it could not finish (the
+reason is printed).
 
 1. A private PostgreSQL (``migrators.embedded_postgres``) in a temporary directory: the run
    crashes and restarts it, so it must not be the machine's shared server.

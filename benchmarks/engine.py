@@ -47,15 +47,20 @@ from typing import Any
 
 import pyarrow as pa
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks.common import RESULTS, machine_info, require_extras, write_results
-from benchmarks.engine_driver import (FULL_BUDGET, QUICK_BUDGET, Budget, Config, run_baseline,
-                                      run_engine, to_record)
+from benchmarks.engine_driver import (
+    FULL_BUDGET,
+    QUICK_BUDGET,
+    Budget,
+    Config,
+    run_baseline,
+    run_engine,
+    to_record,
+)
 from benchmarks.engine_profile import profile_phases
-from benchmarks.engine_report import (calls_table, phases_table, plot, results_table,
-                                      spark_table)
+from benchmarks.engine_report import calls_table, phases_table, plot, results_table, spark_table
 from benchmarks.engine_workloads import CHAIN, Workload, load_voter
 
 BATCH_SIZES = (1, 100, 1_000, 10_000)

@@ -23,8 +23,12 @@ import duckdb
 import pyarrow as pa
 
 from benchmarks.common import percentile
-from benchmarks.engine_workloads import (InputLogFile, Workload, create_chain_tables,
-                                         run_chain_by_hand)
+from benchmarks.engine_workloads import (
+    InputLogFile,
+    Workload,
+    create_chain_tables,
+    run_chain_by_hand,
+)
 from sstore import CommitEvent, Engine
 
 SYSTEMS = {"baseline": "duckdb-by-hand", "spark": "spark-structured-streaming"}

@@ -21,13 +21,13 @@ The planner picks at the start of each repetition (after the first ingest) as ``
 ``sstore.polystore.plancache``), with constants calibrated at the start of the run and refitted
 from the times of the plans it chose (as a live system learns: it never sees the plans it did
 not run), and each plan's price corrected by what its own runs measured
-(``sstore.polystore.corrections``). ``planning_seconds`` is what choosing cost (the warm-up planned each query once, as
-a dashboard's earlier runs would have: its proposals are kept, ``sstore.polystore.proposals``);
-``cold_planning_seconds``, measured once per share and shape and not added in, is a planning
-with nothing kept. Reported per shape: the share of (share, repetition) cases where its choice
-was within 10% of the fastest plan, the worst ratio, and its cumulative time against the best
-fixed plan in hindsight, without and with planning (``plans_report.summarize`` says what each
-number includes). Results:
+(``sstore.polystore.corrections``). ``planning_seconds`` is what choosing cost (the warm-up planned
+each query once, as a dashboard's earlier runs would have: its proposals are kept,
+``sstore.polystore.proposals``); ``cold_planning_seconds``, measured once per share and shape and
+not added in, is a planning with nothing kept. Reported per shape: the share of (share, repetition)
+cases where its choice was within 10% of the fastest plan, the worst ratio, and its cumulative time
+against the best fixed plan in hindsight, without and with planning (``plans_report.summarize`` says
+what each number includes). Results:
 ``benchmarks/results/plans.json`` and ``plans-<shape>.png`` (``plans-quick*`` with --quick).
 Spark is left out (its ~1 s per query never wins at these sizes: see ``union_plans``).
 """

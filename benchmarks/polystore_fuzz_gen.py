@@ -84,7 +84,8 @@ class Generator:
 
     def num_expr(self, p: str = "") -> str:
         return self.pick([
-            (f"{p}amt", None), (f"round({p}amt, 1)", "numeric_fn"), (f"round({p}amt)", "numeric_fn"),
+            (f"{p}amt", None), (f"round({p}amt, 1)", "numeric_fn"),
+            (f"round({p}amt)", "numeric_fn"),
             (f"{p}amt * 2", None), (f"abs({p}amt)", "numeric_fn"), (f"ceil({p}amt)", "numeric_fn"),
             (f"floor({p}amt)", "numeric_fn"), (f"{p}amt / 3", "numeric_division"),
             (f"trunc({p}amt)", "numeric_fn"), (f"round(2.5 + {p}k)", "numeric_fn"),
@@ -166,7 +167,8 @@ class Generator:
         cols = [f"{'e.' if self.rng.random() < 0.3 else ''}id AS c_id",
                 *self.select_list(self.rng.randint(1, 3))]
         alias = " AS e" if cols[0].startswith("e.") else ""
-        return f"SELECT {', '.join(cols)} FROM ev{alias}{self.where()}" + self.order_limit(len(cols))
+        return (f"SELECT {', '.join(cols)} FROM ev{alias}{self.where()}"
+                + self.order_limit(len(cols)))
 
     def distinct(self) -> str:
         self.tag("distinct")

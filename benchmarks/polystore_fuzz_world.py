@@ -33,7 +33,8 @@ EV_COLUMNS = {"id": "INTEGER", "k": "INTEGER", "amt": "DECIMAL(8,2)", "name": "V
               "d": "DATE", "flag": "BOOLEAN", "ts": "TIMESTAMPTZ"}
 #: the oracle's ``ev``: the split object's columns in its order (the stream's batch-id first,
 #: which the sink's table keeps too), so ``SELECT *`` and alias lists mean the same
-EV_PG = "_batch_id bigint, id integer, k integer, amt numeric(8,2), name text, d date, flag boolean, ts timestamptz"
+EV_PG = ("_batch_id bigint, id integer, k integer, amt numeric(8,2), name text, d date, "
+         "flag boolean, ts timestamptz")
 #: dim: a char(3) (PostgreSQL pads it and ignores the padding when comparing) and an
 #: unconstrained numeric (more digits than any fixed DECIMAL of DuckDB's: 18 before the point
 #: and 19 after; past 38 in all, Arrow's decimal128 holds none and every plan, PostgreSQL's

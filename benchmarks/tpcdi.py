@@ -3,10 +3,10 @@ bulk and as Spark Structured Streaming.
 
 Run ``python -m benchmarks.tpcdi`` (SF 1 and SF 10: an hour or more on 2 cores, most of it
 Spark; SF 10 is 1.3M trades, 3.3M events, and its whole-batch runs put Batch1 in ONE batch:
-~12 GB peak RSS for sstore, ~6 GB for the reference, measured) or ``--quick`` (SF 0.1: 5 to 15 minutes, most of it Spark);
-``--systems sstore reference`` leaves Spark's runs out (the dimensions are still built by
-Spark, once per SF). ``--profile``: a per-batch breakdown of the sstore runs by phase
-(``benchmarks.tpcdi_profile``). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
+~12 GB peak RSS for sstore, ~6 GB for the reference, measured) or ``--quick`` (SF 0.1: 5 to 15
+minutes, most of it Spark); ``--systems sstore reference`` leaves Spark's runs out (the dimensions
+are still built by Spark, once per SF). ``--profile``: a per-batch breakdown of the sstore runs by
+phase (``benchmarks.tpcdi_profile``). PostgreSQL at ``SSTORE_POSTGRES_URL`` (else the local
 server); each scale factor gets its own database ``bench_tpcdi_<pid>_<sf>``, dropped at the end.
 
 Systems, per scale factor (each into its own fresh warehouse schema, from the same data set):
@@ -65,8 +65,8 @@ from rich.progress import (
 from benchmarks.common import RESULTS, machine_info, require_extras
 from benchmarks.engine import write_report
 from benchmarks.peak_rss import PeakRss
-from benchmarks.tpcdi_profile import profile_table
 from benchmarks.tpcdi_coalescing import COALESCE_TRADES
+from benchmarks.tpcdi_profile import profile_table
 from benchmarks.tpcdi_reference import run_reference
 from benchmarks.tpcdi_report import (
     DEFINITIONS,

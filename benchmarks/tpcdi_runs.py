@@ -387,7 +387,7 @@ def run_spark_streaming(spark: Any, data: DataSet, url: str, schema: str, workdi
                feed.latencies, fingerprint(url, schema), extra)
 
 
-# -- Spark bulk -------------------------------------------------------------------------------------
+# -- Spark bulk ------------------------------------------------------------------------------------
 def run_spark_bulk(spark: Any, data: DataSet, url: str, schema: str, tick: Tick) -> Run:
     """``spark_pipeline.run_spark``'s trade steps, with the dimensions copied in between."""
     from sstore.workloads.tpcdi import dimtrade_spark

@@ -5,32 +5,28 @@ each (``engine_to_postgres``, ``postgres_to_engine``, ``spark``), ``access`` hol
 of reaching remote data (cross-system query, replication, migration).
 """
 
-from migrators.engine_to_postgres import (
-                              MigrationReport,
-                              StreamToPostgres,
-                              migrate_stream,
-)
+from migrators.engine_to_postgres import StreamToPostgres, migrate_stream
 from migrators.errors import (
-                              IncompatibleSchemaError,
-                              MigrationError,
-                              PostgresUnavailable,
-                              ResetRefused,
-                              UnsupportedTypeError,
+    IncompatibleSchemaError,
+    MigrationError,
+    PostgresUnavailable,
+    ResetRefused,
+    UnsupportedTypeError,
 )
 from migrators.registry import MIGRATORS, cast
-from migrators.sink_runner import SinkGroup, SinkRunner
+from migrators.sink_runner import MigrationReport, SinkGroup, SinkRunner
 
 __all__ = [
-                              "MIGRATORS",
-                              "IncompatibleSchemaError",
-                              "MigrationError",
-                              "MigrationReport",
-                              "PostgresUnavailable",
-                              "ResetRefused",
-                              "SinkGroup",
-                              "SinkRunner",
-                              "StreamToPostgres",
-                              "UnsupportedTypeError",
-                              "cast",
-                              "migrate_stream",
+    "MIGRATORS",
+    "IncompatibleSchemaError",
+    "MigrationError",
+    "MigrationReport",
+    "PostgresUnavailable",
+    "ResetRefused",
+    "SinkGroup",
+    "SinkRunner",
+    "StreamToPostgres",
+    "UnsupportedTypeError",
+    "cast",
+    "migrate_stream",
 ]

@@ -121,7 +121,7 @@ def _remove_moved(con: Any, table: str, key: Sequence[str], versions: pa.Table) 
         cur.execute(f"DELETE FROM {qualified(table)} t USING sstore_moved m WHERE {match}")
         deleted = cur.rowcount
     con.commit()
-    return deleted
+    return int(deleted)
 
 
 def _to_dollar(sql: str) -> str:

@@ -59,7 +59,7 @@ from psycopg.pq import TransactionStatus
 from migrators.errors import MigrationError, ResetRefused
 from migrators.postgres import parse_name
 from sstore.errors import TerminalError
-from sstore.sql import ident, literal, qualified
+from sstore.sql import ident, literal, one_value, qualified
 
 log = logging.getLogger("sstore.migrators")
 
@@ -299,7 +299,7 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
     key = _adopt(cur, key, canonical_target(cur, key.target))
     row = _select_for_update(cur, key)
     new = row is None
-    if new:
+    if row is None:
         cur.execute(f"INSERT INTO {WATERMARKS} (source, stream, target, merge_key) VALUES "
                     f"(%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     (key.source, key.stream, key.target, key.merge_key))
@@ -310,8 +310,8 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
         if prepare_target is None:
             raise TargetMissingError(f"{key}: table {key.target} does not exist")
         prepare_target(cur)
-        current_oid = cur.execute("SELECT to_regclass(%s)::oid",
-                                  (qualified(key.target),)).fetchone()[0]  # type: ignore[index]
+        current_oid = one_value(cur.execute("SELECT to_regclass(%s)::oid",
+                                            (qualified(key.target),)).fetchone())
     watermark = Watermark(batch_id, target=key.target)
     if stored_oid != current_oid:
         if stored_oid is not None and batch_id > 0:
@@ -605,7 +605,7 @@ def _plain(target: str) -> bool:
 
 def _select_for_update(cur: psycopg.Cursor, key: SinkKey
                        ) -> tuple[int, int | None, int | None, int] | None:
-    return cur.execute(  # type: ignore[return-value]
+    return cur.execute(
         f"SELECT batch_id, target_oid, to_regclass(%s)::oid, rows_total FROM {WATERMARKS} "
         f"WHERE source = %s AND stream = %s AND target = %s FOR UPDATE",
         (qualified(key.target), key.source, key.stream, key.target)).fetchone()

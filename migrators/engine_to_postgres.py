@@ -576,7 +576,7 @@ class StreamToPostgres:
             if sent is not None:
                 sent()
             merge_rows(cur, self.target, data, self.key)
-        return data.num_rows
+        return int(data.num_rows)
 
     def acknowledge(self, force: bool) -> None:
         """Step 7, at most every ``ack_every`` seconds unless ``force`` (``flush``).

@@ -156,7 +156,7 @@ def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table,
             copy.write(part)
         if sent is not None:
             sent()
-    return rows.num_rows
+    return int(rows.num_rows)
 
 
 def copy_parts(rows: pa.Table) -> Iterator[bytes]:
@@ -264,7 +264,7 @@ def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[st
             f"compares keys: the same key twice, or keys that differ in the engine but not to "
             f"PostgreSQL (0.0 and -0.0, trailing blanks in a character(n) column, a "
             f"case-insensitive collation); which row wins would be undefined, so none is "
-            f"merged ({first_line(str(exc))})") from None
+            f"merged ({first_line(exc)})") from None
 
 
 def _refuse_null_keys(rows: pa.Table, key: Sequence[str], what: str) -> None:

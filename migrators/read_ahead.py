@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -123,7 +124,8 @@ class ReadAhead:
         """Cancel what has not started (an abandoned plan) and stop the helper thread."""
         with self._mutex:
             pool, self._pool = self._pool, None
-            for future in (*self._futures.values(), *self._reads.values()):
+            futures: list[Future[Any]] = [*self._futures.values(), *self._reads.values()]
+            for future in futures:
                 future.cancel()
         if pool is not None:
             pool.shutdown(wait=True)

@@ -305,7 +305,7 @@ def dataframe_to_engine(df: DataFrame, engine: Engine, table: str,
         tx.register(source, arrow)
         if not exists:  # DuckDB 2.0.0 loses rows of a table made empty and filled in one tx
             tx.execute(f"CREATE TABLE {target} AS SELECT * FROM {relation}")
-            return arrow.num_rows
+            return int(arrow.num_rows)
         if mode == "replace":
             tx.execute(f"DELETE FROM {target}")
         try:
@@ -313,7 +313,7 @@ def dataframe_to_engine(df: DataFrame, engine: Engine, table: str,
         except (duckdb.BinderException, duckdb.ConversionException) as exc:
             raise IncompatibleSchemaError(f"engine table {table!r} cannot take the "
                                           f"DataFrame's rows: {exc}") from exc
-    return arrow.num_rows
+    return int(arrow.num_rows)
 
 
 def engine_to_dataframe(engine: Engine, sql_or_table: str, spark: SparkSession | None = None,

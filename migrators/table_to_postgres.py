@@ -27,7 +27,7 @@ from migrators.postgres import (
 from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
-from sstore.sql import ident, qualified
+from sstore.sql import ident, one_value, qualified
 
 
 def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: str,
@@ -54,8 +54,8 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
         con.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
         sql, params = f"SELECT * FROM {qualified(source_table)}", []
         if since is not None:
-            newest = con.execute(f"SELECT max({ident(since)}) FROM {qualified(table)}"
-                                 ).fetchone()[0]
+            newest = one_value(con.execute(f"SELECT max({ident(since)}) FROM {qualified(table)}"
+                                           ).fetchone())
             if newest is not None:  # merge re-reads the newest value: rows that tie with
                 # it and committed after the last copy are merged in, not skipped for good
                 op = ">=" if mode == "merge" else ">"
@@ -75,7 +75,7 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
             else:
                 copy_arrow(cur, table, rows)
         con.commit()
-        return rows.num_rows
+        return int(rows.num_rows)
 
     session = Session(url, retry)
     try:
@@ -90,8 +90,9 @@ def _refuse_late_ties(con: psycopg.Connection, engine: Engine, source_table: str
     and were committed after that copy would never be sent. They cannot be told apart from the
     ones sent (no key), so more such rows at the source than in the target is a
     ``LateTiesError``, not a silent loss."""
-    there = con.execute(f"SELECT count(*) FROM {qualified(table)} WHERE {ident(since)} = %s",
-                        (newest,)).fetchone()[0]
+    there = one_value(con.execute(
+        f"SELECT count(*) FROM {qualified(table)} WHERE {ident(since)} = %s", (newest,)
+    ).fetchone())
     here = engine.query(f"SELECT count(*) AS n FROM {qualified(source_table)} WHERE "
                         f"{ident(since)} = ?", params=[newest]).column("n")[0].as_py()
     if here > there:

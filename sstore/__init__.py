@@ -18,7 +18,7 @@ _EXPORTS = {
     "Bound": "sstore.backpressure",
     "Coalesced": "sstore.coalesce", "Coalescer": "sstore.coalesce",
     "CoalescerFailed": "sstore.coalesce",
-    "Engine": "sstore.engine", "Ingested": "sstore.engine",
+    "Engine": "sstore.engine", "Ingested": "sstore.ingest",
     **{name: "sstore.errors" for name in (
         "BackpressureError", "BatchIdTakenError", "ConsumerStalledError", "DeclarationError",
         "IngestTimeoutError", "InputLogError", "NondeterministicError", "OutOfOrderBatchError",
@@ -47,31 +47,69 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-if TYPE_CHECKING:
-    from sstore.backpressure import Bound
-    from sstore.coalesce import Coalesced, Coalescer, CoalescerFailed
-    from sstore.engine import Engine, Ingested
+if TYPE_CHECKING:  # the names for type checkers: "X as X" re-exports each (PEP 484)
+    from sstore.backpressure import Bound as Bound
+    from sstore.coalesce import Coalesced as Coalesced
+    from sstore.coalesce import Coalescer as Coalescer
+    from sstore.coalesce import CoalescerFailed as CoalescerFailed
+    from sstore.engine import Engine as Engine
     from sstore.errors import (
-        BackpressureError,
-        BatchIdTakenError,
-        ConsumerStalledError,
-        DeclarationError,
-        IngestTimeoutError,
-        InputLogError,
-        NondeterministicError,
-        OutOfOrderBatchError,
-        ProcedureError,
-        ProgramChangedError,
-        ReplayMismatchError,
-        ResendMismatchError,
-        SchemaError,
-        SStoreError,
-        TerminalError,
-        TransactionStateError,
-        TransientError,
-        UnknownStreamError,
+        BackpressureError as BackpressureError,
     )
-    from sstore.graph import ErrorPolicy
-    from sstore.runtime import CommitEvent
-    from sstore.subscriptions import Subscription
-    from sstore.transaction import Transaction, TxState
+    from sstore.errors import (
+        BatchIdTakenError as BatchIdTakenError,
+    )
+    from sstore.errors import (
+        ConsumerStalledError as ConsumerStalledError,
+    )
+    from sstore.errors import (
+        DeclarationError as DeclarationError,
+    )
+    from sstore.errors import (
+        IngestTimeoutError as IngestTimeoutError,
+    )
+    from sstore.errors import (
+        InputLogError as InputLogError,
+    )
+    from sstore.errors import (
+        NondeterministicError as NondeterministicError,
+    )
+    from sstore.errors import (
+        OutOfOrderBatchError as OutOfOrderBatchError,
+    )
+    from sstore.errors import (
+        ProcedureError as ProcedureError,
+    )
+    from sstore.errors import (
+        ProgramChangedError as ProgramChangedError,
+    )
+    from sstore.errors import (
+        ReplayMismatchError as ReplayMismatchError,
+    )
+    from sstore.errors import (
+        ResendMismatchError as ResendMismatchError,
+    )
+    from sstore.errors import (
+        SchemaError as SchemaError,
+    )
+    from sstore.errors import (
+        SStoreError as SStoreError,
+    )
+    from sstore.errors import (
+        TerminalError as TerminalError,
+    )
+    from sstore.errors import (
+        TransactionStateError as TransactionStateError,
+    )
+    from sstore.errors import (
+        TransientError as TransientError,
+    )
+    from sstore.errors import (
+        UnknownStreamError as UnknownStreamError,
+    )
+    from sstore.graph import ErrorPolicy as ErrorPolicy
+    from sstore.ingest import Ingested as Ingested
+    from sstore.runtime import CommitEvent as CommitEvent
+    from sstore.subscriptions import Subscription as Subscription
+    from sstore.transaction import Transaction as Transaction
+    from sstore.transaction import TxState as TxState

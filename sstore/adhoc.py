@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -28,6 +28,7 @@ from sstore.table_declarations import is_same_redeclaration, split_statements
 from sstore.transaction import Transaction
 
 log = logging.getLogger("sstore")
+T = TypeVar("T")
 
 
 def execute_statements(con: duckdb.DuckDBPyConnection, statement: str, bound: Any,
@@ -65,7 +66,7 @@ def stream_tables(con: duckdb.DuckDBPyConnection, rt: Runtime | None, graph: Gra
 
 
 def read_committed(rt: Runtime, bound: Any,
-                   run: Callable[[duckdb.DuckDBPyConnection, Any], Any]) -> Any:
+                   run: Callable[[duckdb.DuckDBPyConnection, Any], T]) -> T:
     """``run`` on the reader cursor in a READ ONLY transaction (the query already checked)."""
     # the engine's reader cursor, a connection of its own: DuckDB's MVCC gives it a
     # snapshot of what has committed while the engine's transactions go on, so a sink
@@ -163,10 +164,11 @@ def _conform_to_existing(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Ta
                          ) -> pa.Table:
     """Rows in the types of ``table``'s columns if it exists (``rows.conform_columns``)."""
     try:
-        schema = con.execute(f"SELECT * FROM {qualified(table)} LIMIT 0").to_arrow_table().schema
+        empty = con.execute(f"SELECT * FROM {qualified(table)} LIMIT 0").to_arrow_table()
     except duckdb.CatalogException:
         return rows
-    return conform_columns(rows, schema, f"table {table!r}")
+    assert empty is not None, "a SELECT answers a result set"
+    return conform_columns(rows, empty.schema, f"table {table!r}")
 
 
 def _insert_rows(rt: Runtime, table: str, rows: pa.Table, mode: str, key: Sequence[str]) -> None:

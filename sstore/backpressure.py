@@ -507,7 +507,7 @@ def _ancestors(graph: Graph, node: str) -> list[str]:
         if current in graph.windows:
             ups.append(graph.windows[current].source)
         elif event is not None:  # a stream written by an event-time window
-            ups.append(graph.event_windows[event].source)  # type: ignore[attr-defined]
+            ups.append(graph.event_windows[event].source)
         else:
             producer = graph.producer_of(current)
             if producer is not None:
@@ -527,8 +527,8 @@ def runner(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any
     """Decorates ``Engine.run`` and ``Engine.run_until_idle``: while the method runs, its
     thread counts as a runner (``Backpressure.running``), so that ingests of other threads
     wait for the procedures it runs instead of being refused."""
-    @functools.wraps(method)
-    def wrapper(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with self.backpressure.running():
             return method(self, *args, **kwargs)
+    functools.update_wrapper(wrapper, method)  # not @wraps: its _Wrapped type hides P and R
     return wrapper

@@ -78,7 +78,6 @@ from sstore.engine import Engine
 from sstore.errors import SchemaError, TerminalError
 from sstore.runtime import Runtime
 
-
 log = logging.getLogger("sstore")
 
 #: how often an idle coalescer looks whether the program's main thread has ended
@@ -298,7 +297,8 @@ class Coalescer:
                 if self._closing or _program_ended():
                     return None  # closed, or the program ended with nothing pending
                 self._cond.wait(EXIT_POLL)
-            taken, rows = [], 0
+            taken: list[tuple[pa.Table, Any]] = []
+            rows = 0
             for rows_in, token in self._pending:
                 if taken and self.max_rows is not None and rows + rows_in.num_rows > self.max_rows:
                     break
@@ -397,7 +397,7 @@ class Coalescer:
         """The index of the first row of ``rows`` whose source position is above ``last``
         (the last row's is): ``batch_id_of`` of a prefix is the position of its last row.
         A binary search, so a few calls even for a large offer."""
-        low, high = 0, rows.num_rows - 1  # position of row ``high`` > last
+        low, high = 0, int(rows.num_rows) - 1  # position of row ``high`` > last
         if high <= 0 or self._batch_id(rows.slice(0, 1)) > last:
             return 0
         while high - low > 1:  # position of row ``low`` <= last < position of row ``high``

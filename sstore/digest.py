@@ -71,7 +71,7 @@ def answer_of_table(table: pa.Table) -> int:
         value = table.column(0)[0].as_py()
         if value is not None:
             return int(value)
-    return table.num_rows
+    return int(table.num_rows)
 
 
 def outputs(tables: Mapping[str, pa.Table]) -> int:
@@ -110,7 +110,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x * np.uint64(0xBF58476D1CE4E5B9)
     x = x ^ (x >> np.uint64(27))
     x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    mixed: np.ndarray = x ^ (x >> np.uint64(31))
+    return mixed
 
 
 def _mix_int(x: int) -> int:
@@ -132,6 +133,7 @@ def _values(arr: pa.Array) -> np.ndarray:
         bits = 0 if pt.is_nested(typ) else typ.bit_width
     except ValueError:  # not a fixed-width type
         bits = 0
+    out: np.ndarray
     if pt.is_boolean(typ):
         out = pc.cast(arr, pa.uint8()).fill_null(0).to_numpy().astype(np.uint64)
     elif pt.is_string(typ) or pt.is_binary(typ) or pt.is_large_string(typ) \

@@ -37,7 +37,7 @@ def connect(path: str, read_only: bool = False, external_access: bool = True
     network access (COPY TO, read_text, ATTACH, INSTALL), whatever the SQL says, and the
     setting cannot be switched back on while the database is open. The engine's own
     connection keeps it: weak durability ATTACHes its snapshot files."""
-    config: dict[str, object] = dict(CONFIG)
+    config: dict[str, str | bool | int | float | list[str]] = dict(CONFIG)
     if not external_access:
         config["enable_external_access"] = False
     return duckdb.connect(path, read_only=read_only, config=config)

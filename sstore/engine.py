@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -60,6 +60,7 @@ from sstore.subscriptions import Callback, Subscribers, Subscription
 from sstore.transaction import Transaction
 
 log = logging.getLogger("sstore")
+T = TypeVar("T")
 
 GC_EVERY = 64
 
@@ -361,10 +362,10 @@ class Engine:
         """``ingest`` followed by ``run_until_idle``, faster: the batch and the transaction
         executions of that batch that it makes runnable commit as one DuckDB transaction (a
         group commit led by the ingest, ``sstore.group.ingest_and_run``), and its rows are not
-        stored when nothing can read them from the table (``sstore.passing``). Same outcome, same guarantees, same
-        errors as the two calls: a refused batch raises and changes nothing; if a procedure
-        fails, the batch is committed on its own and the procedures run as they would after
-        ``ingest``. A caller that feeds and runs in one thread (a loader, a benchmark) saves a
+        stored when nothing can read them from the table (``sstore.passing``). Same outcome, same
+        guarantees, same errors as the two calls: a refused batch raises and changes nothing; if a
+        procedure fails, the batch is committed on its own and the procedures run as they would
+        after ``ingest``. A caller that feeds and runs in one thread (a loader, a benchmark) saves a
         COMMIT, a stored copy and a read of every batch.
 
         With weak durability (``input_log``) and with ``group_commit=False`` it is exactly
@@ -515,7 +516,7 @@ class Engine:
         return self._read(sql, bind(args, params), rows)
 
     def _read(self, sql: str, bound: Any,
-              run: Callable[[duckdb.DuckDBPyConnection, Any], Any]) -> Any:
+              run: Callable[[duckdb.DuckDBPyConnection, Any], T]) -> T:
         """``run`` on the reader cursor in a READ ONLY transaction, ``sql`` checked first."""
         check_query(sql, "duckdb")
         return adhoc.read_committed(self._runtime(), bound, run)
@@ -668,7 +669,7 @@ class Engine:
             raise DeclarationError("merge needs key columns")
         rt = self._runtime()
         adhoc.load_rows(rt, table, rows, mode, key)
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def schema(self, stream: str) -> pa.Schema | None:
         """The Arrow schema of a stream's rows (None for an output not produced yet)."""

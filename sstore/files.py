@@ -10,6 +10,7 @@ wrote this pattern six times and fsync'd in three; ``write_atomically`` is the o
 from __future__ import annotations
 
 import os
+from typing import cast
 
 import pyarrow as pa
 
@@ -63,4 +64,4 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    return sink.getvalue().to_pybytes()
+    return cast(bytes, sink.getvalue().to_pybytes())

@@ -75,9 +75,8 @@ def collect(rt: Runtime, keep: dict[str, int] | None = None) -> int:
                 continue
             keep_from = keep[name]
         else:
-            keep_from = ledger.retain_from(name)
-            if keep_from is None:
-                keep_from = ledger.frontier(name) + 1
+            retained = ledger.retain_from(name)
+            keep_from = retained if retained is not None else ledger.frontier(name) + 1
         if not batches.ids or batches.ids[0] >= keep_from:
             continue
         bounds[name] = keep_from
@@ -100,7 +99,9 @@ def collect(rt: Runtime, keep: dict[str, int] | None = None) -> int:
         readers = graph.consumers_of(name)
         done = min((ledger.progress.get(r, 0) for r in readers), default=None)
         first_open = batches.first_after(done) if done is not None else None
-        promoted = batches.number(first_open) if first_open is not None else state.promoted
+        number = batches.number(first_open) if first_open is not None else None
+        # first_after answers one of the ids, and every id has a number
+        promoted = number if number is not None else state.promoted
         low, _ = state.bounds(promoted)
         if low > state.collected_through:
             plan.append((f"DELETE FROM {ident(state.rows_table)} WHERE _seq <= ?", [low]))
@@ -126,7 +127,7 @@ def collect(rt: Runtime, keep: dict[str, int] | None = None) -> int:
         if procs:
             plan.append((f"DELETE FROM sstore_sys.commits c WHERE node IN ({placeholders}) AND "
                          f"batch_id < (SELECT max(batch_id) FROM sstore_sys.commits m "
-                         f"WHERE m.node = c.node)", procs))
+                         f"WHERE m.node = c.node)", list[object](procs)))
     acks = consumers.ack_records(rt.pending_acks)
     if acks:  # first: the acknowledgements this GC relies on commit with what it removes
         plan.insert(0, systables.insert_commits_statement(acks))

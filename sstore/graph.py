@@ -16,7 +16,7 @@ from typing import Any
 from sstore.errors import DeclarationError, UnknownStreamError
 
 
-class ErrorPolicy(str, enum.Enum):
+class ErrorPolicy(enum.StrEnum):
     """What the engine does when a procedure raises on a batch (after its retries).
 
     ``HALT`` (the default) stops that procedure and everything downstream of it at the failing

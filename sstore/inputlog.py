@@ -35,7 +35,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 import pyarrow as pa
 
@@ -72,7 +72,7 @@ class InputLog:
         self.path = path
         self.fsync = fsync
         self.next_lsn = 1
-        self._file = None  # opened after replay
+        self._file: IO[bytes] | None = None  # opened after replay
         #: (procedure, batch-id, digest) of the TEs committed since the last record; the next
         #: record carries them (live), or replay compares them with it (``take_tes``)
         self._tes: list[tuple[str, int, int]] = []
@@ -108,7 +108,7 @@ class InputLog:
             with open(self.path, "r+b") as f:
                 f.truncate(good)
 
-    def _open(self) -> Any:
+    def _open(self) -> IO[bytes]:
         if self._file is None:
             self._file = open(self.path, "ab")
         return self._file
@@ -228,7 +228,7 @@ def _encode(table: pa.Table, meta: dict[str, Any]) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_table(table.replace_schema_metadata(schema.metadata))
-    return sink.getvalue().to_pybytes()
+    return cast(bytes, sink.getvalue().to_pybytes())
 
 
 def _encode_meta(meta: dict[str, Any]) -> bytes:

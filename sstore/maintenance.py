@@ -200,17 +200,17 @@ def _watermarks(url: str, targets: Sequence[StreamTarget], engine_id: str | None
         return {}
     from migrators import delivery
     from migrators.postgres import connect
-    from sstore.sql import qualified
+    from sstore.sql import one_value, qualified
 
     out: dict[tuple[str, str], tuple[int, int | None]] = {}
     with connect(url) as con:
         for target in targets:  # by the name given, or by the table (any spelling)
             mark = delivery.watermark_of(con, target.stream, target.table, engine_id) or 0
             rows = None
-            if con.execute("SELECT to_regclass(%s) IS NOT NULL",
-                           (qualified(target.table),)).fetchone()[0]:
-                rows = int(con.execute(f"SELECT count(*) FROM {qualified(target.table)}"
-                                       ).fetchone()[0])
+            if one_value(con.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                     (qualified(target.table),)).fetchone()):
+                rows = int(one_value(con.execute(f"SELECT count(*) FROM {qualified(target.table)}"
+                                                 ).fetchone()))
             out[(target.stream, target.table)] = (mark, rows)
     return out
 

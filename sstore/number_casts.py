@@ -32,9 +32,9 @@ How, fast (this runs on every batch of floats into a decimal column):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import decimal
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from sstore.errors import TerminalError
+from sstore.sql import one_value
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -200,11 +201,12 @@ def _duckdb_tree(sql: str) -> dict[str, Any]:
         if _serializer is None:
             _serializer = duckdb.connect(":memory:", config={"enable_external_access": False})
         try:
-            text = _serializer.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]
-                                       ).fetchone()[0]
+            text = one_value(_serializer.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]
+                                                 ).fetchone())
         except duckdb.Error as exc:
             return {"error": True, "error_message": str(exc)}
-    return json.loads(text)
+    tree: dict[str, Any] = json.loads(text)  # json_serialize_sql answers one JSON object
+    return tree
 
 
 def _duckdb_tree_problem(tree: object) -> str | None:
@@ -294,7 +296,7 @@ def _sqlglot_verdict(sql: str, dialect: str) -> tuple[str, bool] | None:
     return None if problem is None else _problem(problem)
 
 
-def _sqlglot_tree_problem(tree: exp.Expression) -> str | None:
+def _sqlglot_tree_problem(tree: exp.Expr) -> str | None:
     from sqlglot import exp
     if not _is_query(tree):
         return _not_a_query(_kind(tree))
@@ -315,14 +317,14 @@ def _sqlglot_tree_problem(tree: exp.Expression) -> str | None:
     return None
 
 
-def _is_query(tree: exp.Expression) -> bool:
+def _is_query(tree: exp.Expr) -> bool:
     from sqlglot import exp
     if isinstance(tree, exp.Subquery):
         return _is_query(tree.this)
     return isinstance(tree, (exp.Select, exp.SetOperation, exp.Values))
 
 
-def _kind(node: exp.Expression) -> str:
+def _kind(node: exp.Expr) -> str:
     """The statement's keyword, for messages: DELETE, CREATE TABLE, COPY, CALL, ..."""
     from sqlglot import exp
     if isinstance(node, exp.Command):

@@ -101,7 +101,7 @@ class RetryPolicy:
     retries_done: int = field(default=0, compare=False)
 
     def delay(self, attempt: int) -> float:
-        return min(self.max_delay, self.first_delay * 2 ** (attempt - 1))
+        return min(self.max_delay, self.first_delay * 2.0 ** (attempt - 1))
 
 
 class GaveUp(TransientError):
@@ -126,19 +126,24 @@ def call(fn: Callable[[], T], policy: RetryPolicy, what: str, *,
     retry). ``stop``: when set, waiting ends and the last error is raised (a service shutting
     down must not sleep through its stop). Giving up raises ``GaveUp`` from the last error.
     """
-    stop_rules = [tenacity.stop_after_attempt(max(1, policy.attempts - tried))] \
-        if policy.attempts else []
+    stop_rules: list[tenacity.stop.stop_base] = \
+        [tenacity.stop_after_attempt(max(1, policy.attempts - tried))] if policy.attempts else []
+    sleep: Callable[[float], None] = tenacity.nap.sleep
     if stop is not None:
-        stop_rules.append(lambda _state: stop.is_set())
+        stopped = stop
+        stop_rules.append(tenacity.stop_when_event_set(stopped))
+
+        def sleep(seconds: float) -> None:  # a set stop ends the wait
+            stopped.wait(seconds)
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         assert exc is not None
         policy.retries_done += 1
         limit = f"/{policy.attempts - 1}" if policy.attempts else ""
+        pause = state.next_action.sleep if state.next_action else 0.0
         log.warning("%s: transient failure (%s); retry %d%s in %.1fs", what, first_line(exc),
-                    state.attempt_number + tried, limit, state.next_action.sleep if state.next_action
-                    else 0.0)
+                    state.attempt_number + tried, limit, pause)
         if on_retry is not None:
             on_retry(exc, state.attempt_number + tried)
 
@@ -147,7 +152,7 @@ def call(fn: Callable[[], T], policy: RetryPolicy, what: str, *,
         stop=tenacity.stop_any(*stop_rules) if stop_rules else tenacity.stop_never,
         wait=tenacity.wait_exponential(multiplier=policy.first_delay, min=policy.first_delay,
                                        max=policy.max_delay),
-        sleep=stop.wait if stop is not None else tenacity.nap.sleep,
+        sleep=sleep,
         before_sleep=before_sleep,
         reraise=False)
     try:

@@ -63,8 +63,8 @@ def to_arrow(rows: RowsLike, schema: pa.Schema, what: str) -> pa.Table:
     if _is_dataframe(rows):
         return _conform_table(pa.Table.from_pandas(rows, preserve_index=False), schema, what)
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
-        raise SchemaError(f"{what}: rows must be an Arrow table, a DataFrame or a list of tuples or "
-                          f"dicts, not {type(rows).__name__}")
+        raise SchemaError(f"{what}: rows must be an Arrow table, a DataFrame or a list of tuples "
+                          f"or dicts, not {type(rows).__name__}")
     if not rows:
         return schema.empty_table()
     if isinstance(rows[0], Mapping):
@@ -115,9 +115,10 @@ def _build(columns: dict[str, Sequence[Any]], schema: pa.Schema, what: str) -> p
 
 # -- Python values -------------------------------------------------------------------------------
 
-def _exact_kinds(target: pa.DataType) -> frozenset[type] | None:
+def _exact_kinds(target: pa.DataType) -> frozenset[type]:
     """Python types that ``pa.array(values, type=target)`` converts exactly or refuses (never
-    truncates or rounds); None: no such promise, every value goes through ``_lossless_cast``."""
+    truncates or rounds); for the other types only None: their values go through
+    ``_lossless_cast``."""
     if pt.is_integer(target):
         return frozenset((int, _NONE))  # type(True) is bool, not int: booleans are not here
     if pt.is_float64(target):
@@ -306,15 +307,15 @@ def _is_plain(t: pa.DataType) -> bool:
 
 
 def _is_text(t: pa.DataType) -> bool:
-    return pt.is_string(t) or pt.is_large_string(t)
+    return bool(pt.is_string(t) or pt.is_large_string(t))
 
 
 def _is_number(t: pa.DataType) -> bool:
-    return pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t)
+    return bool(pt.is_integer(t) or pt.is_floating(t) or pt.is_decimal(t))
 
 
 def _is_temporal(t: pa.DataType) -> bool:
-    return pt.is_timestamp(t) or pt.is_date(t) or pt.is_time(t)
+    return bool(pt.is_timestamp(t) or pt.is_date(t) or pt.is_time(t))
 
 
 def _refusal(source: pa.DataType, target: pa.DataType) -> str | None:

@@ -3,8 +3,8 @@
 Everything here is guarded by ``lock`` (but ``reader`` and ``committed``, which have their own
 locks so that queries and sinks do not wait for a running transaction): one transaction at a
 time touches the DuckDB connection, which makes stream transactions and ad hoc transactions
-serializable by construction (H-Store's single-threaded partition, without the partitioning). ``finish`` is the one place where a
-committed transaction's effects reach memory.
+serializable by construction (H-Store's single-threaded partition, without the partitioning).
+``finish`` is the one place where a committed transaction's effects reach memory.
 """
 
 from __future__ import annotations

@@ -36,3 +36,13 @@ def bind(params: tuple[Any, ...], named: Sequence[Any] | Mapping[str, Any] | Non
             raise TypeError("pass parameters either positionally or as params=, not both")
         return dict(named) if isinstance(named, Mapping) else list(named)
     return list(params) if params else None
+
+
+def one_value(row: Sequence[Any] | None) -> Any:
+    """The value of a query that answers exactly one row of one column (``count(*)``,
+    ``EXISTS``, ``max``, ``to_regclass(..) IS NOT NULL``), given its ``fetchone()``. Drivers
+    type ``fetchone`` as optional, as most queries may answer no row; these cannot, so a
+    missing row is a broken invariant, reported as such instead of a ``TypeError``."""
+    if row is None:
+        raise LookupError("a query that always answers one row answered none")
+    return row[0]

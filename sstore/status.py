@@ -76,10 +76,11 @@ class EngineStatus:
                 f"`sstore resume {where} {names}`)")
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"path": self.path, "durability": self.durability, "engine_id": self.engine_id,
-               "procedures": [vars(p) for p in self.procedures],
-               "streams": [vars(s) for s in self.streams],
-               "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
+        out: dict[str, Any] = {
+            "path": self.path, "durability": self.durability, "engine_id": self.engine_id,
+            "procedures": [vars(p) for p in self.procedures],
+            "streams": [vars(s) for s in self.streams],
+            "consumers": [vars(c) for c in self.consumers], "errors": self.errors}
         if self.backpressure is not None:
             out["backpressure"] = self.backpressure
         if self.event_windows:
@@ -191,7 +192,7 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     def completed_by(node: str) -> str:
         """The node whose commit records say how far ``node`` is complete."""
         stream = source.get(node, node)
-        return producer.get(stream, stream)
+        return str(producer.get(stream, stream))
 
     procedures: dict[str, ProcedureStatus] = {}
     for name, kind, spec in graph:

@@ -9,8 +9,8 @@ know. That is a ``DeclarationError`` naming the table and both column lists, as 
 The columns are compared as DuckDB's catalog spells them (names, types, order), so ``INT`` and
 ``INTEGER`` are the same declaration. To learn what a declaration means without parsing column
 definitions ourselves, the table is created for real under a scratch name beside it, inside a
-transaction that is rolled back; a ``CREATE TABLE ... AS query`` is described instead (the query never runs).
-Constraints, defaults and the like are not compared.
+transaction that is rolled back; a ``CREATE TABLE ... AS query`` is described instead (the query
+never runs). Constraints, defaults and the like are not compared.
 """
 
 from __future__ import annotations

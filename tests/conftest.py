@@ -7,8 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pytest_postgresql import factories
 
+from migrators.urls import parse
+from migrators.warehouse_url import URL_ENV, Warehouse, resolve_warehouse
 from sstore import Engine
+from tests.external_data import absent_reasons
 
 # -- the short-lived JVMs this session starts: those of the commands and benchmarks that tests
 # run as subprocesses (which inherit the environment): C1 only, serial GC. There, Spark is many
@@ -44,12 +48,6 @@ def engine(state_path: str):
 # $SSTORE_HOME/postgres) that this session starts and stops. With a private server the session
 # exports its URL as SSTORE_POSTGRES_URL, so subprocesses and ``default_url()`` find it.
 # Every test that asks for ``pg_url`` gets a fresh, empty database on it.
-from pytest_postgresql import factories
-
-from migrators.urls import parse
-from migrators.warehouse_url import URL_ENV, Warehouse, resolve_warehouse
-from tests.external_data import absent_reasons
-
 
 @dataclass(frozen=True)
 class WarehouseServer:

@@ -109,9 +109,9 @@ def test_quick_chaos_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     report_path = tmp_path / "chaos-quick.json"
     assert report_path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(report_path.read_text())
+    tables = [(t["table"], t["lost"], t["duplicates"], t["unexpected"]) for t in report["tables"]]
     summary = (f"exit {done.returncode}; problems: {report['problems']}; faults: "
-               f"{report['faults_by_kind']}; tables: "
-               f"{[(t['table'], t['lost'], t['duplicates'], t['unexpected']) for t in report['tables']]}")
+               f"{report['faults_by_kind']}; tables: {tables}")
     assert report["faults_injected"] >= 10, summary
     assert set(report["faults_by_kind"]) == set(KINDS), summary
     assert report["duplicates"] == 0 and report["lost"] == 0, summary

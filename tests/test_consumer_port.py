@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from sstore import Engine
-from sstore.errors import GapError
 from sstore.consumer_port import ReadAheadError
 from sstore.consumers import AcknowledgementError
+from sstore.errors import GapError
 
 
 def engine_with_consumer() -> Engine:

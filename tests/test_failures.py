@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import duckdb
 import pytest
 
 from sstore import Engine, TransientError
@@ -110,7 +111,7 @@ def test_bad_output_is_a_procedure_error(engine: Engine) -> None:
     engine.ingest("inp", [(1,)])
     assert engine.run_until_idle() == 0
     assert "'abc' is not a valid int32" in engine.status().errors[0]["error"]
-    with pytest.raises(Exception):
+    with pytest.raises(duckdb.CatalogException, match="nonexistent"):
         engine.query("SELECT * FROM nonexistent")
 
 

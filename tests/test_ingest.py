@@ -6,8 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from sstore import DeclarationError, Engine, OutOfOrderBatchError, SchemaError, \
-    UnknownStreamError
+from sstore import DeclarationError, Engine, OutOfOrderBatchError, SchemaError, UnknownStreamError
 
 
 def votes_engine(path: str) -> Engine:

@@ -136,7 +136,8 @@ def test_a_value_that_fits_exactly_is_stored_as_sent(eng: Engine, column: str, v
     (pa.table({"i": pa.array(["1", "0x10"])}), "i", "only decimal digits"),
     (pd.DataFrame({"i": [1.0, 2.5]}), "i", "truncated"),
     (pd.DataFrame({"i": [1, 2 ** 40]}), "i", "not a valid int32"),
-    (pd.DataFrame({"ts": pd.to_datetime(["2024-01-01 00:00:00", "2024-01-01 00:00:00.000000001"], format="ISO8601")}),
+    (pd.DataFrame({"ts": pd.to_datetime(["2024-01-01 00:00:00", "2024-01-01 00:00:00.000000001"],
+                                        format="ISO8601")}),
      "ts", "would lose data"),
 ])
 def test_arrow_tables_and_dataframes_are_held_to_the_same_rule(eng: Engine, table: Any,
@@ -213,7 +214,8 @@ def test_mixed_python_types_in_one_column_keep_their_rows(eng: Engine) -> None:
 
 
 NESTED = {"addr": "STRUCT(city VARCHAR, zip VARCHAR)", "ts": "TIMESTAMP[]",
-          "dec": "DECIMAL(10,2)[]", "days": "DATE[]", "ints": "INTEGER[]", "flags": "BOOLEAN[]", "at": "TIME"}
+          "dec": "DECIMAL(10,2)[]", "days": "DATE[]", "ints": "INTEGER[]", "flags": "BOOLEAN[]",
+          "at": "TIME"}
 
 
 @pytest.mark.parametrize("column, value", [

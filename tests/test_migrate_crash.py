@@ -82,7 +82,7 @@ def test_sigkill_during_migration_neither_loses_nor_duplicates(tmp_path: Path,
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err.decode()
             break
-    assert kills == 8, f"the migration ended after {kills} kills: too little work to kill it 8 times"
+    assert kills == 8, f"the migration ended after {kills} kills: too little work for 8 kills"
     with psycopg.connect(pg_url) as con:
         count, distinct, total = con.execute(
             "SELECT count(*), count(DISTINCT id), sum(amount) FROM public.events").fetchone()

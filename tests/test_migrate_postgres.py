@@ -11,8 +11,14 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from migrators import (IncompatibleSchemaError, MigrationError, PostgresUnavailable,
-                       StreamToPostgres, UnsupportedTypeError, cast)
+from migrators import (
+    IncompatibleSchemaError,
+    MigrationError,
+    PostgresUnavailable,
+    StreamToPostgres,
+    UnsupportedTypeError,
+    cast,
+)
 from migrators.postgres import RetryPolicy
 from sstore import Engine
 
@@ -29,7 +35,7 @@ def trades_engine(path: str) -> Engine:
 
 def trade(i: int, status: str = "new") -> tuple:
     return (i, status, decimal.Decimal(i) / 4, i % 7, i % 2 == 0, dt.date(2024, 1, 1 + i % 28),
-            dt.datetime(2024, 1, 1, 12, i % 60), dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+            dt.datetime(2024, 1, 1, 12, i % 60), dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
             i * 0.5)
 
 

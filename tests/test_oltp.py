@@ -55,7 +55,8 @@ def test_concurrent_oltp_and_stream_lose_no_update(state_path: str) -> None:
 
 
 def test_failed_oltp_transaction_rolls_back(engine: Engine) -> None:
-    engine.execute("CREATE TABLE acct (id INTEGER PRIMARY KEY, balance BIGINT CHECK (balance >= 0))")
+    engine.execute("CREATE TABLE acct (id INTEGER PRIMARY KEY,"
+                   " balance BIGINT CHECK (balance >= 0))")
     engine.execute("INSERT INTO acct VALUES (1, 100), (2, 0)")
     with pytest.raises(Exception, match="CHECK"):
         with engine.transaction() as tx:

@@ -234,8 +234,9 @@ def test_the_next_chunk_is_prepared_once_this_chunks_copy_is_sent(
     earlier it kept the delivering thread from sending (0.84-0.91x raw COPY at 10,000-row
     chunks, 1.03x once moved). Every chunk but the last kicks its successor, each time
     inside a COPY whose rows are all written, and every row arrives once."""
-    from migrators import engine_to_postgres
     from psycopg import pq
+
+    from migrators import engine_to_postgres
 
     seen: list[tuple[pq.TransactionStatus, int]] = []
     real_copy = engine_to_postgres.copy_arrow

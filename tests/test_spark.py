@@ -16,24 +16,25 @@ import duckdb
 import psycopg
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
-
-from migrators import spark_session  # noqa: E402
-from migrators.errors import (MigrationError, PostgresUnavailable,  # noqa: E402
-                              UnsupportedTypeError)
-from migrators.spark import (arrow_to_spark, dataframe_to_engine,  # noqa: E402
-                             dataframe_to_postgres, engine_to_dataframe,
-                             postgres_to_dataframe)
-from migrators.spark_session import (SparkSetupError, get_spark, is_running,  # noqa: E402
-                                     jdbc_jar)
-from sstore import Engine  # noqa: E402
-from sstore.errors import DeclarationError, TerminalError, TransientError  # noqa: E402
-from sstore.retry import RetryPolicy  # noqa: E402
+from migrators import spark_session
+from migrators.errors import MigrationError, PostgresUnavailable, UnsupportedTypeError
+from migrators.spark import (
+    arrow_to_spark,
+    dataframe_to_engine,
+    dataframe_to_postgres,
+    engine_to_dataframe,
+    postgres_to_dataframe,
+)
+from migrators.spark_session import SparkSetupError, get_spark, is_running, jdbc_jar
+from sstore import Engine
+from sstore.errors import DeclarationError, TerminalError, TransientError
+from sstore.retry import RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 FACTS_DDL = """CREATE TABLE facts (id INTEGER PRIMARY KEY, big BIGINT, amount DECIMAL(18,4),
     ratio DOUBLE, name VARCHAR, flag BOOLEAN, day DATE, ts TIMESTAMP, ts_tz TIMESTAMPTZ)"""

@@ -13,8 +13,14 @@ from sstore.cli.tpcdi_audit import audit_command
 from sstore.sql import ident
 from sstore.workloads.tpcdi.audit import AuditError, run_audit
 from sstore.workloads.tpcdi.sources import read_audit
-from sstore.workloads.tpcdi.warehouse import (TABLES, create_warehouse, drop_warehouse,
-                                              existing_tables, row_count, row_counts)
+from sstore.workloads.tpcdi.warehouse import (
+    TABLES,
+    create_warehouse,
+    drop_warehouse,
+    existing_tables,
+    row_count,
+    row_counts,
+)
 
 HEADER = "DataSet, BatchID ,Date , Attribute , Value, DValue\r\n"
 # (batch, T_NEW, T_CanceledTrades, T_InvalidCommision, T_InvalidCharge)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from pytest_postgresql.janitor import DatabaseJanitor
+
 from sstore.workloads.tpcdi import dimensions, dimtrade_spark, sources
 from sstore.workloads.tpcdi.audit import run_audit
 from sstore.workloads.tpcdi.dimtrade_spark import DimTradeLoadError, TradeLoadReport

@@ -363,7 +363,7 @@ def check_lifecycle(trade: Trade) -> None:
             assert 1 <= gap <= 90 * 86_400
     batches = [b for _, _, b in trade.steps]
     assert batches == sorted(batches)
-    for state, when, batch in trade.steps:
+    for _state, when, batch in trade.steps:
         assert when.date() <= BATCH_DATES[batch]
         if batch > 1:
             assert when.date() == BATCH_DATES[batch]

@@ -134,14 +134,14 @@ def test_coalesced_batches_give_the_same_warehouse(data: Path, tmp_path: Path) -
         declare(engine)
         stand_in_dimensions(engine, data)
         alerts: list[pa.Table] = []
-        engine.subscribe("dimessages_out", lambda _b, t: alerts.append(t))
+        engine.subscribe("dimessages_out", lambda _b, t, alerts=alerts: alerts.append(t))
         if not coalesced:
             rejects = run(engine, data, batch_size=40)
         else:
             rejects = []
-            engine.subscribe("trade_rejects", lambda _b, t: rejects.append(t))
+            engine.subscribe("trade_rejects", lambda _b, t, rejects=rejects: rejects.append(t))
             ids = iter(range(1, 1_000_000))
-            coalescer = Coalescer(engine, "trade_lines", lambda _rows: next(ids),
+            coalescer = Coalescer(engine, "trade_lines", lambda _rows, ids=ids: next(ids),
                                   max_pending=100_000)
             offers = 0
             for events in (batch1_events(data), incremental_events(data, 2),

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import psycopg
-import pyarrow as pa
 import pytest
 
 from migrators import IncompatibleSchemaError, MigrationError, UnsupportedTypeError, cast

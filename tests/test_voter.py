@@ -11,8 +11,15 @@ import pyarrow as pa
 import pytest
 
 from sstore import Engine
-from sstore.workloads.voter import VoterHalted, batches, declare, generate_votes, leaderboard, \
-    run_voter, voter_counts
+from sstore.workloads.voter import (
+    VoterHalted,
+    batches,
+    declare,
+    generate_votes,
+    leaderboard,
+    run_voter,
+    voter_counts,
+)
 from sstore.workloads.voter.generator import AREA_CODES, VOTE_SCHEMA, state_of
 
 CONTESTANTS = 6

@@ -11,10 +11,10 @@ with what the model expects of it; after every step the whole system is compared
 
 The warehouse's rules (sinks one-shot and attached, ``sstore migrate``, the target by hand)
 are the mixin ``benchmarks.model.warehouse``, PostgreSQL restarts ``benchmarks.model.outages``,
-SIGKILLs and stops by signal ``benchmarks.model.processes``; the switches, counters and ``Violation`` are
-``benchmarks.model.context``. Switches leave operations out, for development on a branch where a known bug
-would hide the rest; the CI test and ``benchmarks.chaos --model`` run with everything on unless
-told otherwise (``SSTORE_MODEL_SKIP=name,name``; ``SWITCHES`` lists the names).
+SIGKILLs and stops by signal ``benchmarks.model.processes``; the switches, counters and
+``Violation`` are ``benchmarks.model.context``. Switches leave operations out, for development on a
+branch where a known bug would hide the rest; the CI test and ``benchmarks.chaos --model`` run with
+everything on unless told otherwise (``SSTORE_MODEL_SKIP=name,name``; ``SWITCHES`` lists the names).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+
 import pyarrow.compute as pc
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
@@ -39,6 +40,7 @@ from sstore.errors import (
     ResendMismatchError,
     SStoreError,
 )
+
 
 def pick(data: st.DataObject, among: list[int]) -> int:
     """One of ``among`` (0 if empty), drawn as an index: the batch-ids depend on how a

@@ -8,12 +8,12 @@ gets the signal at the ``hit``-th pass of a crash point (``sstore.faults``:
 sends the batch again, as a client that does not know whether it got in would, and runs.
 
 One rule (``crash``) draws the signal: SIGKILL (switch ``crash``) or SIGTERM / SIGINT
-(switch ``signal_stop``). A SIGKILL is a crash: the state must open and hold every committed batch once. A signal asks
-for a clean stop (``sstore.stopping.command_stops``, as the CLI runs a dataflow): the child
-must end with 0 (the stop came after its last step) or 128 + the signal's number and the
-"stopped" message, never a traceback or a halt; a continuous sink it had attached (when the
-target holds rows) detaches after its chunk in flight, and what it had not delivered is still
-held for the next run. A mixin of ``benchmarks.model.machine.ModelMachine``.
+(switch ``signal_stop``). A SIGKILL is a crash: the state must open and hold every committed batch
+once. A signal asks for a clean stop (``sstore.stopping.command_stops``, as the CLI runs a
+dataflow): the child must end with 0 (the stop came after its last step) or 128 + the signal's
+number and the "stopped" message, never a traceback or a halt; a continuous sink it had attached
+(when the target holds rows) detaches after its chunk in flight, and what it had not delivered is
+still held for the next run. A mixin of ``benchmarks.model.machine.ModelMachine``.
 """
 
 from __future__ import annotations

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.internal.conjecture import engine as conjecture_engine
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
-
-from hypothesis.internal.conjecture import engine as conjecture_engine
 
 from benchmarks.model import context as shared
 from benchmarks.model.context import Context, Switches
@@ -126,7 +125,7 @@ def run(url: str, seconds: float, seed: int, switches: Switches, examples: int =
     return report
 
 
-# ------------------------------------------------------------------ python -m benchmarks.chaos --model
+# -------------------------------------------------------------- python -m benchmarks.chaos --model
 def fresh_database(server_url: str) -> tuple[str, Callable[[], None]]:
     """A database of its own on the server at ``server_url``; returns its URL and a drop."""
     import os

@@ -7,6 +7,8 @@ A thin group over ``sstore.workloads.tpcdi.backfill`` (the TPC-DI DimTrade) and
 from __future__ import annotations
 
 import datetime as dt
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -79,13 +81,15 @@ def run_command(data_dir: str, batches: tuple[int, ...], batch_range: str | None
     url = warehouse(url)
     reports: list[dict[str, Any]] = []
     try:
+        jobs: list[Callable[[], tpcdi.BackfillReport]]
         if isinstance(first, dt.date) and isinstance(last, dt.date):
-            jobs = [lambda: tpcdi.backfill_dates(None, data_dir, url, schema, first, last)]
-        elif batch_range is not None:
-            jobs = [lambda: tpcdi.backfill_batches(None, data_dir, url, schema, int(first),
-                                                   int(last))]
+            jobs = [functools.partial(tpcdi.backfill_dates, None, data_dir, url, schema, first,
+                                      last)]
+        elif isinstance(first, int) and isinstance(last, int) and batch_range is not None:
+            jobs = [functools.partial(tpcdi.backfill_batches, None, data_dir, url, schema, first,
+                                      last)]
         else:
-            jobs = [lambda b=b: tpcdi.backfill_batch(None, data_dir, url, schema, b)
+            jobs = [functools.partial(tpcdi.backfill_batch, None, data_dir, url, schema, b)
                     for b in batches]
         for job in jobs:  # Spark starts only once an interval passes the seal check
             reports.append(job().to_dict())

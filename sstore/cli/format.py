@@ -239,7 +239,7 @@ def backpressure_view(report: Mapping[str, Any]) -> RenderableType:
     return table
 
 
-def event_windows_view(windows: list[Mapping[str, Any]]) -> RenderableType:
+def event_windows_view(windows: Sequence[Mapping[str, Any]]) -> RenderableType:
     """Each event-time window's watermark and how many rows it took in and found late."""
     table = Table(title="Event-time windows", **TABLE_STYLE)  # type: ignore[arg-type]
     for name, justify in (("window", "left"), ("source", "left"), ("watermark", "left"),

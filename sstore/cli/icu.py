@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from sstore.cli.options import CONTEXT, postgres_option, warehouse
@@ -62,7 +64,7 @@ def demo_command(url: str | None, patients: int, seconds: int, speed: float, see
                   f"{'full speed' if speed <= 0 else f'{speed:g}x'}; warehouse schema "
                   f"{schema}")
 
-    def alert(row: dict) -> None:
+    def alert(row: dict[str, Any]) -> None:
         style = KIND_STYLE.get(row["kind"], "bold")
         console.print(f"[{style}]ALERT[/] #{row['alert_id']} patient {row['patient']} "
                       f"[{style}]{row['kind']}[/] {row['window_start']:%H:%M:%S}-"
@@ -91,9 +93,9 @@ def demo_command(url: str | None, patients: int, seconds: int, speed: float, see
         where.add_row(name, f"{n:,}")
     console.print(where)
     ok = report.verdict.ok
+    verdict = ("[bold green]each episode alerted exactly once, no false alert[/]" if ok else
+               f"[bold red]{report.verdict.describe(gen.episodes)}[/]")
     console.print(f"{len(report.alerts)} alerts for {len(gen.episodes)} injected episodes in "
-                  f"{report.seconds:.1f} s: " + ("[bold green]each episode alerted exactly "
-                                                  "once, no false alert[/]" if ok else
-                                                  f"[bold red]{report.verdict.describe(gen.episodes)}[/]"))
+                  f"{report.seconds:.1f} s: " + verdict)
     if not ok:
         click.get_current_context().exit(1)

@@ -57,7 +57,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 
     _sstore_cli = True
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

@@ -138,8 +138,9 @@ def list_command(catalog: str, as_json: bool) -> None:
         cat = Catalog(catalog)
     except SStoreError as exc:
         raise click.ClickException(str(exc)) from None
-    if cat.missing():
-        raise click.ClickException(cat.missing())
+    missing = cat.missing()
+    if missing:
+        raise click.ClickException(missing)
     if as_json:
         from sstore.cli.format import to_json
         click.echo(to_json(cat.to_dict()))

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
+    from sstore.workloads.tpcdi.spark_pipeline import SparkReport
+    from sstore.workloads.tpcdi.spark_streaming.run import SparkStreamingReport
+    from sstore.workloads.tpcdi.streaming.pipeline import StreamingReport
+
+
 @click.group(context_settings=CONTEXT)
 def tpcdi() -> None:
     """TPC-DI DimTrade: generate source data, load the warehouse, audit it.
@@ -119,6 +124,7 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
     from sstore.errors import SStoreError
     from sstore.workloads.tpcdi.warehouse import create_warehouse
 
+    report: StreamingReport | SparkStreamingReport | SparkReport
     try:
         create_warehouse(url, schema)
         with _phase_bar(console) as bar:
@@ -210,8 +216,12 @@ def demo_command(url: str | None, scale_factor: float, batch_size: int, schema: 
                     stop.check()
                     bar.console.print(f"[bold cyan]>[/] {message}")
 
+                def show_below_bar(q: QueryShown) -> None:
+                    bar.console.print()
+                    show(q)
+
                 report = run_demo(url, workdir, scale_factor, batch_size, schema, progress,
-                                  say, show=lambda q: bar.console.print() or show(q),
+                                  say, show=show_below_bar,
                                   on_engine=lambda engine: start_serving(engine, serve,
                                                                          serve_host, say))
         except SStoreError as exc:

@@ -96,7 +96,8 @@ def fetch_status(found: Discovery, timeout: float = FETCH_TIMEOUT) -> dict[str, 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(found.url + "status", timeout=timeout) as response:
-            return json.loads(response.read().decode("utf-8"))
+            status: dict[str, Any] = json.loads(response.read().decode("utf-8"))
+            return status
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise LiveStatusError(f"the engine of {found.state} (PID {found.pid}) serves at "
                               f"{found.url} but did not answer: {exc}") from None

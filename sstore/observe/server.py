@@ -9,9 +9,9 @@ Lifecycle:
 2. Requests read the engine through ``EngineMetrics`` and ``live_status``: counters without
    the engine's lock, the rest with a short lock timeout, so a long transaction delays an
    answer by a fraction of a second, never forever.
-3. ``Server.stop`` (from ``Engine.close``, a hook of its view): stop serving, close the socket, remove the
-   discovery file. A process killed before step 3 leaves the file; readers see that its pid
-   is gone and ignore it.
+3. ``Server.stop`` (from ``Engine.close``, a hook of its view): stop serving, close the socket,
+   remove the discovery file. A process killed before step 3 leaves the file; readers see that its
+   pid is gone and ignore it.
 """
 
 from __future__ import annotations

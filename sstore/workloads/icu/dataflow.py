@@ -1,8 +1,9 @@
 """The ICU dataflow, declared on an ``Engine``::
 
-    icu_readings ─icu_clean─┬─▶ icu_clean_readings ─event window icu_windows─┬─▶ icu_windows ─icu_detect─▶ icu_alerts
+    icu_readings ─icu_clean─┬─▶ icu_clean_readings ─event window icu_windows─┬─▶ icu_windows ─┐
                             │                                                └─▶ icu_windows__late
-                            └─▶ icu_rejects
+                            └─▶ icu_rejects               ┌──────────────────────────────────┘
+                                                          └─icu_detect─▶ icu_alerts
 
 - ``icu_clean`` (one TE per arrival batch) rejects impossible readings with a reason (to
   ``icu_rejects``, never dropped), removes duplicates (a reading id seen before, in an earlier

@@ -12,11 +12,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
 from migrators.sink_runner import SinkGroup
 from sstore.engine import Engine
+from sstore.sql import one_value
 from sstore.workloads.icu import dataflow, run
 from sstore.workloads.icu.generator import Generated, generate
 from sstore.workloads.tpcdi.warehouse import drop_warehouse
@@ -29,16 +31,16 @@ class DemoReport:
     generated: Generated
     counts: dict[str, int]
     verdict: run.Verdict
-    alerts: list[dict]
+    alerts: list[dict[str, Any]]
     warehouse_rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
 
 def run_demo(url: str, patients: int, seconds: int, *, seed: int = 0, speed: float = 60.0,
              schema: str = "icu_demo", state: str | None = None,
-             on_alert: Callable[[dict], None] | None = None,
+             on_alert: Callable[[dict[str, Any]], None] | None = None,
              on_batch: Callable[[int, int], None] | None = None,
-             on_engine: Callable[[Engine], None] | None = None) -> DemoReport:
+             on_engine: Callable[[Engine], object] | None = None) -> DemoReport:
     """Stream ``patients`` x ``seconds`` of vital signs at ``speed`` times real time (0: as
     fast as it goes) into the warehouse ``schema``. Without ``state`` the engine's state is a
     temporary file and the schema is dropped and built anew; with one, a run resumes."""
@@ -51,8 +53,12 @@ def run_demo(url: str, patients: int, seconds: int, *, seed: int = 0, speed: flo
             dataflow.declare(engine)
             sinks = run.make_sinks(engine, url, schema)
             if on_alert is not None:
-                engine.subscribe(dataflow.ALERTS,
-                                 lambda _b, rows: [on_alert(r) for r in rows.to_pylist()])
+                tell = on_alert
+
+                def tell_rows(_batch: int, rows: Any) -> None:
+                    for row in rows.to_pylist():
+                        tell(row)
+                engine.subscribe(dataflow.ALERTS, tell_rows)
             if on_engine is not None:
                 on_engine(engine)
             began = time.perf_counter()
@@ -74,6 +80,6 @@ def run_demo(url: str, patients: int, seconds: int, *, seed: int = 0, speed: flo
     with psycopg.connect(url) as con:
         for t in run.targets(schema):
             schema_name, table = t.table.split(".")
-            report.warehouse_rows[t.table] = con.execute(
-                f'SELECT count(*) FROM "{schema_name}"."{table}"').fetchone()[0]
+            report.warehouse_rows[t.table] = int(one_value(con.execute(
+                f'SELECT count(*) FROM "{schema_name}"."{table}"').fetchone()))
     return report

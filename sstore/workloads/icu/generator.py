@@ -32,7 +32,9 @@ from __future__ import annotations
 import datetime
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -122,7 +124,7 @@ def generate(patients: int, seconds: int, seed: int = 0, rate_per_hour: float = 
     by_patient: dict[int, list[tuple[str, int, int]]] = {}
     for patient, kind, start, end in planned:
         by_patient.setdefault(patient, []).append((kind, start, end))
-    arrivals: dict[int, list[tuple]] = {}
+    arrivals: dict[int, list[tuple[Any, ...]]] = {}
     made = duplicates = bad = too_late = 0
     reading_id = 0
     base_us = int((START - datetime.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
@@ -176,7 +178,8 @@ def generate(patients: int, seconds: int, seed: int = 0, rate_per_hour: float = 
     return Generated(batches, episodes_out, made, duplicates, bad, too_late)
 
 
-def _bad_row(rng: random.Random, reading_id: int, patient: int, ts: int, good: tuple) -> tuple:
+def _bad_row(rng: random.Random, reading_id: int, patient: int, ts: int, good: tuple[Any, ...]
+             ) -> tuple[Any, ...]:
     """A reading a monitor might send but a clinician must not see: one defect of five."""
     _, _, _, hr, sys_, dia, rr = good
     defect = rng.randrange(5)
@@ -191,8 +194,8 @@ def _bad_row(rng: random.Random, reading_id: int, patient: int, ts: int, good: t
     return (reading_id, patient, ts, hr, -sys_, -dia, rr)  # negative pressure (zeroing error)
 
 
-def _table(rows: list[tuple]) -> pa.Table:
-    columns = list(zip(*rows)) if rows else [[] for _ in READING_SCHEMA]
+def _table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    columns: list[Sequence[Any]] = list(zip(*rows)) if rows else [[] for _ in READING_SCHEMA]
     arrays = []
     for values, fld in zip(columns, READING_SCHEMA):
         if fld.name == "ts":

@@ -9,9 +9,11 @@ from their PostgreSQL watermarks.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -40,7 +42,7 @@ def make_sinks(engine: Engine, url: str, schema: str = "icu",
     kept for them). ``on_delivered(stream, delivered)`` after each PostgreSQL COMMIT."""
     return [StreamToPostgres(engine, t.stream, url, t.table, mode=t.mode, key=t.key,
                              ack_every=0.2, on_delivered=None if on_delivered is None else
-                             (lambda d, s=t.stream: on_delivered(s, d)))
+                             functools.partial(on_delivered, t.stream))
             for t in targets(schema)]
 
 
@@ -94,7 +96,7 @@ class Verdict:
         return f"missed {missed}; several alerts {double}; without episode {self.unmatched}"
 
 
-def match(alerts: Iterable[dict], episodes: Sequence[Episode]) -> Verdict:
+def match(alerts: Iterable[dict[str, Any]], episodes: Sequence[Episode]) -> Verdict:
     """An alert (patient, kind, window) matches an episode of that patient and kind when its
     window overlaps the episode's time (windows straddle its start and end)."""
     per: dict[int, list[int]] = {i: [] for i in range(len(episodes))}
@@ -131,8 +133,10 @@ def expected_counts(gen: Generated) -> dict[str, int]:
             "duplicates": gen.duplicates}
 
 
-def alert_rows(engine: Engine) -> list[dict]:
-    return engine.query(f"SELECT * FROM {dataflow.ALERT_LOG} ORDER BY alert_id").to_pylist()
+def alert_rows(engine: Engine) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = engine.query(
+        f"SELECT * FROM {dataflow.ALERT_LOG} ORDER BY alert_id").to_pylist()
+    return rows
 
 
 __all__ = ["Fed", "Verdict", "alert_rows", "counts", "expected_counts", "feed", "make_sinks",

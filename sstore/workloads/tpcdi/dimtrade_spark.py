@@ -38,7 +38,7 @@ from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.errors import TerminalError
-from sstore.sql import ident
+from sstore.sql import ident, one_value
 from sstore.workloads.tpcdi import sources
 from sstore.workloads.tpcdi.dimtrade_spark_events import (
     BatchEvents,
@@ -152,8 +152,8 @@ def _prepare(con: psycopg.Connection, schema: str, target: str) -> int:
     delivery.ensure_watermarks(con)
     watermark = delivery.claim(con, _key(target))
     s = ident(schema)
-    empty = [f"{schema}.{t}" for t in ("dimsecurity", "dimaccount") if not con.execute(
-        f"SELECT EXISTS (SELECT 1 FROM {s}.{ident(t)})").fetchone()[0]]
+    empty = [f"{schema}.{t}" for t in ("dimsecurity", "dimaccount") if not one_value(
+        con.execute(f"SELECT EXISTS (SELECT 1 FROM {s}.{ident(t)})").fetchone())]
     con.commit()
     if empty:
         raise DimTradeLoadError(f"no rows in {' and '.join(empty)}: build the dimensions "
@@ -260,7 +260,7 @@ def _write(con: psycopg.Connection, schema: str, target: str, batch_id: int, out
             merge_rows(cur, target, rows, ["tradeid"])
         copy_arrow(cur, f"{schema}.dimessages", out.alerts)
         copy_arrow(cur, f"{schema}.rejects", out.rejects)
-        return rows.num_rows
+        return int(rows.num_rows)
 
     try:
         done = delivery.deliver(con, _key(target), batch_id, batch_id, write, after=batch_id - 1)

@@ -48,7 +48,7 @@ class SourceLines:
 
     def add(self, path: Path, data: bytes) -> np.ndarray:
         numbers, texts, _ = sources.split_lines(data)   # the readers' own line splitting
-        numbers_np = numbers.to_numpy()
+        numbers_np: np.ndarray = numbers.to_numpy()
         self.texts[str(path)] = (numbers_np, texts)
         return numbers_np
 

@@ -402,7 +402,8 @@ def backfill(settings: Settings, batches: Sequence[int] | Mapping[str, Any]
     (``sstore.workloads.tpcdi.backfill``). Safe to run again: the same rows, a new version."""
     from sstore.workloads.tpcdi import backfill as tpcdi
 
-    plan = batches if isinstance(batches, Mapping) else {"batches": list(batches)}
+    plan: Mapping[str, Any] = \
+        batches if isinstance(batches, Mapping) else {"batches": list(batches)}
     args = (settings.data_dir, settings.url, settings.schema)
     if plan.get("batch_range"):
         first, last = plan["batch_range"]
@@ -435,12 +436,12 @@ def audit(settings: Settings) -> dict[str, Any]:
 
     batches = loaded_batches(settings)
     report = run_audit(settings.url, settings.schema, settings.data_dir, batches=batches)
+    failed = [f"{c.name}{f' (batch {c.batch})' if c.batch else ''}: observed "
+              f"{c.observed}, expected {c.expected}" for c in report.failed]
     summary = {"schema": report.schema, "batches": batches, "ok": report.ok,
-               "passed": sum(c.passed for c in report.checks),
-               "failed": [f"{c.name}{f' (batch {c.batch})' if c.batch else ''}: observed "
-                          f"{c.observed}, expected {c.expected}" for c in report.failed],
+               "passed": sum(c.passed for c in report.checks), "failed": failed,
                "skipped": sum(c.outcome == "skip" for c in report.checks)}
     if not report.ok:
         raise AuditFailed(f"{len(report.failed)} audit check(s) failed in {settings.schema}: "
-                          + "; ".join(summary["failed"]))
+                          + "; ".join(failed))
     return summary

@@ -8,6 +8,7 @@ for row.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,11 +40,10 @@ def run_spark(data_dir: str | Path, url: str, schema: str = "tpcdi",
                                                                        schema)),
     ]
     for batch in (2, 3):
-        steps.append((f"dimensions Batch{batch}",
-                      lambda b=batch: dimensions.apply_batch(spark, data_dir, url, schema, b)))
-        steps.append((f"incremental (Batch{batch})",
-                      lambda b=batch: dimtrade_spark.apply_batch(spark, data_dir, url, schema,
-                                                                 b)))
+        steps.append((f"dimensions Batch{batch}", functools.partial(
+            dimensions.apply_batch, spark, data_dir, url, schema, batch)))
+        steps.append((f"incremental (Batch{batch})", functools.partial(
+            dimtrade_spark.apply_batch, spark, data_dir, url, schema, batch)))
     for done, (phase, step) in enumerate(steps, start=1):
         t0 = time.perf_counter()
         result = step()

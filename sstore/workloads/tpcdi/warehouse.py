@@ -11,7 +11,7 @@ from __future__ import annotations
 from migrators import delivery
 from migrators.postgres import connect
 from sstore.resources import read_schema
-from sstore.sql import ident
+from sstore.sql import ident, one_value
 
 PLACEHOLDER = ':"schema"'
 TABLES = ("dimdate", "dimtime", "statustype", "tradetype", "industry", "taxrate", "dimbroker",
@@ -43,7 +43,8 @@ def drop_warehouse(url: str, schema: str) -> None:
     with connect(url) as con:
         con.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
         delivery.forget_targets(con, schema)
-        if con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL").fetchone()[0]:
+        if one_value(con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL"
+                                 ).fetchone()):
             # versions of intervals whose rows are gone would outlive them (and a backfill
             # would take them for the new load's)
             con.execute("DELETE FROM sstore.intervals WHERE split_part(target, '.', 1) = %s",
@@ -74,7 +75,7 @@ def row_counts(url: str, schema: str = "tpcdi") -> dict[str, int]:
     query = " UNION ALL ".join(
         f"SELECT {i}, count(*) FROM {ident(schema)}.{ident(t)}" for i, t in enumerate(names))
     with connect(url) as con:
-        rows = dict(con.execute(query).fetchall())
+        rows: dict[int, int] = dict(con.execute(query).fetchall())
     return {t: int(rows[i]) for i, t in enumerate(names)}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +51,16 @@ def to_spark(spark: SparkSession, table: pa.Table, order: Sequence[str] | None =
                                                               prefer_timestamp_ntz=True)))
     return spark.createDataFrame(pa.table(columns, names=table.column_names),
                                  schema=StructType(fields))
+
+
+@overload
+def materialize(spark: SparkSession, rows: DataFrame, rejects: DataFrame | None = None, *,
+                lookup: Literal[True]) -> tuple[pa.Table, pa.Table, DataFrame]: ...
+
+
+@overload
+def materialize(spark: SparkSession, rows: DataFrame, rejects: DataFrame | None = None,
+                lookup: bool = False) -> tuple[pa.Table, pa.Table, DataFrame | None]: ...
 
 
 def materialize(spark: SparkSession, rows: DataFrame, rejects: DataFrame | None = None,

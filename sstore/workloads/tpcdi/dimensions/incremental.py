@@ -63,7 +63,8 @@ def _batch_date(path: Path) -> dt.date:
     if read.table.num_rows != 1:
         raise DimensionLoadError(f"{path} must hold exactly one date, found "
                                  f"{read.table.num_rows} (and {read.rejects.num_rows} bad lines)")
-    return read.table["batchdate"][0].as_py()
+    day: dt.date = read.table["batchdate"][0].as_py()  # a DATE column: as_py answers a date
+    return day
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def read_rows(cur: psycopg.Cursor, schema: str, table: str, where: str = "TRUE")
     names = ", ".join(ident(c) for c in types)
     rows = cur.execute(f"SELECT {names} FROM {ident(schema)}.{ident(table)} "
                        f"WHERE {where}").fetchall()
-    columns = list(zip(*rows)) if rows else [[] for _ in types]
+    columns: list[Sequence[Any]] = list(zip(*rows)) if rows else [[] for _ in types]
     return pa.table([pa.array(values, type_) for values, type_ in zip(columns, types.values())],
                     names=list(types))
 

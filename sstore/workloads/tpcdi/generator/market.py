@@ -10,9 +10,9 @@ number k = records // 202 in each quarter after the first and the rest (86 at SF
 of the later ones 1/7 change a company and 1/7 delete one, the rest are new companies (1,096
 companies from 1,500 records at SF 3). SEC likewise from 1967Q2 (``Sizes.securities`` records,
 k = records // 201 per later quarter, 1/11 changes, 1/11 deletes). A delete that finds no
-company without active securities is dropped. Besides, four events are placed on purpose inside the trade window
-(2013-2017), on securities that already trade there: a security moving to another company
-(the SK_CompanyID check depends on it), a plain security change, a security delete, and a
+company without active securities is dropped. Besides, four events are placed on purpose inside the
+trade window (2013-2017), on securities that already trade there: a security moving to another
+company (the SK_CompanyID check depends on it), a plain security change, a security delete, and a
 change of a company whose securities trade (DimSecurity rows must be split there).
 """
 
@@ -323,7 +323,8 @@ def _schedule(sizes: Sizes, rng: np.random.Generator) -> list[tuple[int, int, in
 
     def times(quarters: np.ndarray) -> np.ndarray:
         span = starts[quarters + 1] - starts[quarters]
-        return starts[quarters] + (rng.random(len(quarters)) * span).astype(np.int64)
+        at: np.ndarray = starts[quarters] + (rng.random(len(quarters)) * span).astype(np.int64)
+        return at
 
     kinds: list[tuple[int, np.ndarray]] = []
     for first, records, (new, change, delete), share in (

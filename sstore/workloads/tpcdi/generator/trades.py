@@ -52,7 +52,8 @@ class TradeBook:
     @property
     def gross(self) -> np.ndarray:
         """T_TRADE_PRICE * T_QTY in cents."""
-        return self.price * self.quantity
+        gross: np.ndarray = self.price * self.quantity
+        return gross
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,8 @@ def _convert(text: pa.Array, col: Col, bools: tuple[str, str]
 
 
 def typed_columns(raw: Sequence[pa.Array], cols: Sequence[Col], bools: tuple[str, str],
-                  nulls_done: bool = False) -> tuple[pa.Table, list[pa.Array], list[pa.Array | None]]:
+                  nulls_done: bool = False
+                  ) -> tuple[pa.Table, list[pa.Array], list[pa.Array | None]]:
     """Convert text columns: the typed table, the cleaned texts, and one mask per column.
 
     ``nulls_done``: empty fields are already NULL (pyarrow.csv did it), so only text columns

@@ -96,7 +96,7 @@ class FinwireRead:
 
     @property
     def rows_in(self) -> int:
-        return self.cmp.num_rows + self.sec.num_rows + self.rejects.num_rows + self.fin_records
+        return int(self.cmp.num_rows + self.sec.num_rows + self.rejects.num_rows + self.fin_records)
 
 
 def read_finwire(directory: str | PathLike[str], batch_id: int = 1) -> FinwireRead:

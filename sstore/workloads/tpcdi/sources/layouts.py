@@ -55,7 +55,7 @@ class SourceRead:
 
     @property
     def rows_in(self) -> int:
-        return self.table.num_rows + self.rejects.num_rows + self.skipped
+        return int(self.table.num_rows + self.rejects.num_rows + self.skipped)
 
 
 def col(spec: str, type_: pa.DataType = TEXT, fmt: str | None = None) -> Col:

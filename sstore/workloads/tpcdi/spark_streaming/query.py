@@ -232,7 +232,7 @@ class StructuredStreamingDimTrade:
             copy_arrow(cur, f"{self.schema}.dimessages",
                        messages.select(DIMESSAGES.names).cast(DIMESSAGES))
             copy_arrow(cur, f"{self.schema}.rejects", rejects)
-            return out.num_rows
+            return int(out.num_rows)
 
         return not delivery.deliver(con, self.key, batch_id, batch_id, write, after=None).skipped
 

@@ -36,9 +36,9 @@ import pyarrow.compute as pc
 
 from migrators import delivery
 from migrators.engine_to_postgres import StreamToPostgres
-from migrators.sink_runner import SinkGroup
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
+from migrators.sink_runner import SinkGroup
 from sstore.engine import Engine
 from sstore.errors import TerminalError
 from sstore.maintenance import StreamTarget
