@@ -94,7 +94,8 @@ def test_spark_plan_gives_the_same_answer(split_orders, spark) -> None:
     sql = QUERIES[1]
     plans = {p.name: p for p in ps.plans(sql)}
     assert "in spark" in plans
-    assert _sorted(ps.run_plan(plans["in spark"])) == _sorted(ps.run_plan(plans["pull into island"]))
+    assert _sorted(ps.run_plan(plans["in spark"])) == \
+        _sorted(ps.run_plan(plans["pull into island"]))
     # Spark's start-up and per-job costs make it lose on 6,000 rows
     assert ps.plans(sql)[0].name != "in spark"
 

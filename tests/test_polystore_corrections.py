@@ -84,7 +84,8 @@ def test_a_plan_new_to_a_query_takes_its_names_error_in_other_queries() -> None:
 
 def test_apply_scales_the_cost_and_keeps_the_model_terms() -> None:
     plan = Plan("pull into island", "pull_into_island",
-                (Fetch("pg", "SELECT 1", "t", 10, 1),), Run(ISLAND, "SELECT * FROM t", 10, 1, 10, 1))
+                (Fetch("pg", "SELECT 1", "t", 10, 1),),
+                Run(ISLAND, "SELECT * FROM t", 10, 1, 10, 1))
     MODEL.price(plan, {"pg": "postgres", ISLAND: ISLAND})
     plan.learn_key = "k"
     terms, cost = dict(plan.cost_terms), plan.cost

@@ -178,7 +178,8 @@ def test_freshness_is_priced_by_what_changed(live) -> None:
     assert check == pytest.approx(model.fixed["postgres"] + model.fixed["streaming"])
     big = Move(move.source, move.sql, move.target, move.table, 10_000_000, move.columns,
                move.cache_key, 10_000_000, move.incremental_by)
-    assert model._sum(model._move(big, kinds, 1)) == pytest.approx(check)   # not a scan of the source
+    # not a scan of the source
+    assert model._sum(model._move(big, kinds, 1)) == pytest.approx(check)
     ingest([7, 8])
     stream_move = next(s for s in _plan(ps, "migrate into pg").steps if isinstance(s, Move))
     assert stream_move.rows - stream_move.cached_rows == 2

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,7 +74,7 @@ def parse_note(note: str) -> tuple[str, str, dict[str, Any]] | None:
     return (source, sql, mark) if isinstance(mark, dict) else None
 
 
-def read_mark(move: Move, target: Connector, note: str | None = None) -> dict[str, Any] | None:
+def read_mark(move: Move, target: Probed, note: str | None = None) -> dict[str, Any] | None:
     """The copy's watermark, when the target holds a copy of this very move (same source and
     query); None otherwise (no copy, a copy of something else, or an older note format).
     ``note``: the copy's note, if the caller has read it already."""
@@ -90,7 +90,16 @@ def read_mark(move: Move, target: Connector, note: str | None = None) -> dict[st
     return mark if isinstance(mark, dict) else None
 
 
-def changes(move: Move, source: Connector, target: Connector) -> Changes:
+class Probed(Protocol):
+    """What ``changes`` asks of an engine: a ``Connector``, or a ``probes.ProbeView`` that
+    answers from one batched question."""
+
+    def cache_note(self, table: str) -> str | None: ...
+    def growth_since(self, sql: str, column: str, after: Any) -> Growth | None: ...
+    def fingerprint(self, sql: str) -> str: ...
+
+
+def changes(move: Move, source: Probed, target: Probed) -> Changes:
     """How much of ``move`` the target's copy already holds, asked of both engines."""
     if move.cache_key is None:
         return Changes(0, move.rows)
@@ -171,7 +180,7 @@ def _continues(mark: dict[str, Any] | None, growth: Growth) -> bool:
         return False
     if growth.high is not None and growth.high < mark["hi"]:
         return False
-    return mark.get("origin") == growth.origin
+    return bool(mark.get("origin") == growth.origin)
 
 
 def _rows_after(move: Move, source: Connector, column: str, value: object) -> str:

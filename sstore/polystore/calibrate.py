@@ -214,8 +214,11 @@ def _measure_spark(model: CostModel, url: str, data: pa.Table, values: int) -> N
         2 * values)
     pg = PostgresConnector("postgres", url)
     pg.store(SCRATCH, data)
-    model.spark_jdbc = _per_value(_median(lambda: (
-        connector.store_from_postgres(SPARK_JDBC, url, f"SELECT * FROM {SCRATCH_SQL}"),
-        connector.fetch(f"SELECT count(*) FROM {SPARK_JDBC}")), 3), 2 * fixed, values)
+
+    def jdbc_round() -> None:
+        connector.store_from_postgres(SPARK_JDBC, url, f"SELECT * FROM {SCRATCH_SQL}")
+        connector.fetch(f"SELECT count(*) FROM {SPARK_JDBC}")
+
+    model.spark_jdbc = _per_value(_median(jdbc_round, 3), 2 * fixed, values)
     connector.drop(SPARK_ORDERS)
     connector.drop(SPARK_JDBC)

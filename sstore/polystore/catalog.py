@@ -25,13 +25,13 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from sstore.errors import DeclarationError
 from sstore.files import write_atomically
 
 
-class EngineKind(str, Enum):
+class EngineKind(StrEnum):
     """The kinds of engine the polystore knows. Each maps to a SQL dialect and a connector."""
 
     STREAMING = "streaming"   # an sstore engine: its DuckDB state (tables and streams)

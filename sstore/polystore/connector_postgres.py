@@ -135,9 +135,9 @@ class PostgresConnector:
                 if note is not None:
                     cur.execute(f"COMMENT ON TABLE {qualified(table)} IS {literal(note)}")
             con.commit()
-            return rows.num_rows
+            return int(rows.num_rows)
 
-        return self._write(work, f"store {table}")
+        return int(self._write(work, f"store {table}"))
 
     def exists(self, table: str) -> bool:
         return bool(self._execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)
@@ -406,7 +406,7 @@ def _sink_growth(marks: tuple[Any, Any, Any] | None, origin: Any) -> Growth | No
         return None
     high, total = marks[0], int(marks[1] or 0)
     new = None  # the caller knows: rows written since its copy's ``total``
-    return Growth(0 if total else None, high, total, new, str(origin))  # type: ignore[arg-type]
+    return Growth(0 if total else None, high, total, new, str(origin))
 
 
 def _pg_exists(cur: Any, table: str) -> bool:

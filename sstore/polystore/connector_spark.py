@@ -47,7 +47,7 @@ class SparkConnector:
         from migrators.spark import arrow_to_spark
         self._creatable(table, mode)
         arrow_to_spark(self.spark, rows).createOrReplaceTempView(table)
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def store_from_postgres(self, table: str, url: str, sql: str) -> None:
         from migrators.spark import postgres_to_dataframe

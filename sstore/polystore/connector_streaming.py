@@ -91,7 +91,7 @@ class StreamingConnector:
                 tx.execute(f"INSERT INTO {name} BY NAME SELECT * FROM sstore_store")
             if note is not None:
                 tx.execute(f"COMMENT ON TABLE {name} IS {literal(note)}")
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def drop(self, table: str) -> None:
         self.check_writable(table).execute(f"DROP TABLE IF EXISTS {qualified(table)}")
@@ -124,7 +124,7 @@ class StreamingConnector:
         return dict(zip(names, rows[0]))
 
     def columns(self, physical: str) -> list[str]:
-        return self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names
+        return list(self.fetch(f"SELECT * FROM {qualified(physical)} LIMIT 0").column_names)
 
     def discover(self) -> list[tuple[str, str, dict[str, str]]]:
         """The main schema's tables and streams, not the engine's internals: sstore's schemas,

@@ -20,7 +20,8 @@ it; a plan that is always wrong is learnt from its first run), times the level n
 compared at today's load. A plan of a query that has never run takes the median relative error
 of the plans of the same name in other queries (the island's hash join and GROUP BY over Arrow
 are both 2-3x dearer than the model says, relative to the engine's plans: a query that has
-learnt it tells the next), or 1 if none has run, at that level. Corrections are computed against the constants in force, so a refit and a
+learnt it tells the next), or 1 if none has run, at that level. Corrections are computed against
+the constants in force, so a refit and a
 correction never count the same error twice. Each (query, plan) is named by ``plan_key``: the
 plan's name and a digest of the query text.
 

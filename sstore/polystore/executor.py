@@ -3,7 +3,8 @@
 The island is a fresh in-memory DuckDB per query: the fetched Arrow tables are registered in it
 under the names the plan gave them and the final SQL runs over them, so the rows of the
 fragments never leave Arrow. Its database has external access off (no files, no extensions)
-and the final SQL is checked to be a plain query like every other read. Moves that are not caches (Spark's temporary views) are dropped
+and the final SQL is checked to be a plain query like every other read. Moves that are not caches
+(Spark's temporary views) are dropped
 when the query is done.
 """
 

@@ -30,6 +30,7 @@ import json
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class Learner:
         return len(found)
 
 
-def _observation(entry: list) -> Observation:
+def _observation(entry: list[Any]) -> Observation:
     """One kept run as ``save`` writes it: [terms, seconds] (format 1) or [terms, seconds,
     plan key or null] (format 2)."""
     if len(entry) not in (2, 3):

@@ -29,7 +29,7 @@ from sqlglot import exp
 POSTGRES = "postgres"
 
 #: functions whose meaning DuckDB and Spark keep as sqlglot prints them (checked by the fuzz)
-PORTABLE: frozenset[type[exp.Expression]] = frozenset({
+PORTABLE: frozenset[type[exp.Expr]] = frozenset({
     exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.LogicalAnd, exp.LogicalOr,
     exp.Abs, exp.Ceil, exp.Floor, exp.Sign, exp.Greatest, exp.Least, exp.Round,
     exp.Length, exp.Upper, exp.Lower, exp.Substring, exp.Replace, exp.Trim, exp.Left,
@@ -106,7 +106,7 @@ def translate(tree: exp.Expr, dialect: str) -> exp.Expr:
     return tree.copy().transform(rewrite)
 
 
-def kept_in_postgres(tree: exp.Expression, dialect: str) -> list[str]:
+def kept_in_postgres(tree: exp.Expr, dialect: str) -> list[str]:
     """What in ``tree`` would change meaning if ``dialect`` ran it (empty: nothing): each
     reason once, in the order found."""
     if dialect == POSTGRES:

@@ -44,7 +44,8 @@ class Move:
     rows: int
     columns: int
     cache_key: str | None = None   # set: keep the table and reuse it while the source is unchanged
-    cached_rows: int = 0           # rows the target already has from an earlier move (planner input)
+    #: rows the target already has from an earlier move (planner input)
+    cached_rows: int = 0
     incremental_by: str | None = None  # a growing column (``_batch_id``): move only newer rows
 
 

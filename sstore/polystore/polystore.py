@@ -25,7 +25,8 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Self
+from decimal import Decimal
+from typing import Any, Self
 
 import pyarrow as pa
 from sqlglot import exp
@@ -387,7 +388,7 @@ class Polystore:
         kind = ISLAND if engine == ISLAND else self.catalog.engine(engine).kind.value
         return self.costs.price(plan, {engine: kind})
 
-    def run_plan(self, plan: Plan, refreshes: list | None = None) -> pa.Table:
+    def run_plan(self, plan: Plan, refreshes: list[Any] | None = None) -> pa.Table:
         """Execute a plan from ``plans`` (benchmarks time each plan this way); ``refreshes``
         receives (cache table, ``cache.Refresh``) for each move it made."""
         return executor.execute(plan, self._connectors_for(plan), refreshes)
@@ -613,5 +614,7 @@ def _with_cached(plan: Plan, cached: Mapping[str, int]) -> Plan:
 
 def _literal_value(node: exp.Expression) -> object:
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
-        return -node.this.to_py()
+        value = node.this.to_py()
+        if isinstance(value, (int, float, Decimal)):
+            return -value
     raise QueryError(f"CALL takes literal values; got {node.sql()!r}")

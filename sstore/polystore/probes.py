@@ -100,7 +100,7 @@ class Probes:
             return connector.cache_note(table)
         if engine not in self._notes:
             self.questions += 1
-            self._notes[engine] = connector.cache_notes()  # type: ignore[attr-defined]
+            self._notes[engine] = connector.cache_notes()
         return self._notes[engine].get(table)
 
     def growth_since(self, engine: str, sql: str, column: str, after: Any) -> Growth | None:

@@ -45,7 +45,10 @@ def parse(sql: str, dialect: str = "postgres") -> exp.Expression:
                          "character is not SQL") from None
     if len(statements) != 1:
         raise QueryError(f"expected one SQL statement, got {len(statements)}")
-    return statements[0]
+    statement = statements[0]
+    if not isinstance(statement, exp.Expression):  # every statement sqlglot parses is one
+        raise QueryError(f"cannot parse the query: {type(statement).__name__} is not a statement")
+    return statement
 
 
 @functools.lru_cache(maxsize=512)
@@ -119,7 +122,7 @@ def physical_table(physical: str) -> exp.Table:
 
 
 def fragment_select(physical: str, columns: Sequence[str] | None,
-                    where: exp.Expression | None = None) -> exp.Select:
+                    where: exp.Expr | None = None) -> exp.Select:
     """``SELECT cols FROM physical [WHERE ...]``: how one fragment is read."""
     projection: list[exp.Expression] = (
         [exp.column(c, quoted=True) for c in columns] if columns else [exp.Star()])
@@ -195,7 +198,7 @@ def needed_columns(tree: exp.Expression, available: Sequence[str]) -> list[str] 
     return wanted or None
 
 
-def pushable_filter(tree: exp.Expression, name: str) -> exp.Expression | None:
+def pushable_filter(tree: exp.Expression, name: str) -> exp.Expr | None:
     """The WHERE of ``SELECT ... FROM name WHERE ...`` (one table, no joins, no subqueries in
     the condition, and the query names the table nowhere else: a scalar subquery, a CTE or a
     HAVING that reads it too must see every row, and the fetch stands for every reference):
@@ -219,7 +222,8 @@ def pushable_filter(tree: exp.Expression, name: str) -> exp.Expression | None:
         for col in condition.find_all(exp.Column):
             if col.table.lower() == alias.lower():
                 col.set("table", None)
-    if any(col.table for col in condition.find_all(exp.Column)):
+    if not isinstance(condition, exp.Expr) or any(
+            col.table for col in condition.find_all(exp.Column)):
         return None
     return condition
 

@@ -19,5 +19,5 @@ REWRITES = (prune_empty_fragments,)
 RULES = (run_in_place, migrate_then_run, pull_into_island, run_in_spark)
 CHECKS = (keep_meaning,)
 
-__all__ = ["CHECKS", "REWRITES", "RULES", "keep_meaning", "migrate_then_run", "prune_empty_fragments", "pull_into_island",
-           "run_in_place", "run_in_spark"]
+__all__ = ["CHECKS", "REWRITES", "RULES", "keep_meaning", "migrate_then_run",
+           "prune_empty_fragments", "pull_into_island", "run_in_place", "run_in_spark"]

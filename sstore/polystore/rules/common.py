@@ -68,7 +68,7 @@ def read_fragment(inp: PlanningInput, obj: CatalogObject, fragment: Fragment,
     wanted = needed_columns(inp.tree, columns) if project else None
     if wanted is None and obj.split:
         wanted = columns
-    where = pushable_filter(inp.tree, obj.name) if project else None
+    where: exp.Expr | None = pushable_filter(inp.tree, obj.name) if project else None
     if where is not None and kept_in_postgres(where, inp.dialect(fragment.engine)):
         where = None  # the fragment's engine would change its meaning: the final query filters
     link = inp.delivered.get(fragment) if guard else None
@@ -91,7 +91,8 @@ def replace_object(parts: list[exp.Select]) -> exp.Expression:
         only = parts[0]
         source = only.args["from_"].this
         if (not only.args.get("where") and len(only.expressions) == 1
-                and isinstance(only.expressions[0], exp.Star)):
+                and isinstance(only.expressions[0], exp.Star)
+                and isinstance(source, exp.Expression)):
             return source.copy()
     return combined(parts)
 

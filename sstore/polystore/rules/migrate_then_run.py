@@ -4,7 +4,8 @@ For a UNION over a split object this is the paper's plan (i): migrate the stream
 rows into PostgreSQL and let PostgreSQL do the UNION. For a join across engines it is "cast the
 smaller side": one plan per engine that can take the moves, and the cost model picks the one
 that moves fewest bytes (an engine opened read-only, such as a state file named on the
-command line, is never a target). Moved fragments are kept as caches (``cache_key``): when the source has
+command line, is never a target). Moved fragments are kept as caches (``cache_key``): when the
+source has
 not changed, a later query pays nothing for the move; an append-only stream pays only for its
 new batches (``incremental_by``).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sstore.polystore.catalog import CatalogObject
 from sstore.polystore.plan import Move, Plan, Step
 from sstore.polystore.planning import TRAITS, PlanningInput, cache_key, cache_table
 from sstore.polystore.rules.common import combined, final_run, read_fragment
@@ -60,7 +62,8 @@ def migrate_then_run(inp: PlanningInput) -> list[Plan]:
     return plans
 
 
-def _user_columns(inp: PlanningInput, obj, parts: list[exp.Select]) -> list[exp.Select]:
+def _user_columns(inp: PlanningInput, obj: CatalogObject,
+                  parts: list[exp.Select]) -> list[exp.Select]:
     """Read every part with the object's columns (a cache also holds ``_batch_id``)."""
     columns = inp.columns_of(obj)
     return [p.select(*[exp.column(c, quoted=True) for c in columns], append=False)

@@ -5,6 +5,8 @@ Names become physical names and the tree is printed in that engine's dialect; no
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from sstore.polystore.plan import Plan
 from sstore.polystore.planning import PlanningInput
 from sstore.polystore.rules.common import combined, final_run, read_fragment
@@ -16,7 +18,7 @@ def run_in_place(inp: PlanningInput) -> list[Plan]:
     if len(engines) != 1:
         return []
     engine = engines[0]
-    replacements = {}
+    replacements: dict[str, exp.Expression] = {}
     for obj in inp.objects:
         if len(obj.fragments) == 1:
             replacements[obj.name] = physical_table(obj.fragments[0].physical)
