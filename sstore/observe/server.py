@@ -103,11 +103,13 @@ class Server:
     def answer(self, path: str) -> tuple[int, str, bytes]:
         """(HTTP status, content type, body) for a GET of ``path``."""
         route = path.split("?", 1)[0]
+        # masked on the way out: a sink's error text comes from drivers and user code
         if route == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+            text = generate_latest(self.metrics.registry).decode()
+            return 200, CONTENT_TYPE_LATEST, mask_secrets(text).encode()
         if route == "/status":
             doc = live_status(self.engine, self.metrics, self.url)
-            return 200, "application/json", json.dumps(doc, default=str).encode()
+            return 200, "application/json", mask_secrets(json.dumps(doc, default=str)).encode()
         if route in ("/", "/index.html"):
             return 200, "text/html; charset=utf-8", self._page
         return 404, "text/plain; charset=utf-8", b"not found: try /, /status or /metrics\n"
