@@ -32,6 +32,14 @@ VARIABLES = (
              "own; whole seconds from 1 (psycopg waits at least 2)", "`5`"),
     Variable("SSTORE_HOME", "the project's own directory: the private PostgreSQL's data is "
              "in `$SSTORE_HOME/postgres`", "`.sstore` in the current directory"),
+    Variable("SSTORE_SERVE_TOKEN", "the bearer token of the status server (`--serve`): "
+             "required (16+ characters) for any `--serve-host` but loopback, which refuses to "
+             "start without it; clients send `Authorization: Bearer <token>`, `sstore status` "
+             "sends it from its environment (docs/operations.md, Security)",
+             "unset: loopback only, no token"),
+    Variable("SSTORE_SERVE_NAMES", "more names (comma-separated) the status server answers "
+             "in the `Host` header, besides its bind address and, on loopback, "
+             "`localhost`/`127.0.0.1`/`[::1]`", "none"),
     Variable("SSTORE_CATALOG", "the polystore catalog of `sstore query` and "
              "`sstore polystore`", "`sstore-catalog.json`"),
     Variable("SSTORE_COSTS", "the cost model's calibrated constants "
