@@ -119,6 +119,29 @@ def test_a_password_shows_nowhere(secret_url: str, tmp_path: Path,
     assert any("***" in text or "masked_" in text for text in seen)
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_command_lines_logs_mask_passwords(fmt: str, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    """Whatever reaches a log record (a message, an extra field, a traceback of user code)
+    leaves the command masked."""
+    from sstore.cli.logs import configure
+
+    url = f"postgresql://app:{SECRET}@db:5432/x"
+    configure("debug", fmt)
+    try:
+        log = logging.getLogger("sstore.test_masking")
+        try:
+            raise RuntimeError(f"cannot reach {url}")
+        except RuntimeError:
+            log.exception("failed at %s", url, extra={"target": url})
+        log.debug("keyword form: host=db password=%s", SECRET)
+    finally:
+        configure("warning", "text")
+    err = capsys.readouterr().err
+    assert "cannot reach postgresql://app:***@db:5432/x" in err and "password=***" in err
+    assert SECRET not in err
+
+
 @pytest.mark.parametrize(("text", "masked"), [
     ("postgresql://app:s3cret@db:5432/x", "postgresql://app:***@db:5432/x"),
     ("at 'postgres://app:p@ss:w@127.0.0.1/x?sslmode=require'",
