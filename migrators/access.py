@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -40,7 +40,7 @@ class Replica:
     retried whole, and the engine's copy changes only after it)."""
 
     engine: Engine
-    url: str
+    url: str = field(repr=False)  # a repr in a log or traceback must not show a password
     table: str
     into: str
     key: Sequence[str] = ()

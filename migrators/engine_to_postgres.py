@@ -139,7 +139,7 @@ class StreamToPostgres:
 
     engine: Engine
     stream: str
-    url: str
+    url: str = field(repr=False)  # a repr in a log or traceback must not show a password
     table: str
     mode: str = "append"
     key: Sequence[str] = ()

@@ -28,9 +28,10 @@ from migrators.errors import (
     PostgresUnavailable,
 )
 from migrators.typemap import check_compatible, postgres_columns
-from migrators.urls import parse, with_connect_timeout
+from migrators.urls import shown, with_connect_timeout
 from sstore import retry
 from sstore.errors import DeclarationError
+from sstore.redact import mask_secrets
 from sstore.retry import GaveUp, Kind, RetryPolicy, first_line, kind_of
 from sstore.sql import ident, qualified
 
@@ -53,10 +54,10 @@ def connect(url: str) -> psycopg.Connection:
     try:
         return psycopg.connect(with_connect_timeout(url))
     except psycopg.ProgrammingError as exc:  # a connection parameter psycopg itself rejects
-        raise MigrationError(f"cannot connect to PostgreSQL at {parse(url).redacted()}: "
+        raise MigrationError(f"cannot connect to PostgreSQL at {shown(url)}: "
                              f"{first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
-        where = parse(url).redacted()
+        where = shown(url)
         if kind_of(exc) is Kind.TERMINAL:
             raise MigrationError(f"cannot connect to PostgreSQL at {where}: "
                                  f"{_connect_reason(exc)}") from exc
@@ -66,7 +67,7 @@ def connect(url: str) -> psycopg.Connection:
 
 def _connect_reason(exc: BaseException) -> str:
     """libpq's message without its 'connection to server at ... failed:' preamble."""
-    text = " ".join(str(exc).split())
+    text = mask_secrets(" ".join(str(exc).split()))
     _, sep, reason = text.rpartition("failed: ")
     return reason if sep else first_line(exc)
 

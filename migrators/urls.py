@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from migrators.errors import MigrationError
+from sstore.redact import mask_secrets
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -31,7 +32,7 @@ class PgUrl:
     port: int
     dbname: str
     user: str | None
-    password: str | None
+    password: str | None = field(repr=False)  # a repr lands in logs and tracebacks
 
     @property
     def jdbc(self) -> str:
@@ -55,11 +56,21 @@ class PgUrl:
 def parse(url: str) -> PgUrl:
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL (postgresql://user@host:port/db): {url!r}")
+        raise ValueError("not a PostgreSQL URL (postgresql://user@host:port/db): "
+                         f"{mask_secrets(repr(url))}")
     return PgUrl(parts.hostname or "127.0.0.1", parts.port or 5432,
                  unquote(parts.path.lstrip("/")) or "postgres",
                  unquote(parts.username) if parts.username else None,
                  unquote(parts.password) if parts.password else None)
+
+
+def shown(url: str) -> str:
+    """``url`` as messages show it: a ``postgresql://`` URL without its password
+    (``PgUrl.redacted``), anything else (a libpq keyword string) with its password masked."""
+    try:
+        return parse(url).redacted()
+    except ValueError:
+        return mask_secrets(url)
 
 
 def with_connect_timeout(url: str) -> str:

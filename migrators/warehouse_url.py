@@ -31,7 +31,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from migrators.embedded_postgres import PrivatePostgres
@@ -51,7 +51,7 @@ class Warehouse:
     (step 3); ``server`` is the private server (step 3 only) and ``started`` says whether this
     call started it (it was not running before)."""
 
-    url: str
+    url: str = field(repr=False)  # a repr in a log or traceback must not show a password
     origin: str
     server: PrivatePostgres | None = None
     started: bool = False
@@ -99,8 +99,10 @@ def resolve_warehouse(given: str | None = None,
     server = private_server(env)
     started = start_private(server)
     log.warning("no PostgreSQL at %s; using a private one at %s (data in %s)",
-                parse(default).redacted(), server.url, shown_path(server.data_dir),
-                extra={"default_url": parse(default).redacted(), "url": server.url,
+                parse(default).redacted(), parse(server.url).redacted(),
+                shown_path(server.data_dir),
+                extra={"default_url": parse(default).redacted(),
+                       "url": parse(server.url).redacted(),
                        "data_dir": str(server.data_dir), "started": started})
     return Warehouse(server.url, "private", server, started)
 

@@ -40,6 +40,7 @@ from sstore.errors import ProcedureError
 from sstore.faults import crash_point
 from sstore.graph import ErrorPolicy, ProcedureDecl
 from sstore.interrupts import Reason, Stopped, TimedOut, is_interrupted
+from sstore.redact import mask_secrets
 from sstore.retry import RetryPolicy
 from sstore.runtime import CommitEvent, Runtime
 from sstore.streams import PendingCommit, append_or_create
@@ -188,7 +189,7 @@ def _fail(rt: Runtime, decl: ProcedureDecl, batch_id: int, inputs: dict[str, pa.
     """Apply the procedure's error policy. A halt is recorded (error row and halt row in one
     transaction) so that it outlives the process: the procedure stays halted across restarts
     until ``Engine.resume`` / ``sstore resume``."""
-    message = f"{type(exc).__name__}: {exc}"
+    message = mask_secrets(f"{type(exc).__name__}: {exc}")  # kept in the file, shown in status
     if decl.on_error is ErrorPolicy.DEAD_LETTER:
         _dead_letter(rt, decl, batch_id, inputs, message)
         log.error("procedure %s batch %s moved to dead letters: %s", decl.name, batch_id, message)

@@ -29,6 +29,7 @@ import duckdb
 import tenacity
 
 from sstore.errors import SStoreError, TerminalError, TransientError
+from sstore.redact import mask_secrets
 
 log = logging.getLogger("sstore.retry")
 
@@ -110,7 +111,9 @@ class GaveUp(TransientError):
 
 
 def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    """The first line of ``exc``'s message (its type when it has none), passwords masked: it
+    goes into messages and logs (``sstore.redact``)."""
+    text = mask_secrets(str(exc)).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -18,6 +18,7 @@ import duckdb
 from sstore import systables
 from sstore.consumers import ConsumerStatus, describe
 from sstore.duck import connect
+from sstore.redact import mask_secrets
 from sstore.sql import ident
 from sstore.systables import halt_text, load_graph, load_halts
 
@@ -168,8 +169,11 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     before commits had times).
     """
     status = EngineStatus(path, durability)
-    halted = {**(halted or {}),  # the running engine's view, then what the state file keeps
-              **{name: halt_text(b, e) for name, (b, e) in load_halts(con).items()}}
+    # the running engine's view, then what the state file keeps; passwords masked (a file
+    # written before sstore masked them may hold one)
+    halted = {name: mask_secrets(text) for name, text in {
+        **(halted or {}), **{name: halt_text(b, e) for name, (b, e) in load_halts(con).items()}
+    }.items()}
     # aggregates in SQL, never the records themselves: a border stream keeps one record per
     # batch until GC compacts collected ones into runs (sstore_sys.ingested_runs), so a state
     # file can hold millions of them (1.1 million took 1.5 s to list here, under the engine's
@@ -222,8 +226,8 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     status.event_windows = _event_windows(con)
     errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "
                          "FROM sstore_sys.errors ORDER BY logged_at DESC LIMIT 20").fetchall()
-    status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act, "error": e}
-                     for a, p, b, act, e in errors]
+    status.errors = [{"at": a, "procedure": p, "batch_id": b, "action": act,
+                      "error": mask_secrets(e) if e else e} for a, p, b, act, e in errors]
     return status
 
 

@@ -32,6 +32,14 @@ VARIABLES = (
              "own; whole seconds from 1 (psycopg waits at least 2)", "`5`"),
     Variable("SSTORE_HOME", "the project's own directory: the private PostgreSQL's data is "
              "in `$SSTORE_HOME/postgres`", "`.sstore` in the current directory"),
+    Variable("SSTORE_SERVE_TOKEN", "the bearer token of the status server (`--serve`): "
+             "required (16+ characters) for any `--serve-host` but loopback, which refuses to "
+             "start without it; clients send `Authorization: Bearer <token>`, `sstore status` "
+             "sends it from its environment (docs/operations.md, Security)",
+             "unset: loopback only, no token"),
+    Variable("SSTORE_SERVE_NAMES", "more names (comma-separated) the status server answers "
+             "in the `Host` header, besides its bind address and, on loopback, "
+             "`localhost`/`127.0.0.1`/`[::1]`", "none"),
     Variable("SSTORE_CATALOG", "the polystore catalog of `sstore query` and "
              "`sstore polystore`", "`sstore-catalog.json`"),
     Variable("SSTORE_COSTS", "the cost model's calibrated constants "
@@ -56,8 +64,16 @@ VARIABLES = (
     Variable("SSTORE_VENV", "where the scripts put the virtual environment", "`.venv`"),
     Variable("SSTORE_TEST_WORKERS", "pytest-xdist workers of `scripts/test.sh` (0: one "
              "process)", "`2`"),
+    Variable("SSTORE_DIGEN_DIR", "test-only: real DIGen SF 3 output that "
+             "`tests/test_tpcdi_digen.py` reads in place",
+             "unset: those tests do not run, and the run says so"),
+    Variable("SSTORE_REQUIRE_EXTERNAL_DATA", "test-only: `1` makes absent external data "
+             "(`SSTORE_DIGEN_DIR`) a failure, not a banner (`.ci/run` sets it)", "unset"),
     Variable("SSTORE_CRASH_AT", "test-only: `point:n` kills the process the n-th time it "
              "reaches a commit-protocol step", "unset"),
+    Variable("SSTORE_CRASH_SIGNAL", "test-only: the signal `SSTORE_CRASH_AT` sends "
+             "(`KILL`, `TERM`, `INT`); TERM and INT ask for a clean stop at that step",
+             "`KILL`"),
     Variable("JAVA_HOME", "the Java that Spark runs on", "`java` on the PATH"),
     Variable("SPARK_LOCAL_IP", "the address Spark's driver binds", "`127.0.0.1` (set when unset)"),
 )

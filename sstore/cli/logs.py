@@ -11,6 +11,10 @@ command. Records go to stderr, so stdout keeps the command's result (a table, ``
   ``exception`` when there is one. For log collectors: nothing else is written to stderr as a
   log line.
 
+Every line is passed through ``sstore.redact.mask_secrets`` last, tracebacks and extra fields
+included: a password in a URL that reached a message (a driver's exception, user code) is
+shown as ``***``.
+
 The engine's loggers (``sstore``, ``migrators``) get the chosen level; other libraries (Spark's
 py4j, sqlglot) stay at warning so that ``-vv`` shows sstore's debug output, not theirs.
 """
@@ -22,6 +26,8 @@ import json
 import logging
 import sys
 from typing import Any, TextIO
+
+from sstore.redact import mask_secrets
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
@@ -64,6 +70,10 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, value: TextIO) -> None:
         pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatted line, passwords masked (the module docstring)."""
+        return mask_secrets(super().format(record))
 
 
 def level_of(verbose: int, log_level: str | None) -> str:

@@ -141,15 +141,17 @@ def list_command(catalog: str, as_json: bool) -> None:
     missing = cat.missing()
     if missing:
         raise click.ClickException(missing)
+    from sstore.redact import mask_secrets  # a URL stored as given may hold a password
+
     if as_json:
         from sstore.cli.format import to_json
-        click.echo(to_json(cat.to_dict()))
+        click.echo(mask_secrets(to_json(cat.to_dict())))
         return
     engines = Table(title="engines", title_justify="left")
     for column in ("name", "kind", "location"):
         engines.add_column(column)
     for entry in cat.engines.values():
-        engines.add_row(entry.name, entry.kind.value, entry.location)
+        engines.add_row(entry.name, entry.kind.value, mask_secrets(entry.location))
     objects = Table(title="objects", title_justify="left")
     for column in ("name", "fragments", "columns"):
         objects.add_column(column)

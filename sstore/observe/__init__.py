@@ -14,7 +14,8 @@ Modules: ``serving`` (``serve``, ``metrics_of``, ``serving_url``: one engine's m
 server), ``sinks`` (what a sink shows the engine, kept in the core: ``sstore.sink_view``),
 ``rates`` (rates over a sliding window),
 ``metrics`` (the commit observer and the live snapshot), ``prometheus`` (the snapshot as
-metric families), ``livestatus`` (the ``/status`` document), ``server`` (HTTP), ``live``
+metric families), ``livestatus`` (the ``/status`` document), ``server`` (HTTP), ``access``
+(who may read it: the Host check, the bearer token off loopback, read-only), ``live``
 (the discovery file beside the state file, and the client ``sstore status`` uses when the
 file is locked by a serving engine).
 """

@@ -10,8 +10,10 @@ closes. The protocol, from the reader's side:
 2. ``find(STATE)`` reads ``STATE.live.json``. A file whose pid no longer runs (a process
    killed before it could remove it), or whose pid is not the one DuckDB names as the lock
    holder, is stale and ignored.
-3. ``fetch_status`` GETs ``/status`` from that URL (loopback, no proxy) and returns the
-   document; ``EngineStatus.from_dict`` reads it.
+3. ``fetch_status`` GETs ``/status`` from that URL (loopback, no proxy), with the bearer
+   token of ``SSTORE_SERVE_TOKEN`` when it is set (an engine serving off loopback requires
+   it, ``sstore.observe.access``), and returns the document; ``EngineStatus.from_dict``
+   reads it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from sstore.statefile import file_status as status_from_file
 from sstore.status import EngineStatus
 
 SUFFIX = ".live.json"
+#: The bearer token's variable (``sstore.observe.access.TOKEN_ENV``; named here too so that
+#: ``sstore status`` does not import the server side).
+TOKEN_ENV = "SSTORE_SERVE_TOKEN"
 FETCH_TIMEOUT = 10.0
 
 
@@ -94,10 +99,18 @@ def find(state: str, lock_pid: int | None = None) -> Discovery | None:
 def fetch_status(found: Discovery, timeout: float = FETCH_TIMEOUT) -> dict[str, Any]:
     """GET ``/status`` from a serving engine (never through a proxy: it is on this host)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(found.url + "status")
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with opener.open(found.url + "status", timeout=timeout) as response:
+        with opener.open(request, timeout=timeout) as response:
             status: dict[str, Any] = json.loads(response.read().decode("utf-8"))
             return status
+    except urllib.error.HTTPError as exc:
+        hint = f" (set {TOKEN_ENV} to the token it serves with)" if exc.code == 401 else ""
+        raise LiveStatusError(f"the engine of {found.state} (PID {found.pid}) serves at "
+                              f"{found.url} but refused: HTTP {exc.code}{hint}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise LiveStatusError(f"the engine of {found.state} (PID {found.pid}) serves at "
                               f"{found.url} but did not answer: {exc}") from None

@@ -18,8 +18,10 @@ def serve_options(command: F) -> F:
     """Add ``--serve PORT`` (``serve``) and ``--serve-host HOST`` (``serve_host``)."""
     command = click.option(
         "--serve-host", default="127.0.0.1", show_default=True,
-        help="Address --serve binds (no authentication: keep it local unless the network is "
-             "trusted).")(command)
+        help="Address --serve binds. Anything but loopback needs a bearer token: set "
+             "SSTORE_SERVE_TOKEN (16+ characters) or it refuses to start; clients send "
+             "'Authorization: Bearer <token>'. Requests must name this host (Host header); "
+             "add other names in SSTORE_SERVE_NAMES (comma-separated).")(command)
     return click.option(
         "--serve", "serve", type=click.IntRange(min=0, max=65535), default=None,
         metavar="PORT",

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sstore.errors import DeclarationError, SStoreError
+from sstore.observe.access import policy
 from sstore.observe.metrics import EngineMetrics
 from sstore.observe.server import Server
 
@@ -56,13 +58,17 @@ def metrics_of(engine: Engine) -> EngineMetrics:
         return _entry(view).metrics
 
 
-def serve(engine: Engine, port: int = 0, host: str = "127.0.0.1") -> str:
+def serve(engine: Engine, port: int = 0, host: str = "127.0.0.1",
+          names: Sequence[str] = ()) -> str:
     """Serve ``engine``'s live status, Prometheus metrics and a dashboard over HTTP from this
     process, until ``engine.close()``; return the URL (``/`` the dashboard, ``/status`` JSON,
     ``/metrics``).
 
     ``port`` 0 takes any free port. ``host`` 127.0.0.1 (the default) answers this machine
-    only; there is no authentication, so bind wider only on a network you trust. A state file
+    only. Any other ``host`` needs a bearer token in ``SSTORE_SERVE_TOKEN`` (``ServeError``
+    without one), which clients then send. Requests are answered only when their ``Host``
+    header names this server: ``host``, the loopback names on loopback, ``names`` and
+    ``SSTORE_SERVE_NAMES`` (``sstore.observe.access``). A state file
     gets ``STATE.live.json`` beside it, so that ``sstore status STATE`` reaches this process
     while it holds the file. Serving again returns the same URL; another port or host than
     the one it serves on is refused (``DeclarationError``)."""
@@ -75,7 +81,7 @@ def serve(engine: Engine, port: int = 0, host: str = "127.0.0.1") -> str:
             if port not in (0, served.server.port) or host != served.server.host:
                 raise DeclarationError(f"this engine already serves at {served.server.url}")
             return served.server.url
-        server = Server(view, served.metrics, host, port)
+        server = Server(view, served.metrics, host, port, policy(host, names))
         served.server = server
         view.on_close(lambda: _stop(view))
     return server.start()

@@ -24,7 +24,7 @@ import datetime as dt
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -98,7 +98,7 @@ class Settings:
     ``spark_master`` "" is ``$SSTORE_SPARK_MASTER``, else ``local[*]``."""
 
     data_dir: str = DEFAULT_DATA_DIR
-    url: str = DEFAULT_URL
+    url: str = field(default=DEFAULT_URL, repr=False)  # no password in a log or traceback
     schema: str = "tpcdi"
     state_path: str = ""
     batch_size: int = 1000
