@@ -93,5 +93,7 @@ def test_files_hold_the_same_events(tmp_path: object) -> None:
     paths = g.write_files(str(tmp_path), 10_000, 3_000)
     assert len(paths) == 4
     convert = pacsv.ConvertOptions(column_types=g.FILE_SCHEMA, strings_can_be_null=True)
-    read = pa.concat_tables([pacsv.read_csv(p, convert_options=convert) for p in paths])
+    names = pacsv.ReadOptions(column_names=g.FILE_SCHEMA.names)
+    read = pa.concat_tables([pacsv.read_csv(p, read_options=names, convert_options=convert)
+                             for p in paths])
     assert read.equals(g.to_file_table(g.events(0, 10_000)))

@@ -300,12 +300,13 @@ def to_file_table(table: pa.Table) -> pa.Table:
 
 def write_files(directory: str, total: int, batch_events: int,
                 cfg: NexmarkConfig | None = None) -> list[str]:
-    """Write the first ``total`` events as CSV files of ``batch_events`` each (header line,
-    NULL as an empty field, times as epoch ms), named so that their order is the event order;
-    return their paths."""
+    """Write the first ``total`` events as CSV files of ``batch_events`` each (the columns of
+    ``FILE_SCHEMA`` without a header line, which Flink's CSV format cannot skip; NULL as an
+    empty field; times as epoch ms), named so that their order is the event order; return
+    their paths."""
     os.makedirs(directory, exist_ok=True)
     paths = []
-    options = pacsv.WriteOptions(include_header=True, quoting_style="needed")
+    options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
     for i, table in enumerate(batches(total, batch_events, cfg)):
         path = os.path.join(directory, f"events-{i:08d}.csv")
         pacsv.write_csv(to_file_table(table), path, write_options=options)
