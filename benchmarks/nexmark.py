@@ -78,8 +78,8 @@ def _read_check(path: str, like: pa.Table) -> pa.Table:
     """A Flink check file (CSV, no header) read with the reference's column types."""
     con = duckdb.connect()
     try:
-        con.register("like", like.slice(0, 0))
-        types = con.execute("DESCRIBE SELECT * FROM like").fetchall()
+        con.register("expected_rows", like.slice(0, 0))
+        types = con.execute("DESCRIBE SELECT * FROM expected_rows").fetchall()
         columns = "{" + ", ".join(f"'{n}': '{t}'" for n, t, *_ in types) + "}"
         return con.execute(f"SELECT * FROM read_csv(?, header = false, columns = {columns}, "
                            "nullstr = '')", [path]).to_arrow_table()

@@ -12,9 +12,10 @@ noop sink, closed loop.
   ``StreamingQueryListener`` was not called back reliably); latency is from dropping a file to
   that progress report, i.e. the micro-batch that read it committed.
 - **Check run**: the same query over all files at once into the ``memory`` sink, then
-  collected as Arrow for the comparison. A query Spark refuses (``AnalysisException``: Spark
-  does not run every streaming plan, e.g. an aggregation over an aggregation without
-  windows) is reported as such, with Spark's message.
+  collected as Arrow for the comparison. A query Spark refuses (an ``AnalysisException`` when
+  it starts, or an ``UNSUPPORTED_...`` error that stops it at its first micro-batch: Spark
+  does not run every streaming plan, e.g. an aggregation over an aggregation without windows)
+  is reported as such, with Spark's message.
 """
 
 from __future__ import annotations
@@ -148,6 +149,11 @@ class SparkNexmark:
                 os.rename(staged, os.path.join(inbox, f"{i:08d}.csv"))
                 latencies.append((_wait_for_file(stream, i) - dropped) * 1000)
             seconds = time.perf_counter() - began
+        except RuntimeError:
+            refused = stream.exception()
+            if refused is not None and "UNSUPPORTED" in str(refused):  # found when it ran
+                return {"unsupported": str(refused).split("\n")[0][:300]}
+            raise
         finally:
             stream.stop()
         return {"seconds": seconds, "latencies_ms": latencies,
