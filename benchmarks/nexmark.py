@@ -44,8 +44,9 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import fresh_database, machine_info, percentile, write_results
+from benchmarks.peak_rss import PeakRss
 from sstore.extras import needs
-from sstore.workloads.nexmark import generator, queries, reference
+from sstore.workloads.nexmark import generator, reference
 
 SEED = 1
 RATE = 10_000.0
@@ -99,10 +100,10 @@ def run_sstore(query: str, events: pa.Table, expected: pa.Table, sizes: list[int
     for size in sizes:
         cfg = generator.NexmarkConfig(seed=SEED, rate=RATE)
         batches = [b.combine_chunks() for b in generator.batches(events.num_rows, size, cfg)]
-        runs = [("sstore", lambda d: nexmark_sstore.run_engine(query, batches, d))]
+        runs = [("sstore", lambda d, b=batches: nexmark_sstore.run_engine(query, b, d))]
         if url is not None:
             runs.append(("sstore-postgres",
-                         lambda d: nexmark_sstore.run_postgres(query, batches, d, url)))
+                         lambda d, b=batches: nexmark_sstore.run_postgres(query, b, d, url)))
         for system, run in runs:
             with tempfile.TemporaryDirectory(prefix="bench-nexmark-") as tmp:
                 r = run(tmp)
@@ -122,8 +123,11 @@ def run_spark(qs: list[str], events: pa.Table, expected: dict[str, pa.Table],
         for query in qs:
             if query in NOT_ON["spark-sss"]:
                 continue
+            rss = PeakRss()  # the driver and, apart, Spark's JVM (a child process)
+            rss.start()
             with tempfile.TemporaryDirectory(prefix="bench-nexmark-spark-") as tmp:
                 r = spark.run(query, files, tmp)
+            memory = rss.stop()
             if "unsupported" in r:
                 rec = _record("spark-sss", query, FILE_EVENTS, events.num_rows, 0, None, None,
                               unsupported=r["unsupported"])
@@ -131,7 +135,9 @@ def run_spark(qs: list[str], events: pa.Table, expected: dict[str, pa.Table],
                 rec = _record("spark-sss", query, FILE_EVENTS, events.num_rows, r["seconds"],
                               r["latencies_ms"],
                               _equal(events, query, expected[query], r["result"]),
-                              result_rows=r["result"].num_rows, spark=spark.version)
+                              result_rows=r["result"].num_rows, spark=spark.version,
+                              peak_rss_mb=round(memory["peak_rss_mb"]
+                                                + (memory["peak_rss_children_mb"] or 0), 1))
             console.print(_line(rec))
             out.append(rec)
     finally:

@@ -28,13 +28,12 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA = ", ".join([
-    "event_type TINYINT", "date_time BIGINT", "p_id BIGINT", "p_name STRING", "p_email STRING",
-    "p_credit_card STRING", "p_city STRING", "p_state STRING", "p_extra STRING", "a_id BIGINT",
-    "a_item_name STRING", "a_description STRING", "a_initial_bid BIGINT", "a_reserve BIGINT",
-    "a_expires BIGINT", "a_seller BIGINT", "a_category BIGINT", "a_extra STRING",
-    "b_auction BIGINT", "b_bidder BIGINT", "b_price BIGINT", "b_channel STRING",
-    "b_url STRING", "b_extra STRING"])
+SCHEMA = ("event_type TINYINT, date_time BIGINT, p_id BIGINT, p_name STRING, p_email STRING, "
+          "p_credit_card STRING, p_city STRING, p_state STRING, p_extra STRING, a_id BIGINT, "
+          "a_item_name STRING, a_description STRING, a_initial_bid BIGINT, a_reserve BIGINT, "
+          "a_expires BIGINT, a_seller BIGINT, a_category BIGINT, a_extra STRING, "
+          "b_auction BIGINT, b_bidder BIGINT, b_price BIGINT, b_channel STRING, "
+          "b_url STRING, b_extra STRING")
 
 VIEWS = {
     "person": "SELECT p_id AS id, p_name AS name, p_email AS emailAddress, p_credit_card AS "

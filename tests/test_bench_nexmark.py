@@ -51,8 +51,8 @@ def test_flushed_windows_are_left_out_and_check_files_read_typed(tmp_path: objec
     assert bench._equal(events, "q8", expected, extended)  # Flink flushes the open window
     path = f"{tmp_path}/q8.csv"
     with open(path, "w", encoding="utf-8") as f:
-        for row in expected.to_pylist():
-            f.write(f"{row['id']},{row['name']},{row['starttime'].isoformat(sep=' ')}\n")
+        f.writelines(f"{r['id']},{r['name']},{r['starttime'].isoformat(sep=' ')}\n"
+                     for r in expected.to_pylist())
     read = bench._read_check(path, expected)
     assert read.schema.types == expected.schema.types
     assert bench._equal(events, "q8", expected, read)

@@ -113,8 +113,8 @@ def declare_q3(engine: Engine) -> None:
 
 def declare_q4(engine: Engine) -> None:
     engine.stream(output("q4"), {"category": "BIGINT", "final": "BIGINT"}, retain="all")
-    for ddl in ("q4_auction (id BIGINT PRIMARY KEY, category BIGINT, date_time TIMESTAMP, "
-                "expires TIMESTAMP)",
+    for ddl in (("q4_auction (id BIGINT PRIMARY KEY, category BIGINT, date_time TIMESTAMP, "
+                 "expires TIMESTAMP)"),
                 "q4_pending (auction BIGINT, price BIGINT, date_time TIMESTAMP)",
                 "q4_max (id BIGINT PRIMARY KEY, category BIGINT, final BIGINT)",
                 "q4_category (category BIGINT PRIMARY KEY, total HUGEINT, n BIGINT)"):
@@ -176,8 +176,8 @@ def declare_q5(engine: Engine) -> None:
 def declare_q6(engine: Engine) -> None:
     engine.stream(output("q6"), {"seller": "BIGINT", "avg_price": "BIGINT",
                                  "closed": "TIMESTAMP", "auction": "BIGINT"}, retain="all")
-    for ddl in ("q6_open (id BIGINT PRIMARY KEY, seller BIGINT, date_time TIMESTAMP, "
-                "expires TIMESTAMP, price BIGINT)",
+    for ddl in (("q6_open (id BIGINT PRIMARY KEY, seller BIGINT, date_time TIMESTAMP, "
+                 "expires TIMESTAMP, price BIGINT)"),
                 "q6_pending (auction BIGINT, price BIGINT, date_time TIMESTAMP)",
                 "q6_closed (seller BIGINT, auction BIGINT, price BIGINT, expires TIMESTAMP)"):
         engine.execute(f"CREATE TABLE IF NOT EXISTS {ddl}")
