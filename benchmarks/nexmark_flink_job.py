@@ -1,0 +1,217 @@
+"""One Nexmark query on Flink SQL (PyFlink), run by ``benchmarks.nexmark_flink`` in Flink's own
+virtual environment: standard library and PyFlink only, no project imports.
+
+    python nexmark_flink_job.py EVENTS_DIR QUERIES PARALLELISM CHECK_DIR
+
+Streaming mode, a local mini-cluster of ``PARALLELISM`` slots, the events read by the
+``filesystem`` connector from the CSV files of ``EVENTS_DIR`` (bounded: at the end of the input
+every window is flushed), the event time ``dateTime`` with the nexmark project's watermark of
+4 s. For each query of the comma-separated ``QUERIES``, two runs of its SQL (the nexmark
+project's text, in ``SQL``), one job after the other in the same JVM:
+
+1. **timed**: ``INSERT INTO`` a ``blackhole`` sink, as the nexmark project measures Flink; the
+   seconds from submitting the job to its end, and the peak RSS of the JVM meanwhile;
+2. **check**: the same SELECT collected (its changelog applied: ``-U``/``-D`` retract a row)
+   and written to ``CHECK_DIR/<query>.csv`` for the comparison with the other systems.
+
+Prints one JSON line per query: ``{"query", "seconds", "startup_s", "peak_rss_mb", "rows"}``
+(``startup_s``: the JVM and table environment, once for all queries).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter
+
+COLUMNS = [  # the event files' columns (generator.FILE_SCHEMA), times as epoch ms
+    ("event_type", "TINYINT"), ("date_time", "BIGINT"),
+    ("p_id", "BIGINT"), ("p_name", "STRING"), ("p_email", "STRING"),
+    ("p_credit_card", "STRING"), ("p_city", "STRING"), ("p_state", "STRING"),
+    ("p_extra", "STRING"),
+    ("a_id", "BIGINT"), ("a_item_name", "STRING"), ("a_description", "STRING"),
+    ("a_initial_bid", "BIGINT"), ("a_reserve", "BIGINT"), ("a_expires", "BIGINT"),
+    ("a_seller", "BIGINT"), ("a_category", "BIGINT"), ("a_extra", "STRING"),
+    ("b_auction", "BIGINT"), ("b_bidder", "BIGINT"), ("b_price", "BIGINT"),
+    ("b_channel", "STRING"), ("b_url", "STRING"), ("b_extra", "STRING"),
+]
+
+VIEWS = [
+    """CREATE TEMPORARY VIEW person AS SELECT p_id AS id, p_name AS name,
+        p_email AS emailAddress, p_credit_card AS creditCard, p_city AS city, p_state AS state,
+        dateTime, p_extra AS extra FROM events WHERE event_type = 0""",
+    """CREATE TEMPORARY VIEW auction AS SELECT a_id AS id, a_item_name AS itemName,
+        a_description AS description, a_initial_bid AS initialBid, a_reserve AS reserve,
+        dateTime, CAST(TO_TIMESTAMP_LTZ(a_expires, 3) AS TIMESTAMP(3)) AS expires,
+        a_seller AS seller, a_category AS category, a_extra AS extra
+        FROM events WHERE event_type = 1""",
+    """CREATE TEMPORARY VIEW bid AS SELECT b_auction AS auction, b_bidder AS bidder,
+        b_price AS price, b_channel AS channel, b_url AS url, dateTime, b_extra AS extra
+        FROM events WHERE event_type = 2""",
+]
+
+# The nexmark project's queries (nexmark-flink/src/main/resources/queries), the SELECT of each
+# INSERT; q5 and q7 also return the window (starttime, window_end) so that a bounded run's
+# flushed last windows can be told apart when the results are compared.
+SQL = {
+    "q0": "SELECT auction, bidder, price, dateTime, extra FROM bid",
+    "q1": "SELECT auction, bidder, CAST(0.908 * price AS DECIMAL(23, 3)) AS price, dateTime, "
+          "extra FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
+    "q3": """SELECT P.name, P.city, P.state, A.id FROM auction AS A
+             INNER JOIN person AS P on A.seller = P.id
+             WHERE A.category = 10 and (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')""",
+    "q4": """SELECT Q.category, AVG(Q.final) FROM (
+                SELECT MAX(B.price) AS final, A.category FROM auction A, bid B
+                WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
+                GROUP BY A.id, A.category) Q
+             GROUP BY Q.category""",
+    "q5": """SELECT AuctionBids.auction, AuctionBids.num, AuctionBids.starttime FROM (
+               SELECT auction, count(*) AS num, window_start AS starttime,
+                      window_end AS endtime
+               FROM TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '2' SECOND,
+                              INTERVAL '10' SECOND))
+               GROUP BY auction, window_start, window_end) AS AuctionBids
+             JOIN (
+               SELECT max(CountBids.num) AS maxn, CountBids.starttime, CountBids.endtime
+               FROM (SELECT count(*) AS num, window_start AS starttime, window_end AS endtime
+                     FROM TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '2' SECOND,
+                                    INTERVAL '10' SECOND))
+                     GROUP BY auction, window_start, window_end) AS CountBids
+               GROUP BY CountBids.starttime, CountBids.endtime) AS MaxBids
+             ON AuctionBids.starttime = MaxBids.starttime AND
+                AuctionBids.endtime = MaxBids.endtime AND AuctionBids.num >= MaxBids.maxn""",
+    "q7": """SELECT B.auction, B.bidder, B.price, B.dateTime, B.extra, B1.dateTime AS window_end
+             FROM bid B JOIN (
+               SELECT MAX(price) AS maxprice, window_end AS dateTime
+               FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+               GROUP BY window_start, window_end) B1
+             ON B.price = B1.maxprice
+             WHERE B.dateTime BETWEEN B1.dateTime - INTERVAL '10' SECOND AND B1.dateTime""",
+    "q8": """SELECT P.id, P.name, P.starttime FROM (
+               SELECT id, name, window_start AS starttime, window_end AS endtime
+               FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+               GROUP BY id, name, window_start, window_end) P
+             JOIN (
+               SELECT seller, window_start AS starttime, window_end AS endtime
+               FROM TABLE(TUMBLE(TABLE auction, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+               GROUP BY seller, window_start, window_end) A
+             ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""",
+}
+
+
+def quoted(sql: str) -> str:
+    """``dateTime`` is a keyword of Flink's SQL parser: quote it (the nexmark text did not
+    need to with the Flink it was written for)."""
+    return re.sub(r"\bdateTime\b", "`dateTime`", sql)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _jvm_hwm(reset: bool) -> float:
+    """Reset (``reset``) or read the peak RSS in MB of this process's children (the JVM)."""
+    total = 0.0
+    for child in _children(os.getpid()):
+        try:
+            if reset:
+                with open(f"/proc/{child}/clear_refs", "w", encoding="ascii") as f:
+                    f.write("5")
+                continue
+            with open(f"/proc/{child}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
+
+
+def environment(parallelism: int):  # type: ignore[no-untyped-def]
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    conf = env.get_config()
+    conf.set("parallelism.default", str(parallelism))
+    conf.set("table.local-time-zone", "UTC")
+    conf.set("pipeline.name", "nexmark")
+    return env
+
+
+def declare(env, events_dir: str) -> None:  # type: ignore[no-untyped-def]
+    cols = ",\n  ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
+    env.execute_sql(f"""CREATE TEMPORARY TABLE events (
+  {cols},
+  `dateTime` AS CAST(TO_TIMESTAMP_LTZ(`date_time`, 3) AS TIMESTAMP(3)),
+  WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '{events_dir}', 'format' = 'csv',
+        'csv.null-literal' = '')""")
+    for view in VIEWS:
+        env.execute_sql(quoted(view))
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if hasattr(value, "isoformat"):
+        return value.isoformat(sep=" ")  # type: ignore[attr-defined]
+    return str(value)
+
+
+def run_query(env, query: str, check_csv: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The timed run into the blackhole, then the check run collected into ``check_csv``."""
+    select = env.sql_query(quoted(SQL[query]))
+    names = select.get_schema().get_field_names()
+    kinds = [str(t) for t in select.get_schema().get_field_data_types()]
+    cols = ", ".join(f"`{n}` {k.replace(' NOT NULL', '')}" for n, k in zip(names, kinds))
+    sink = f"sink_{query}"
+    env.execute_sql(f"CREATE TEMPORARY TABLE {sink} ({cols}) WITH ('connector' = 'blackhole')")
+    _jvm_hwm(reset=True)
+    started = time.perf_counter()
+    select.execute_insert(sink).wait()
+    seconds = time.perf_counter() - started
+    peak = _jvm_hwm(reset=False)
+    from pyflink.common import RowKind
+    rows: Counter[tuple[str, ...]] = Counter()
+    with env.sql_query(quoted(SQL[query])).execute().collect() as results:
+        for row in results:
+            key = tuple(_text(v) for v in row)
+            if row.get_row_kind() in (RowKind.INSERT, RowKind.UPDATE_AFTER):
+                rows[key] += 1
+            else:
+                rows[key] -= 1
+    with open(check_csv, "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        for key, count in rows.items():
+            for _ in range(count):
+                out.writerow(key)
+    return {"query": query, "seconds": seconds, "peak_rss_mb": round(peak, 1),
+            "rows": sum(rows.values())}
+
+
+def main(argv: list[str]) -> None:
+    events_dir, queries, parallelism, check_dir = argv[0], argv[1], int(argv[2]), argv[3]
+    began = time.perf_counter()
+    env = environment(parallelism)
+    declare(env, events_dir)
+    startup = time.perf_counter() - began
+    for query in queries.split(","):
+        record = run_query(env, query, os.path.join(check_dir, f"{query}.csv"))
+        print(json.dumps(record | {"startup_s": startup}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
