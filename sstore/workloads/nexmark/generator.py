@@ -121,19 +121,22 @@ def last_auction(n: np.ndarray) -> np.ndarray:
 
 def _uniform_below(rng: np.random.Generator, bound: np.ndarray) -> np.ndarray:
     """One integer in [0, bound) per element (bound >= 1)."""
-    return np.minimum((rng.random(len(bound)) * bound).astype(np.int64), bound - 1)
+    below: np.ndarray = np.minimum((rng.random(len(bound)) * bound).astype(np.int64), bound - 1)
+    return below
 
 
 def _next_person(rng: np.random.Generator, n: np.ndarray, cfg: NexmarkConfig) -> np.ndarray:
     people = last_person(n) + 1
     active = np.minimum(people, cfg.num_active_people)
-    return people - active + _uniform_below(rng, active + PERSON_ID_LEAD)
+    person: np.ndarray = people - active + _uniform_below(rng, active + PERSON_ID_LEAD)
+    return person
 
 
 def _next_auction(rng: np.random.Generator, n: np.ndarray, cfg: NexmarkConfig) -> np.ndarray:
     newest = last_auction(n)
     oldest = np.maximum(newest - cfg.num_in_flight_auctions, 0)
-    return oldest + _uniform_below(rng, newest - oldest + 1 + AUCTION_ID_LEAD)
+    auction: np.ndarray = oldest + _uniform_below(rng, newest - oldest + 1 + AUCTION_ID_LEAD)
+    return auction
 
 
 def _prices(rng: np.random.Generator, k: int) -> np.ndarray:
