@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from typing import Any
 
 import pyarrow as pa
+
+from sstore.files import write_atomically
 
 SCHEMA = ("event_type TINYINT, date_time BIGINT, p_id BIGINT, p_name STRING, p_email STRING, "
           "p_credit_card STRING, p_city STRING, p_state STRING, p_extra STRING, a_id BIGINT, "
@@ -143,9 +144,9 @@ class SparkNexmark:
         try:
             for i, path in enumerate(files):
                 dropped = time.perf_counter()
-                staged = os.path.join(staging, f"{i:08d}.csv")
-                shutil.copyfile(path, staged)
-                os.rename(staged, os.path.join(inbox, f"{i:08d}.csv"))
+                with open(path, "rb") as source:
+                    write_atomically(os.path.join(inbox, f"{i:08d}.csv"), source.read(),
+                                     staging_dir=staging)
                 latencies.append((_wait_for_file(stream, i) - dropped) * 1000)
             seconds = time.perf_counter() - began
         except RuntimeError:
