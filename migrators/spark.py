@@ -48,7 +48,7 @@ with needs("spark"):
     from pyspark.errors import PySparkException
     from pyspark.sql import DataFrame, DataFrameReader, Observation, SparkSession
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
 from migrators.errors import (
@@ -58,8 +58,9 @@ from migrators.errors import (
     UnsupportedTypeError,
 )
 from migrators.pg_errors import classify_sqlstate
+from migrators.postgres import connect, target_columns
 from migrators.spark_session import get_spark
-from migrators.typemap import check_duckdb_types
+from migrators.typemap import check_compatible, check_duckdb_types
 from migrators.urls import PgUrl, parse
 from sstore import retry
 from sstore.engine import Engine
@@ -108,6 +109,7 @@ def dataframe_to_postgres(df: DataFrame, url: str, table: str,
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     pg = parse(url)
+    df = _check_target(df, url, table)
     observation = Observation(f"sstore_rows_{uuid.uuid4().hex}")
     observed = df.observe(observation, F.count(F.lit(1)).alias("rows"))
     writer = (observed.write.format("jdbc").mode(mode)
@@ -119,6 +121,41 @@ def dataframe_to_postgres(df: DataFrame, url: str, table: str,
     with _jdbc_errors(f"write table {table!r}", pg):
         writer.save()
     return int(observation.get.get("rows", 0))
+
+
+def _check_target(df: DataFrame, url: str, table: str) -> DataFrame:
+    """Refuse, before Spark writes a row, a target that exists and cannot hold ``df``'s values
+    exactly: the same rule (``typemap.check_compatible``) as every other writer into PostgreSQL.
+    Without it a ``timestamp(0)`` column took Spark's timestamps rounded by PostgreSQL, and a
+    column of another type failed half-way, after some partitions had committed. A missing
+    table is Spark's to create (from the module's type table).
+
+    A ``numeric`` column of a smaller scale than a decimal column of ``df`` takes the values
+    that have no more digits than it keeps and rounds the others without an error; the values
+    are only known in Spark's executors, so the returned DataFrame fails its job
+    (``raise_error``) at the first value that would round, rather than refusing every such
+    column (a computed ``decimal(38,18)`` of prices in cents is common and right)."""
+    schema = to_arrow_schema(df.schema, timezone="UTC")  # only the type matters, not the zone
+    con = connect(url)
+    try:
+        existing = target_columns(con, table)
+    finally:
+        con.close()
+    if not existing:
+        return df
+    check_compatible(table, schema, existing, "the DataFrame")
+    for f in schema:
+        data_type, _precision, scale = existing[f.name]
+        if data_type == "numeric" and scale is not None and pa.types.is_decimal(f.type) \
+                and f.type.scale > scale:
+            column = F.col(f"`{f.name}`")
+            message = (f"a value of column {f.name!r} has more than {scale} decimal digits, "
+                       f"which the target {table}'s numeric column would round away; nothing "
+                       f"of this partition was written")
+            df = df.withColumn(f.name, F.when(column != F.round(column, scale),
+                                              F.raise_error(F.lit(message)))
+                               .otherwise(column))
+    return df
 
 
 def postgres_to_dataframe(url: str, table: str | None = None, query: str | None = None,

@@ -20,7 +20,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from migrators import spark_session
-from migrators.errors import MigrationError, PostgresUnavailable, UnsupportedTypeError
+from migrators.errors import (
+    IncompatibleSchemaError,
+    MigrationError,
+    PostgresUnavailable,
+    UnsupportedTypeError,
+)
 from migrators.spark import (
     arrow_to_spark,
     dataframe_to_engine,
@@ -284,3 +289,31 @@ def test_cast_finds_the_spark_migrators(spark: SparkSession, engine: Engine, pg_
     back = cast(pg_url, spark, table="public.src_copy")              # PostgreSQL -> Spark
     assert cast(back, engine, table="src_back") == 2                 # Spark -> engine
     assert rows(engine, "SELECT id, name FROM src_back ORDER BY id") == [(1, "a"), (2, "b")]
+
+
+# ------------------------------------------------------------------ targets that would round
+def test_postgres_target_that_would_round_is_refused_before_a_row(spark: SparkSession,
+                                                                  pg_url: str) -> None:
+    """The rule of every other writer: a timestamp(0) column or a column of another type is
+    refused up front; a numeric of a smaller scale takes values that fit and fails the job at
+    the first value it would round, never landing it rounded."""
+    pg(pg_url, "CREATE TABLE stamps (id INTEGER, at TIMESTAMP(0))")
+    stamps = spark.createDataFrame([(1, dt.datetime(2024, 12, 31, 23, 59, 59, 600_000))],
+                                   "id int, at timestamp_ntz")
+    with pytest.raises(IncompatibleSchemaError, match="timestamp"):
+        dataframe_to_postgres(stamps, pg_url, "stamps")
+    pg(pg_url, "CREATE TABLE texts (id INTEGER, v INTEGER)")
+    with pytest.raises(IncompatibleSchemaError, match="cannot take text"):
+        dataframe_to_postgres(spark.createDataFrame([(1, "x")], "id int, v string"), pg_url,
+                              "texts")
+    assert pg(pg_url, "SELECT count(*) FROM stamps") == [(0,)]
+
+    pg(pg_url, "CREATE TABLE prices (id INTEGER, price NUMERIC(10, 1))")
+    fits = spark.createDataFrame([(1, Decimal("1.50")), (2, Decimal("2.00"))],
+                                 "id int, price decimal(10,2)")
+    assert dataframe_to_postgres(fits, pg_url, "prices") == 2
+    rounds = spark.createDataFrame([(3, Decimal("1.55"))], "id int, price decimal(10,2)")
+    with pytest.raises(MigrationError, match="round"):
+        dataframe_to_postgres(rounds.coalesce(1), pg_url, "prices")
+    assert pg(pg_url, "SELECT id, price FROM prices ORDER BY id") == [
+        (1, Decimal("1.5")), (2, Decimal("2.0"))]
