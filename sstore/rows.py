@@ -281,9 +281,19 @@ def _conform_table(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
     missing = [n for n in schema.names if n not in table.column_names]
     if missing:
         raise SchemaError(f"{what}: missing column(s) {missing}; columns are {schema.names}")
-    arrays = [_lossless_cast(table.column(field.name).combine_chunks(), field, what, None)
-              for field in schema]
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for field in schema:
+        column = table.column(field.name)
+        if column.type != field.type:  # only a column to convert is joined into one array
+            column = _lossless_cast(_one_array(column), field, what, None)
+        arrays.append(column)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array; its only chunk as it is (``combine_chunks`` copies even that:
+    a millisecond per wide batch)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def conform_columns(rows: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
@@ -297,7 +307,7 @@ def conform_columns(rows: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
         index = schema.get_field_index(name)
         if index >= 0 and column.type != schema.field(index).type and \
                 _is_plain(column.type) and _is_plain(schema.field(index).type):
-            column = _lossless_cast(column.combine_chunks(), schema.field(index), what, None)
+            column = _lossless_cast(_one_array(column), schema.field(index), what, None)
         arrays.append(column)
     return pa.Table.from_arrays(arrays, names=rows.column_names)
 
