@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from migrators import reader
 from migrators.access import Replica
 from migrators.engine_to_postgres import StreamToPostgres
 from migrators.postgres import connect
@@ -30,6 +31,7 @@ from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine, observe
 from sstore.cli import main
 from sstore.redact import mask_secrets
+from sstore.sql import ident
 
 SECRET = "Pw-s3cr3t-not-for-logs"
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -60,6 +62,9 @@ def secret_url(postgresql: psycopg.Connection) -> Iterator[str]:
         con.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{SECRET}'")
         con.execute(f'GRANT ALL ON DATABASE "{info.dbname}" TO "{role}"')
         con.execute(f'GRANT ALL ON SCHEMA public TO "{role}"')
+        # reads run as the reader role (migrators.reader), which only a superuser may create
+        reader.ensure(f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}")
+        con.execute(f'GRANT {ident(reader.role())} TO "{role}"')
         try:
             yield f"postgresql://{role}:{SECRET}@{info.host}:{info.port}/{info.dbname}"
         finally:
