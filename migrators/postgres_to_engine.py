@@ -26,6 +26,7 @@ from migrators.urls import parse, with_connect_timeout
 from sstore import retry
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
+from sstore.readonly import check_query
 from sstore.retry import RetryPolicy
 from sstore.sql import ident, qualified
 
@@ -168,6 +169,8 @@ def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None =
     """
     if (table is None) == (query is None):
         raise DeclarationError("give exactly one of table= or query=")
+    if query is not None:  # the early, friendly refusal; the reader role is the guarantee
+        check_query(query, "postgres")
     source = qualified(table) if table is not None else f"({query}) AS q"
     sql, params = f"SELECT * FROM {source}", []
     if since is not None:

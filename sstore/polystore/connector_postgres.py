@@ -165,9 +165,11 @@ class PostgresConnector:
             return self._writer.run(work, what)
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """One question on the connector's own connection (autocommit, every transaction
-        READ ONLY, as the reader role for the whole session: ``migrators.reader``; reopened
-        after a failure): the planner asks several per query."""
+        """One question on the connector's own connection (as the reader role for the whole
+        session: ``migrators.reader``; reopened after a failure): the planner asks several
+        per query. Each runs in a READ ONLY transaction that is rolled back, never committed:
+        a few functions write even there and even as the reader (``lo_create``: any role may
+        create large objects), and a rollback leaves nothing of them."""
         import psycopg
 
         from migrators import reader
@@ -177,9 +179,10 @@ class PostgresConnector:
             if self._con is None or self._con.closed:
                 reader.ensure(self.url)
                 self._con = connect(reader.reader_url(self.url))
-                self._con.autocommit = True
-                self._con.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                self._con.autocommit = True  # the role for the session, outside any transaction
                 self._con.execute(f"SET ROLE {ident(reader.role())}")
+                self._con.autocommit = False
+                self._con.read_only = True
             try:
                 cur = self._con.execute(sql, params or None)
                 return cur.fetchall() if cur.description else []
@@ -187,6 +190,10 @@ class PostgresConnector:
                 if kind_of(exc) is Kind.TRANSIENT:
                     self._con.close()
                 raise
+            finally:
+                if not self._con.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        self._con.rollback()
 
         with self._lock:
             try:
