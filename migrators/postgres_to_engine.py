@@ -14,8 +14,10 @@ import adbc_driver_postgresql.dbapi as adbc
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
-from migrators import reader
+from migrators import (
+    pg_errors,  # noqa: F401 - registers PostgreSQL's retry classification
+    reader,
+)
 from migrators.errors import (
     LateTiesError,
     MigrationError,
@@ -39,11 +41,11 @@ def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,
     ``read_only`` (the default: every caller reads) runs it in a READ ONLY transaction as the
     reader role (``migrators.reader``: logged in as it when the URL's password file allows),
     so SQL handed in from outside (``cross_system_query``, ``query=``) cannot write the
-    warehouse, whatever it calls; the connection is closed without a commit either way. Transient failures (a server away
-    or restarting) are retried by ``policy`` through the one retry helper: reads are
-    idempotent. Each attempt connects with the same connect timeout as ``postgres.connect``
-    (without one, libpq waits for a silent address forever). ``what`` names the step in logs
-    and in the error of a policy that gave up."""
+    warehouse, whatever it calls; the connection is closed without a commit either way.
+    Transient failures (a server away or restarting) are retried by ``policy`` through the
+    one retry helper: reads are idempotent. Each attempt connects with the same connect
+    timeout as ``postgres.connect`` (without one, libpq waits for a silent address forever).
+    ``what`` names the step in logs and in the error of a policy that gave up."""
     def attempt() -> pa.Table:
         if read_only:
             reader.ensure(url)

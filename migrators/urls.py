@@ -97,7 +97,9 @@ def passfile_password(path: str, host: str, port: int, dbname: str, user: str) -
 
 
 def _passfile_fields(line: str) -> list[str]:
-    fields, current, escaped = [], [], False
+    fields: list[str] = []
+    current: list[str] = []
+    escaped = False
     for char in line:
         if escaped:
             current.append(char)

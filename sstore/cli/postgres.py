@@ -87,9 +87,8 @@ def stop_command(mode: str) -> None:
 @json_option
 def status_command(as_json: bool) -> None:
     """Show the private server: running or not, its URL, data directory and process."""
-    from migrators.warehouse_url import private_server, shown_path
-
     from migrators.private_auth import describe
+    from migrators.warehouse_url import private_server, shown_path
 
     server = private_server()
     state = _state(server)

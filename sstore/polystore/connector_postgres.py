@@ -26,7 +26,8 @@ from sstore.sql import ident, literal, qualified
 class PostgresConnector:
     """A PostgreSQL database: reads by ADBC (binary COPY into Arrow) in READ ONLY
     transactions, the planner's small questions on a psycopg connection whose transactions are
-    all READ ONLY, both as the reader role (``migrators.reader``), stores by pgpq binary COPY with the table's note in the same transaction
+    all READ ONLY, both as the reader role (``migrators.reader``), stores by pgpq binary
+    COPY with the table's note in the same transaction
     (on a connection of their own, only into sstore's schemas)."""
 
     kind = EngineKind.POSTGRES
