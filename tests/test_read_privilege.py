@@ -171,3 +171,18 @@ def test_a_named_role_that_is_missing_says_what_to_do(db: tuple[str, psycopg.Con
     with pytest.raises(reader.ReaderRoleError,
                        match="'sstore_no_such_reader' .*does not exist.*CREATE ROLE"):
         read_postgres(url, "SELECT 1 AS one")
+
+
+def test_spark_reads_run_as_the_reader(db: tuple[str, psycopg.Connection], spark: Any) -> None:
+    """The polystore's Spark island reads PostgreSQL over JDBC (``postgres_to_dataframe``):
+    as the reader too, its sessions read-only."""
+    from migrators.spark import postgres_to_dataframe
+    url, victim = db
+    who = postgres_to_dataframe(url, query="SELECT current_user::text AS c, "
+                                "current_setting('transaction_read_only') AS ro",
+                                spark=spark).collect()
+    assert [(r["c"], r["ro"]) for r in who] == [(reader.role(), "on")]
+    for sql in (f"SELECT write_file('{PROOF}') AS v", "SELECT write_row() AS v"):
+        assert refused(lambda sql=sql: postgres_to_dataframe(url, query=sql,
+                                                             spark=spark).collect())
+    assert snapshot(url, victim)["rows"] == (1, 0, 0) and not PROOF.exists()
