@@ -170,7 +170,7 @@ class PrivatePostgres:
         if upgraded:
             self._close_trust()
         if started or upgraded:
-            self._keep_roles()
+            self._keep_roles(reset_password=upgraded)
         return self
 
     def rotate_passwords(self) -> None:
@@ -293,17 +293,21 @@ class PrivatePostgres:
                                                f"its pg_hba.conf in {timeout:.0f} s")
                 time.sleep(0.02)
 
-    def _keep_roles(self) -> None:
+    def _keep_roles(self, reset_password: bool) -> None:
         """Step 5: the reader role exists, may log in with the password file's password, and
-        holds ``pg_read_all_data`` (nothing else: every read path logs in as it)."""
+        holds ``pg_read_all_data`` (nothing else: every read path logs in as it). Its
+        password is set when the role is made, and again after an upgrade (``reset_password``):
+        the password file is the truth then."""
         import psycopg
         from psycopg import sql
         passwords = private_auth.passwords_for(self.passfile)
-        verifier = sql.Literal(private_auth.scram_verifier(passwords[READER]))
         role = sql.Identifier(READER)
         with psycopg.connect(self.url, autocommit=True) as con:
             exists = con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
                                  (READER,)).fetchone()
+            if exists and not reset_password:
+                return
+            verifier = sql.Literal(private_auth.scram_verifier(passwords[READER]))
             verb = "ALTER" if exists else "CREATE"
             con.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
                                 "PASSWORD {}").format(role, verifier))
