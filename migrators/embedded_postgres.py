@@ -166,6 +166,7 @@ class PrivatePostgres:
         if started:
             self._pg_ctl(["start", "-w", "-t", str(int(timeout)), "-l", str(self.log_path)],
                          timeout=timeout + 10)
+        self._finish_rotation()
         upgraded = private_auth.is_open(self.data_dir)
         if upgraded:
             self._close_trust()
@@ -174,20 +175,49 @@ class PrivatePostgres:
         return self
 
     def rotate_passwords(self) -> None:
-        """New passwords for both roles: set in the server (as SCRAM verifiers) in one
-        transaction, then the password file replaced. Connections open now stay open; new
-        ones use the new passwords. The server must run."""
+        """New passwords for both roles: written to the next password file, set in the
+        server (as SCRAM verifiers) in one transaction, then the next file renamed over the
+        password file. Connections open now stay open; new ones use the new passwords. The
+        server must run. A crash part-way is settled by the next ``start`` or rotation
+        (``_finish_rotation``): no step leaves the account locked out."""
         import psycopg
         from psycopg import sql
+
+        from sstore.files import replace_durably
         if not self.is_running:
             raise PrivatePostgresError(f"the private PostgreSQL on {self.data_dir} is not "
                                        "running; start it first (sstore postgres start)")
+        self._finish_rotation()
         fresh = {role: private_auth.new_password() for role in (SUPERUSER, READER)}
+        pending = private_auth.pending_path(self.passfile)
+        private_auth.write_passwords(pending, fresh)
         with psycopg.connect(self.url) as con:
             for role, password in fresh.items():
                 con.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
                     sql.Identifier(role), sql.Literal(private_auth.scram_verifier(password))))
-        private_auth.write_passwords(self.passfile, fresh)
+        replace_durably(str(pending), str(self.passfile))
+
+    def _finish_rotation(self) -> None:
+        """A rotation cut short left the next password file: keep whichever file the server
+        takes (it took the new passwords: the next file replaces the old; it did not: the next
+        file goes)."""
+        import psycopg
+
+        from sstore.files import replace_durably
+        pending = private_auth.pending_path(self.passfile)
+        if not pending.exists():
+            return
+        try:
+            psycopg.connect(self.url.replace(quote(str(self.passfile), safe="/"),
+                                             quote(str(pending), safe="/"))).close()
+        except psycopg.OperationalError as exc:
+            if getattr(exc, "sqlstate", None) != "28P01" and \
+                    "password authentication failed" not in str(exc):
+                raise PrivatePostgresError(f"cannot settle the password rotation of "
+                                           f"{self.data_dir}: {exc}") from None
+            pending.unlink()  # refused: the server never took the new passwords
+            return
+        replace_durably(str(pending), str(self.passfile))
 
     def protection(self) -> dict[str, object]:
         """How the server is protected (``private_auth.protection``), plus its OS user."""

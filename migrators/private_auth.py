@@ -20,7 +20,8 @@ Now only the account that started it can log in:
 A data directory an older version made (``trust`` in its ``pg_hba.conf``) is upgraded in place
 at the next start (``PrivatePostgres.start``): passwords set while ``trust`` still lets sstore
 in, then ``pg_hba.conf`` rewritten and reloaded, and the start waits until the server has
-loaded it. ``sstore postgres rotate-password`` replaces both passwords.
+loaded it. ``sstore postgres rotate-password`` replaces both passwords (``<data_dir>.pgpass.next``
+first, then the server, then the rename: a crash part-way is settled at the next start).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def passfile_path(data_dir: Path) -> Path:
     directory belongs to the server's own OS user when sstore runs as root; the password file
     belongs to the account that started sstore, and only it can read it)."""
     return data_dir.with_name(data_dir.name + ".pgpass")
+
+
+def pending_path(passfile: Path) -> Path:
+    """Where a rotation writes the new passwords before the server has them."""
+    return passfile.with_name(passfile.name + ".next")
 
 
 def new_password() -> str:

@@ -157,3 +157,26 @@ def test_reads_log_in_as_the_reader_which_cannot_switch_back(server: PrivatePost
     with pytest.raises(Exception, match="permission denied to set role"):
         read_postgres(server.url, f"SELECT escalate('{proof}')")
     assert not proof.exists()
+
+
+@pytest.mark.parametrize("server_took_them", [True, False])
+def test_a_rotation_cut_short_is_settled_at_the_next_start(server: PrivatePostgres,
+                                                           server_took_them: bool) -> None:
+    """A crash after the next password file was written (and, or not, after the server took
+    its passwords) locks nobody out: the next start keeps the file the server takes."""
+    from psycopg import sql
+    old = private_auth.read_passwords(server.passfile)
+    fresh = {role: private_auth.new_password() for role in old}
+    private_auth.write_passwords(private_auth.pending_path(server.passfile), fresh)
+    if server_took_them:
+        with psycopg.connect(server.url) as con:
+            for role, password in fresh.items():
+                con.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(private_auth.scram_verifier(password))))
+    server.start()  # adopts the running server, settles the rotation
+    assert not private_auth.pending_path(server.passfile).exists()
+    assert private_auth.read_passwords(server.passfile) == (fresh if server_took_them else old)
+    assert server.passfile.stat().st_mode & 0o777 == 0o600
+    for url in (server.url, server.reader_url):
+        with psycopg.connect(url) as con:
+            assert con.execute("SELECT 1").fetchone() == (1,)
