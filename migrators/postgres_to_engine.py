@@ -14,7 +14,10 @@ import adbc_driver_postgresql.dbapi as adbc
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
+from migrators import (
+    pg_errors,  # noqa: F401 - registers PostgreSQL's retry classification
+    reader,
+)
 from migrators.errors import (
     LateTiesError,
     MigrationError,
@@ -25,6 +28,7 @@ from migrators.urls import parse, with_connect_timeout
 from sstore import retry
 from sstore.engine import Engine
 from sstore.errors import DeclarationError
+from sstore.readonly import check_query
 from sstore.retry import RetryPolicy
 from sstore.sql import ident, qualified
 
@@ -34,15 +38,18 @@ def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,
                   what: str = "read from PostgreSQL") -> pa.Table:
     """Run a query in PostgreSQL and return its rows as Arrow. Parameters are ``$1, $2, ...``.
 
-    ``read_only`` (the default: every caller reads) runs it in a READ ONLY transaction, so SQL
-    handed in from outside (``cross_system_query``, ``query=``) cannot write the warehouse;
-    the connection is closed without a commit either way. Transient failures (a server away
-    or restarting) are retried by ``policy`` through the one retry helper: reads are
-    idempotent. Each attempt connects with the same connect timeout as ``postgres.connect``
-    (without one, libpq waits for a silent address forever). ``what`` names the step in logs
-    and in the error of a policy that gave up."""
+    ``read_only`` (the default: every caller reads) runs it in a READ ONLY transaction as the
+    reader role (``migrators.reader``: logged in as it when the URL's password file allows),
+    so SQL handed in from outside (``cross_system_query``, ``query=``) cannot write the
+    warehouse, whatever it calls; the connection is closed without a commit either way.
+    Transient failures (a server away or restarting) are retried by ``policy`` through the
+    one retry helper: reads are idempotent. Each attempt connects with the same connect
+    timeout as ``postgres.connect`` (without one, libpq waits for a silent address forever).
+    ``what`` names the step in logs and in the error of a policy that gave up."""
     def attempt() -> pa.Table:
-        con = adbc.connect(with_connect_timeout(url))
+        if read_only:
+            reader.ensure(url)
+        con = adbc.connect(with_connect_timeout(reader.reader_url(url) if read_only else url))
         try:
             return fetch_arrow(con, sql, params, read_only=read_only)
         finally:
@@ -61,11 +68,13 @@ def fetch_arrow(con: Any, sql: str, params: Sequence[Any] = (), *,
                 read_only: bool = True) -> pa.Table:
     """Rows of ``sql`` on an open ADBC connection (in explicit-transaction mode) as Arrow.
 
-    ``read_only``: ``SET TRANSACTION READ ONLY`` first, so the transaction the query runs in
-    cannot write; the caller ends it (commit or rollback, both leave nothing behind)."""
+    ``read_only``: ``SET TRANSACTION READ ONLY`` and the reader role first
+    (``migrators.reader.begin``: the caller has called ``reader.ensure``), so the transaction
+    the query runs in cannot write, by privilege; the caller ends it (commit or rollback,
+    both leave nothing behind)."""
     with con.cursor() as cur:
         if read_only:
-            cur.execute("SET TRANSACTION READ ONLY")
+            reader.begin(cur.execute)
         cur.execute(sql, parameters=tuple(params) if params else None)
         return _plain(cur.fetch_arrow_table())
 
@@ -162,6 +171,8 @@ def copy_into_engine(url: str, engine: Engine, *, into: str, table: str | None =
     """
     if (table is None) == (query is None):
         raise DeclarationError("give exactly one of table= or query=")
+    if query is not None:  # the early, friendly refusal; the reader role is the guarantee
+        check_query(query, "postgres")
     source = qualified(table) if table is not None else f"({query}) AS q"
     sql, params = f"SELECT * FROM {source}", []
     if since is not None:

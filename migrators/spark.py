@@ -51,6 +51,7 @@ with needs("spark"):
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
+from migrators import reader as reader_role
 from migrators.errors import (
     IncompatibleSchemaError,
     MigrationError,
@@ -186,7 +187,8 @@ def postgres_to_dataframe(url: str, table: str | None = None, query: str | None 
     if partition_column is None and (num_partitions is not None or lower_bound is not None):
         raise ValueError("num_partitions and bounds need a partition_column")
     spark = spark or get_spark()
-    pg = parse(url)
+    reader_role.ensure(url)
+    pg = parse(reader_role.reader_url(url))  # as the reader (``_reader``)
     source = qualified(table) if table is not None else f"({_bare(query or '')}) AS sstore_query"
     what = f"read {table!r}" if table is not None else "run a query"
     reader = _reader(spark, pg, source, fetch_size)
@@ -226,12 +228,16 @@ def _read(action: str, pg: PgUrl, fn: Callable[[], T], policy: RetryPolicy | Non
 
 
 def _reader(spark: SparkSession, pg: PgUrl, source: str, fetch_size: int) -> DataFrameReader:
+    """A JDBC read as the reader role (``migrators.reader``), its sessions read-only: both
+    set at connection start (libpq's ``options``, which the JDBC driver sends too)."""
+    role = reader_role.role().replace("\\", "\\\\").replace(" ", "\\ ")
+    session = f"-c role={role} -c default_transaction_read_only=on"
     return (spark.read.format("jdbc")
             .option("url", pg.jdbc)
             .option("dbtable", source)
             .option("fetchsize", fetch_size)
             .option("preferTimestampNTZ", "true")  # timestamp stays without zone, see above
-            .options(**_connection_properties(pg)))
+            .options(**_connection_properties(pg), options=session))
 
 
 def _min_max(spark: SparkSession, pg: PgUrl, source: str, column: str, fetch_size: int

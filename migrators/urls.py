@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from migrators.errors import MigrationError
 from sstore.redact import mask_secrets
@@ -33,6 +33,9 @@ class PgUrl:
     dbname: str
     user: str | None
     password: str | None = field(repr=False)  # a repr lands in logs and tracebacks
+    #: libpq's ``passfile`` parameter: where the password is kept (the private server's URL
+    #: names its password file instead of carrying the password)
+    passfile: str | None = None
 
     @property
     def jdbc(self) -> str:
@@ -48,20 +51,68 @@ class PgUrl:
         return props
 
     def redacted(self) -> str:
-        """For messages and logs: the URL without its password."""
+        """For messages and logs: the URL without its password (its password file, a path
+        only its owner can read, is named: the URL still works for that owner)."""
         user = f"{self.user}@" if self.user else ""
-        return f"postgresql://{user}{self.host}:{self.port}/{self.dbname}"
+        where = f"?passfile={quote(self.passfile, safe='/')}" if self.passfile else ""
+        return f"postgresql://{user}{self.host}:{self.port}/{self.dbname}{where}"
 
 
 def parse(url: str) -> PgUrl:
+    """The parts of a ``postgresql://`` URL. A URL with a ``passfile`` and no password gets
+    its password from that file (libpq's format, ``passfile_password``), so that clients
+    which do not read password files (Spark's JDBC driver) are handed it too."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ValueError("not a PostgreSQL URL (postgresql://user@host:port/db): "
                          f"{mask_secrets(repr(url))}")
-    return PgUrl(parts.hostname or "127.0.0.1", parts.port or 5432,
-                 unquote(parts.path.lstrip("/")) or "postgres",
-                 unquote(parts.username) if parts.username else None,
-                 unquote(parts.password) if parts.password else None)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    dbname = unquote(parts.path.lstrip("/")) or "postgres"
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    passfile = parse_qs(parts.query).get("passfile", [None])[-1]
+    if password is None and passfile:
+        password = passfile_password(passfile, host, port, dbname, user or "postgres")
+    return PgUrl(host, port, dbname, user, password, passfile)
+
+
+def passfile_password(path: str, host: str, port: int, dbname: str, user: str) -> str | None:
+    """The password libpq would take from password file ``path`` for this connection: the
+    first line ``host:port:database:user:password`` that matches (``*`` matches anything,
+    ``\\`` escapes ``:`` and ``\\``); None when no line matches or the file cannot be read
+    (libpq then connects without one, and the server says what it wants)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    wanted = (host, str(port), dbname, user)
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = _passfile_fields(line)
+        if len(fields) == 5 and all(f in ("*", w) for f, w in zip(fields[:4], wanted)):
+            return fields[4]
+    return None
+
+
+def _passfile_fields(line: str) -> list[str]:
+    fields: list[str] = []
+    current: list[str] = []
+    escaped = False
+    for char in line:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ":" and len(fields) < 4:
+            fields.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    fields.append("".join(current))
+    return fields
 
 
 def shown(url: str) -> str:

@@ -17,18 +17,23 @@ import pyarrow as pa
 from sstore.faults import crash_point
 
 
-def write_atomically(path: str, data: bytes | str, *, staging_dir: str | None = None) -> None:
+def write_atomically(path: str, data: bytes | str, *, staging_dir: str | None = None,
+                     mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` (text is written as UTF-8): a reader, and the file after
     a crash at any point, sees the old contents or the new, never a mix or an empty file.
 
     ``staging_dir``: where the temporary file is written (same file system as ``path``; by
     default ``path``'s directory), for a watched directory whose readers must not see it. The
-    temporary file's name carries the writer's pid, so concurrent writers never share one."""
+    temporary file's name carries the writer's pid, so concurrent writers never share one.
+    ``mode``: the new file's permissions (less the umask), set when the temporary file is
+    created: a secret written with 0o600 is never readable by others, not even for a moment."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     staged = os.path.join(staging_dir or folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    if os.path.exists(staged):  # left by a crash of a process that had this pid: its mode
+        os.remove(staged)       # may be wider than ``mode``, and O_CREAT would keep it
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(payload)

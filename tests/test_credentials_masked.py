@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import subprocess
+import tempfile
 import traceback
 import urllib.request
 from collections.abc import Iterator
@@ -22,14 +25,17 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from migrators import reader
 from migrators.access import Replica
 from migrators.engine_to_postgres import StreamToPostgres
 from migrators.postgres import connect
+from migrators.private_auth import read_passwords
 from migrators.urls import parse, shown
 from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine, observe
 from sstore.cli import main
 from sstore.redact import mask_secrets
+from sstore.sql import ident
 
 SECRET = "Pw-s3cr3t-not-for-logs"
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -60,6 +66,9 @@ def secret_url(postgresql: psycopg.Connection) -> Iterator[str]:
         con.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{SECRET}'")
         con.execute(f'GRANT ALL ON DATABASE "{info.dbname}" TO "{role}"')
         con.execute(f'GRANT ALL ON SCHEMA public TO "{role}"')
+        # reads run as the reader role (migrators.reader), which only a superuser may create
+        reader.ensure(f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}")
+        con.execute(f'GRANT {ident(reader.role())} TO "{role}"')
         try:
             yield f"postgresql://{role}:{SECRET}@{info.host}:{info.port}/{info.dbname}"
         finally:
@@ -163,3 +172,47 @@ def test_shown_urls_keep_where_and_drop_the_password() -> None:
     assert shown("postgresql://app:s3cret@db:5433/x") == "postgresql://app@db:5433/x"
     assert shown("host=db password=s3cret") == "host=db password=***"
     assert "s3cret" not in repr(parse("postgresql://app:s3cret@db/x"))
+
+
+def test_the_private_servers_passwords_show_nowhere(tmp_path: Path) -> None:
+    """The private server's generated passwords (``migrators.private_auth``) appear in no
+    output of the commands that start, show, use, rotate and stop it, in no error, and not in
+    the server's own log: its URLs name the password file instead."""
+    from tests.test_cli_postgres import environment, sstore
+    home = Path(tempfile.mkdtemp(prefix="sstore-test-home-"))
+    env = environment(home)
+    seen: list[str] = []
+    passwords: list[str] = []
+    try:
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            done = sstore(env, *args)
+            seen.extend([done.stdout, done.stderr])
+            return done
+
+        assert run("postgres", "start", "--json").returncode == 0
+        passwords += read_passwords(home / "postgres.pgpass").values()
+        url = run("postgres", "url").stdout.strip()
+        status = run("postgres", "status")
+        assert "protection: scram-sha-256" in status.stdout and "mode 0600" in status.stdout
+        assert json.loads(run("postgres", "status", "--json").stdout)["protection"][
+            "password_file_mode"] == "0600"
+        with psycopg.connect(url) as con:
+            con.execute("CREATE TABLE shown AS SELECT 1 AS one")
+        catalog = str(tmp_path / "catalog.json")
+        assert run("polystore", "add-postgres", "pg", "--catalog", catalog).returncode == 0
+        asked = run("query", "--catalog", catalog, "SELECT one FROM shown", "--format", "json")
+        assert json.loads(asked.stdout) == [{"one": 1}], asked.stderr
+        wrong_db = url.replace("/postgres?", "/no_such_db?")
+        seen.append(failure(lambda: connect(wrong_db)))
+        seen.append(failure(lambda: psycopg.connect(wrong_db)))
+        assert run("postgres", "rotate-password").returncode == 0
+        passwords += read_passwords(home / "postgres.pgpass").values()
+        assert run("postgres", "status").returncode == 0
+        assert run("postgres", "stop").returncode == 0
+        seen.append((home / "postgres" / "server.log").read_text())
+    finally:
+        sstore(env, "postgres", "stop")
+        shutil.rmtree(home, ignore_errors=True)
+    assert len(set(passwords)) == 4 and all(len(p) > 30 for p in passwords)
+    leaks = [text for text in seen for p in passwords if p in text]
+    assert not leaks, leaks[0]

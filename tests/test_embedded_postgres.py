@@ -96,7 +96,7 @@ def test_restart_fast_context_manager_and_clients(pg_dir: Path) -> None:
 
     with PrivatePostgres(pg_dir / "pg", settings={"max_connections": "40"}) as pg:
         url = pg.create_database("warehouse")
-        assert url.endswith("/warehouse")
+        assert "/warehouse?passfile=" in url
         with psycopg.connect(url) as con:
             con.execute("CREATE TABLE w AS SELECT i FROM generate_series(1, 10) i")
             assert con.execute("SHOW max_connections").fetchone() == ("40",)

