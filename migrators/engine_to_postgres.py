@@ -164,6 +164,10 @@ class StreamToPostgres:
     #: what the target must gain before the rows of an evolved stream (``migrators.follow``),
     #: run in the transaction of the first delivery with rows, learnt at each start
     _follow: follow.Follow = field(default_factory=follow.Follow, init=False)
+    #: the fence this sink's last start took (``delivery.claim``): a sink started later on
+    #: the same stream and target (another process) makes its next delivery fail, writing
+    #: nothing (``delivery.FencedError``)
+    _epoch: int | None = field(default=None, init=False)
     _session: Session | None = field(default=None, init=False)
     _port: ConsumerPort | None = field(default=None, init=False)
     # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
@@ -224,7 +228,7 @@ class StreamToPostgres:
     @property
     def sink_key(self) -> SinkKey:
         return SinkKey(self.engine.engine_id, self.stream, self.target,
-                       ",".join(self.key) if self.mode == "merge" else None)
+                       ",".join(self.key) if self.mode == "merge" else None, self._epoch)
 
     @property
     def port(self) -> ConsumerPort:
@@ -272,7 +276,7 @@ class StreamToPostgres:
                                    f"{self.stream!r} ({schema.names if schema else []})")
         claimed = self.session.run(lambda con: self._claim(con, schema),
                                    f"prepare {self.table}")
-        watermark = claimed.batch_id
+        watermark, self._epoch = claimed.batch_id, claimed.epoch
         new_hold = self.port.hold()
         try:
             after = self._continue_from(claimed)
