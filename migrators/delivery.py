@@ -17,6 +17,10 @@ watermark row per (source, stream, target) in ``sstore.watermarks``:
   (``TargetNamesConflictError``), never merged;
 - ``merge_key``: the key columns of a writer that merges by key (NULL: it appends), so that a
   reader of both the stream and the table knows they cannot simply be added up.
+- ``epoch``: the fence. A writer that starts (``claim``) bumps it and keeps the new value in
+  its ``SinkKey``; each of its deliveries checks it under the row's lock (steps 1-2, and the
+  common case's UPDATE), so a writer that started earlier (another process on a copy of the
+  state file) fails with ``FencedError`` and writes nothing: two writers never both commit.
 
 Commit protocol of one delivery (batches ``first``..``last``), in ONE PostgreSQL transaction:
 
@@ -72,13 +76,17 @@ WATERMARK_DDL = (
         rows_total BIGINT NOT NULL DEFAULT 0,
         created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
         updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        merge_key TEXT,
+        merge_key TEXT, epoch BIGINT NOT NULL DEFAULT 0,
         PRIMARY KEY (source, stream, target))""",
 )
 #: Added after the first release (``ensure_watermarks`` adds it to an older table): the key
 #: columns of a writer that merges by key (NULL: it appends). A split object over the stream
 #: and such a table cannot be a UNION ALL (``sstore.polystore.delivered``).
 MERGE_KEY_DDL = "ALTER TABLE sstore.watermarks ADD COLUMN IF NOT EXISTS merge_key TEXT"
+#: Added with fenced writers (issue 38): bumped by each writer that claims the row at its
+#: start (``claim``); a writer whose claim is older finds it moved and writes nothing.
+EPOCH_DDL = ("ALTER TABLE sstore.watermarks ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL "
+             "DEFAULT 0")
 
 Write = Callable[[psycopg.Cursor, int], int]
 PrepareTarget = Callable[[psycopg.Cursor], None]
@@ -94,6 +102,9 @@ class SinkKey:
     stream: str
     target: str
     merge_key: str | None = field(default=None, compare=False)
+    #: the fence this writer's ``claim`` got (``Watermark.epoch``); None: a writer that does
+    #: not claim (it is never fenced, and fences no one)
+    epoch: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.stream} -> {self.target} (source {self.source})"
@@ -109,6 +120,7 @@ class Watermark:
     previous: int = 0
     emptied: bool = False  # the same table, emptied by hand (else: dropped or recreated)
     target: str = ""  # the canonical name the watermark row is keyed on (``canonical_target``)
+    epoch: int | None = None  # the fence a ``claim`` took: pass it in the writer's ``SinkKey``
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,12 @@ class TargetReplacedError(TerminalError):
     rebuilt or restored by hand) and it holds rows: which of the stream's batches they are
     cannot be known, so nothing is delivered (and no query counts them) until it is emptied
     or dropped."""
+
+
+class FencedError(TerminalError):
+    """A newer writer of the same (source, stream, target) claimed the watermark since this
+    one did (a second process delivering the same stream, a restored copy of the state file
+    still running): this writer's delivery wrote nothing, and none of its deliveries will."""
 
 
 class TargetMissingError(TerminalError):
@@ -264,12 +282,13 @@ def ensure_watermarks(con: psycopg.Connection) -> None:
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
             con.rollback()  # a concurrent writer created it first
         columns = _watermark_columns(con)
-    if columns and "merge_key" not in columns and "stream" in columns:
-        try:
-            con.execute(MERGE_KEY_DDL)
-            con.commit()
-        except (psycopg.errors.DuplicateColumn, psycopg.errors.UniqueViolation):
-            con.rollback()  # a concurrent writer added it first
+    for column, ddl in (("merge_key", MERGE_KEY_DDL), ("epoch", EPOCH_DDL)):
+        if columns and column not in columns and "stream" in columns:
+            try:
+                con.execute(ddl)
+                con.commit()
+            except (psycopg.errors.DuplicateColumn, psycopg.errors.UniqueViolation):
+                con.rollback()  # a concurrent writer added it first
     if "stream" not in columns or "target_oid" not in columns:
         raise MigrationError(
             "sstore.watermarks was made by an older sstore (no source identity or target "
@@ -306,6 +325,13 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
         row = _select_for_update(cur, key)
         assert row is not None
     batch_id, stored_oid, current_oid, rows_total = int(row[0]), row[1], row[2], int(row[3])
+    if key.epoch is not None and int(row[4]) != key.epoch:
+        raise FencedError(
+            f"{key}: another writer of this stream into {key.target} started after this one "
+            f"(fence {int(row[4])}, this writer's {key.epoch}; it stands at batch {batch_id}): "
+            f"this writer wrote nothing and stops. Two writers of one stream and target never "
+            f"both commit; if this one should be the writer, start it again (it then fences "
+            f"the other)")
     if current_oid is None:
         if prepare_target is None:
             raise TargetMissingError(f"{key}: table {key.target} does not exist")
@@ -440,6 +466,8 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     exactly so in ``pg_class``, and its OID must be the row's ``target_oid``."""
     still_full = "" if drained_target else (
         f" AND (rows_total = 0 OR EXISTS (SELECT 1 FROM {qualified(key.target)}))")
+    if key.epoch is not None:  # fenced by a newer claim: no match, and ``lock`` says why
+        still_full += f" AND epoch = {int(key.epoch)}"
     with psycopg.ClientCursor(con) as cur:
         try:
             cur.execute(
@@ -496,14 +524,18 @@ def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget |
     """Steps 1-2 on their own, committed: where a writer stands before it plans (a sink's
     start). Creates the target through ``prepare_target`` if it is missing. Records the
     writer's ``merge_key`` (a row made before it was recorded, or a writer whose mode
-    changed)."""
+    changed). Takes the fence: the row's ``epoch`` is bumped and returned in the answer, and
+    a writer that claimed before (another process) is fenced at its next delivery
+    (``FencedError``): pass the answer's ``epoch`` in this writer's ``SinkKey``."""
     with con.cursor() as cur:
-        watermark = lock(cur, key, prepare_target, shared_target, drained_target)
-        cur.execute(f"UPDATE {WATERMARKS} SET merge_key = %s WHERE source = %s AND stream = %s "
-                    f"AND target = %s AND merge_key IS DISTINCT FROM %s",
-                    (key.merge_key, key.source, key.stream, watermark.target, key.merge_key))
+        watermark = lock(cur, replace(key, epoch=None), prepare_target, shared_target,
+                         drained_target)
+        epoch = one_value(cur.execute(
+            f"UPDATE {WATERMARKS} SET merge_key = %s, epoch = epoch + 1 WHERE source = %s "
+            f"AND stream = %s AND target = %s RETURNING epoch",
+            (key.merge_key, key.source, key.stream, watermark.target)).fetchone())
     con.commit()
-    return watermark
+    return replace(watermark, epoch=int(epoch))
 
 
 def skip_to(cur: psycopg.Cursor, key: SinkKey, watermark: int, after: int) -> None:
@@ -604,9 +636,10 @@ def _plain(target: str) -> bool:
 
 
 def _select_for_update(cur: psycopg.Cursor, key: SinkKey
-                       ) -> tuple[int, int | None, int | None, int] | None:
+                       ) -> tuple[int, int | None, int | None, int, int] | None:
     return cur.execute(
-        f"SELECT batch_id, target_oid, to_regclass(%s)::oid, rows_total FROM {WATERMARKS} "
+        f"SELECT batch_id, target_oid, to_regclass(%s)::oid, rows_total, epoch "
+        f"FROM {WATERMARKS} "
         f"WHERE source = %s AND stream = %s AND target = %s FOR UPDATE",
         (qualified(key.target), key.source, key.stream, key.target)).fetchone()
 

@@ -45,7 +45,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import backfill, delivery
+from migrators import backfill, delivery, follow
 from migrators.delivery import SinkKey
 from migrators.errors import IncompatibleSchemaError, MigrationError
 from migrators.postgres import (
@@ -54,7 +54,6 @@ from migrators.postgres import (
     TargetColumns,
     copy_arrow,
     encode_copy,
-    ensure_table,
     merge_rows,
     parse_name,
     target_columns,
@@ -162,6 +161,13 @@ class StreamToPostgres:
     _target: str | None = field(default=None, init=False)
     _target_types: dict[str, tuple[str, int | None, int | None]] = field(
         default_factory=dict, init=False)
+    #: what the target must gain before the rows of an evolved stream (``migrators.follow``),
+    #: run in the transaction of the first delivery with rows, learnt at each start
+    _follow: follow.Follow = field(default_factory=follow.Follow, init=False)
+    #: the fence this sink's last start took (``delivery.claim``): a sink started later on
+    #: the same stream and target (another process) makes its next delivery fail, writing
+    #: nothing (``delivery.FencedError``)
+    _epoch: int | None = field(default=None, init=False)
     _session: Session | None = field(default=None, init=False)
     _port: ConsumerPort | None = field(default=None, init=False)
     # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
@@ -222,7 +228,7 @@ class StreamToPostgres:
     @property
     def sink_key(self) -> SinkKey:
         return SinkKey(self.engine.engine_id, self.stream, self.target,
-                       ",".join(self.key) if self.mode == "merge" else None)
+                       ",".join(self.key) if self.mode == "merge" else None, self._epoch)
 
     @property
     def port(self) -> ConsumerPort:
@@ -270,7 +276,7 @@ class StreamToPostgres:
                                    f"{self.stream!r} ({schema.names if schema else []})")
         claimed = self.session.run(lambda con: self._claim(con, schema),
                                    f"prepare {self.table}")
-        watermark = claimed.batch_id
+        watermark, self._epoch = claimed.batch_id, claimed.epoch
         new_hold = self.port.hold()
         try:
             after = self._continue_from(claimed)
@@ -337,8 +343,17 @@ class StreamToPostgres:
         self._settle_batch_column(existing)
         if self.batch_column:
             schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
-        self._target_types = ensure_table(cur.connection, self.target, schema, self.key,
-                                          existing, f"stream {self.stream!r}")
+        versions = self.engine.stream_versions(self.stream) if existing else []
+        prepared = follow.prepare(
+            cur.connection, self.target, schema, tuple(self.key), existing,
+            f"stream {self.stream!r}", follow.older_types(versions, self._arrow_type),
+            follow.gained(versions))
+        self._target_types, self._follow = prepared.types, prepared.follow
+
+    def _arrow_type(self, duckdb_type: str) -> pa.DataType:
+        """The Arrow type of a DuckDB type an older version of the stream had (as the
+        catalog spelt it), asked of the engine (``follow.older_types``)."""
+        return self.engine.query(f"SELECT CAST(NULL AS {duckdb_type}) AS c").schema.field(0).type
 
     def _settle_batch_column(self, existing: TargetColumns) -> None:
         """A target with a ``_batch_id`` column (a sink with ``batch_column`` made it) and a
@@ -532,6 +547,10 @@ class StreamToPostgres:
         """After the COMMIT that delivered ``chunk`` (its own, or a sink group's): the sink
         continues after it, drops its held rows, counts it, acknowledges it (step 7)."""
         self._after = chunk.last
+        if done.rows and self._follow:
+            log.info("%s: the target followed the stream (%s) with batches %d-%d",
+                     self.sink_key, "; ".join(self._follow.changes), chunk.first, chunk.last)
+            self._follow = follow.Follow()
         if not self._unacked:
             self._unacked_since = time.monotonic()
         self._unacked = chunk.last
@@ -570,6 +589,8 @@ class StreamToPostgres:
                sent: Callable[[], None] | None = None) -> int:
         """Step 4: converted rows into the target (``payload``: their COPY encoding;
         ``sent``: called as PostgreSQL starts on them, ``copy_arrow``)."""
+        if self._follow and data.num_rows:  # the columns come with their first rows
+            self._follow.apply(cur)
         if self.mode == "append":
             copy_arrow(cur, self.target, data, payload, sent)
         else:

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 import psycopg
 
+from migrators import follow
 from migrators.errors import LateTiesError, MigrationError
 from migrators.postgres import (
     RetryPolicy,
     Session,
     copy_arrow,
-    ensure_table,
     merge_rows,
 )
 from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
@@ -50,7 +50,9 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
         raise MigrationError(f"table {source_table!r} has no column {since!r}")
 
     def load(con: psycopg.Connection) -> int:
-        types = ensure_table(con, table, schema, key, source=f"table {source_table!r}")
+        prepared = follow.prepare(con, table, schema, tuple(key),
+                                  source=f"table {source_table!r}")
+        types = prepared.types
         con.execute(f"LOCK TABLE {qualified(table)} IN SHARE ROW EXCLUSIVE MODE")
         sql, params = f"SELECT * FROM {qualified(source_table)}", []
         if since is not None:
@@ -68,6 +70,8 @@ def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: s
         # types, or are refused (a bigint sent into a numeric column was read as zeros)
         rows = for_target(for_copy(rows), types)
         with con.cursor() as cur:
+            if rows.num_rows:  # columns the source gained, in the transaction of their rows
+                prepared.follow.apply(cur)
             if mode == "replace":
                 cur.execute(f"DELETE FROM {qualified(table)}")
             if mode == "merge":

@@ -32,6 +32,7 @@ from sstore import (
     consumer_port,
     consumers,
     event_windows,
+    evolution,
     fusion,
     gc,
     halts,
@@ -47,6 +48,7 @@ from sstore.consumers import ConsumerStatus
 from sstore.duck import arrow
 from sstore.engine_view import EngineView
 from sstore.errors import ChainedBatchError, DeclarationError, SStoreError, UnknownStreamError
+from sstore.evolution import Explicit
 from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
 from sstore.ingest import Ingested, ingest_batch, replay_ingest
 from sstore.interrupts import Interrupts, Stopped
@@ -110,6 +112,8 @@ class Engine:
         #: procedures the last program declared that this one retires on purpose
         #: (``retire``; ``sstore.redeclared``)
         self._retired: set[str] = set()
+        #: explicit changes of stored streams (``evolve``; ``sstore.evolution``)
+        self._evolutions: dict[str, Explicit] = {}
         self._graph = Graph()
         self._lock = threading.RLock()
         self._rt: Runtime | None = None
@@ -252,6 +256,32 @@ class Engine:
                                    f"it no longer declares can be retired")
         self._retired.add(name)
 
+    def evolve(self, stream: str, *, rename: Mapping[str, str] | None = None,
+               drop: Sequence[str] = (),
+               cast: Mapping[str, str | None] | Sequence[str] | None = None) -> None:
+        """Change a stored stream on purpose where redeclaring it is refused (a rename, a
+        dropped column, a type that is not a widening: ``sstore.evolution``). Declare the
+        stream with its new columns, then call this before the first ingest or run: at start
+        the stored table is renamed, dropped and cast (``cast``: column -> type, or columns
+        whose declared type they take; the stored values are converted, and a value that does
+        not convert refuses the whole start, nothing changed), then compared with the
+        declaration as usual. All of it, and the new version's record, is one transaction.
+        Once the table matches the declaration this is a no-op, so a program may keep it."""
+        self._declaring()
+        decl = self._graph.streams.get(stream)
+        if decl is None or decl.columns is None:
+            raise DeclarationError(f"evolve({stream!r}): declare the stream with its new "
+                                   f"columns first (engine.stream)")
+        casts = dict(cast) if isinstance(cast, Mapping) else dict.fromkeys(cast or ())
+        self._evolutions[stream] = Explicit(dict(rename or {}), tuple(drop), casts)
+
+    def stream_versions(self, stream: str | None = None) -> list[dict[str, Any]]:
+        """The recorded versions of ``stream`` (or of every stream), oldest first
+        (``sstore.evolution.load``); none for a stream that never evolved."""
+        rt = self._runtime()
+        with rt.lock:
+            return evolution.load(rt.con, stream)
+
     def procedure(self, input: str | Sequence[str], output: str | Sequence[str] = (), *,
                   name: str | None = None, on_error: str | ErrorPolicy = ErrorPolicy.HALT,
                   retries: int = 2, timeout: float | None = None
@@ -315,7 +345,7 @@ class Engine:
             foreign=self._foreign, subscribers=self._subscribers, lock=self._lock,
             input_log=self._input_log, observers=self._observers, path=self.path,
             checkpoint_wal_bytes=self.checkpoint_wal_bytes, interrupts=self._interrupts,
-            chain_sql=self.chain_sql, retired=self._retired)
+            chain_sql=self.chain_sql, retired=self._retired, evolutions=self._evolutions)
         self._rt = rt
         if self._input_log is not None:
             try:
@@ -329,6 +359,9 @@ class Engine:
                 self.close()  # never serve a state replayed halfway (the log is untouched)
                 raise
             log.info("replayed %d input-log records", count)
+            if rt.store.evolved:  # the snapshot must hold the evolved tables before a batch
+                with rt.lock:     # is logged with their columns (``sstore.evolution``)
+                    recovery.checkpoint(rt, self._input_log)
 
     # ------------------------------------------------------------------ input
     def ingest(self, stream: str, rows: RowsLike, batch_id: int | None = None, *,

@@ -21,6 +21,7 @@ POINTS = (
     "te.before_commit", "te.after_commit",
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
     "dead_letters.before_delete", "file.before_rename",
+    "evolve.before_commit", "evolve.after_commit",
 )
 
 _target: tuple[str, int] | None = None

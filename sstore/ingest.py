@@ -225,7 +225,9 @@ def _check_logged_types(rt: Runtime, stream: str, logged: pa.Table) -> None:
                 f"stream {stream!r} column {name!r} is declared {declared} but its batches in "
                 f"the input log have {field.type}: a stream's column types cannot change on "
                 f"an existing state (the log would be replayed into other values); declare it "
-                f"as before. The snapshot and the log are untouched")
+                f"as before. The snapshot and the log are untouched. To evolve the stream "
+                f"(sstore.evolution), start once with the old declaration and call "
+                f"Engine.checkpoint(), then start the new one")
 
 
 def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent: int,

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import duckdb
@@ -25,6 +25,7 @@ from sstore import consumers, recovery, redeclared, stream_writes, systables
 from sstore.checkpoints import Checkpoints
 from sstore.duck import connect
 from sstore.errors import DeclarationError
+from sstore.evolution import Explicit
 from sstore.graph import (
     ErrorPolicy,
     EventWindowDecl,
@@ -113,18 +114,22 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
                   subscribers: Subscribers, lock: threading.RLock,
                   input_log: InputLog | None, observers: list[Callable[[CommitEvent], None]],
                   path: str, checkpoint_wal_bytes: int, interrupts: Interrupts,
-                  chain_sql: bool, retired: Collection[str] = ()) -> Runtime:
+                  chain_sql: bool, retired: Collection[str] = (),
+                  evolutions: Mapping[str, Explicit] | None = None) -> Runtime:
     """Start on the declared ``graph``: check it, create what is missing, rebuild the ledger
     from the commit records, take the consumers' holds and the halts, find each stream's
     newest batch. The arguments are the engine's own (its connection, lock, subscribers,
     observers, input log, interrupts and settings); ``foreign``: opened by ``open_existing``,
     so the graph is not saved and every procedure is halted (``FOREIGN``); ``retired``:
-    procedures of the last program retired on purpose (``sstore.redeclared``)."""
+    procedures of the last program retired on purpose (``sstore.redeclared``);
+    ``evolutions``: ``Engine.evolve``'s explicit changes per stream (``sstore.evolution``)."""
     order = graph.validate()
     if not foreign:
         redeclared.check(con, graph, retired)
     store = StreamStore(con, graph)
-    store.create_all()
+    store.create_all(evolutions, foreign=foreign,
+                     blocked=None if input_log is None else functools.partial(
+                         recovery.unreplayed_batches, con, input_log))
     ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
     collected = systables.load_collected(con)
     ledger.load(systables.load_commits(con, collected))

@@ -65,6 +65,20 @@ def load_snapshot(con: duckdb.DuckDBPyConnection, log_path: str) -> bool:
     return True
 
 
+def unreplayed_batches(con: duckdb.DuckDBPyConnection, log: InputLog) -> str | None:
+    """Why a stream cannot evolve before this start's replay, if it cannot: the input log
+    holds batches after the snapshot, logged with the stream's old columns, and replaying
+    them into the evolved table would give them other values (a default, a wider type) than
+    a state file's rows got. Read only when a stream would evolve."""
+    skip_through = systables.get_meta(con, SNAPSHOT_LSN)
+    logged = sum(1 for r in log.records() if r.kind == "ingest" and r.lsn > skip_through)
+    if not logged:
+        return None
+    return (f"the input log {log.path} holds {logged} batch(es) after its snapshot, logged "
+            f"with the old columns. Start the program once more with the old declaration and "
+            f"call Engine.checkpoint() (the snapshot then holds them), then start the new one")
+
+
 def replay(rt: Runtime, log: InputLog, run_one: Callable[[int], bool],
            apply_ingest: Callable[[LogRecord], None],
            apply_oltp: Callable[[LogRecord], None]) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from sstore import systables
+from sstore import evolution, systables
 from sstore.consumers import ConsumerStatus, describe
 from sstore.duck import connect
 from sstore.redact import mask_secrets
@@ -43,6 +43,9 @@ class StreamStatus:
     retained_rows: int | None
     last_commit_at: str | None = None  # ISO time of ``last_batch``'s commit (None: unknown)
     source: str | None = None  # a window's stream
+    #: the stream's recorded versions, oldest first (``sstore.evolution.load``; empty: it
+    #: never evolved): version, first_batch, columns, change, evolved_at
+    versions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -222,6 +225,10 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     status.procedures = [procedures[name] for name in order]
     position = {name: i for i, (_, name) in enumerate(dataflow_nodes(status))}
     status.streams.sort(key=lambda s: position[s.name])
+    for found in evolution.load(con):
+        for stream in status.streams:
+            if stream.name == found["stream"]:
+                stream.versions.append({k: v for k, v in found.items() if k != "stream"})
     _consumers(con, status, last)
     status.event_windows = _event_windows(con)
     errors = con.execute("SELECT logged_at::VARCHAR, procedure, batch_id, action, error "

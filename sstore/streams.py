@@ -6,18 +6,18 @@ rows are inserted, so that they commit or roll back with the rows that fired the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
 
-from sstore import event_windows
+from sstore import event_windows, evolution
 from sstore.duck import LARGE_ROWS, arrow, execute, registered
 from sstore.errors import DeclarationError
 from sstore.graph import Graph
 from sstore.rows import RowsLike, to_arrow
 from sstore.sql import ident
-from sstore.table_declarations import column_types
 from sstore.windows import (
     WindowState,
     WindowUpdate,
@@ -68,13 +68,31 @@ class StreamStore:
         #: rolled-back insert leaves the range wider than needed, never narrower.
         self.stored_from: dict[str, int | None] = {}
         self.stored_through: dict[str, int] = {}
+        #: streams this start evolved (``sstore.evolution``): weak durability then writes a
+        #: snapshot at once, the log's later batches being logged with the new columns
+        self.evolved: list[str] = []
 
     # -- setup ---------------------------------------------------------------------------------
-    def create_all(self) -> None:
+    def create_all(self, evolutions: Mapping[str, evolution.Explicit] | None = None, *,
+                   foreign: bool = False,
+                   blocked: Callable[[], str | None] | None = None) -> None:
+        """Create the declared streams that are missing; evolve the ones whose declaration
+        changed (``sstore.evolution``: every change checked before anything is created, then
+        all of them in one transaction with their version records). ``foreign``
+        (``Engine.open_existing``): the graph is the one saved at the last start, which a
+        crash right after an evolution's commit leaves older than the tables: they are taken
+        as they are, never checked against it nor changed. ``blocked``: why no stream may
+        evolve now (``evolution.apply``)."""
         con = self.con
+        plans = []
         for decl in self.graph.streams.values():  # all checked before anything is created
-            if decl.columns is not None and self._table_exists(decl.name):
-                self._check_declared(decl.name, decl.columns)
+            if decl.columns is not None and not foreign and self._table_exists(decl.name):
+                found = evolution.plan(con, decl.name, decl.columns,
+                                       (evolutions or {}).get(decl.name))
+                if found is not None:
+                    plans.append(found)
+        evolution.apply(con, self.graph, plans, blocked)
+        self.evolved = [p.stream for p in plans]
         for decl in self.graph.streams.values():
             if decl.columns is not None:
                 cols = ", ".join(f"{ident(c)} {t}" for c, t in decl.columns.items())
@@ -110,27 +128,6 @@ class StreamStore:
     def _read_schema(self, name: str) -> pa.Schema:
         return self.con.sql(f"SELECT * EXCLUDE (_batch_id) FROM {ident(name)} LIMIT 0"
                             ).to_arrow_table().schema
-
-    def _check_declared(self, name: str, columns: dict[str, str]) -> None:
-        """Refuse a declaration of an existing stream table with other column names, order or
-        types: a type changed on the program's side only (``VARCHAR -> INTEGER``) went on
-        with the stored type, so ``max`` compared text and ``REAL -> DOUBLE`` kept float
-        rounding, with no error (issue 34). Types are compared as the catalog spells them."""
-        stored = [(str(c), str(t)) for c, t, *_ in self.con.execute(
-            f"DESCRIBE {ident(name)}").fetchall() if c != BATCH_COLUMN]
-        if [c for c, _t in stored] != list(columns):
-            raise DeclarationError(f"stream {name!r} is declared with columns {list(columns)} but "
-                                   f"the state file has {[c for c, _t in stored]}")
-        if all(t.upper() == columns[c].strip().upper() for c, t in stored):
-            return  # spelled as the catalog spells it: no scratch table needed
-        for (column, was), (_c, now) in zip(stored, column_types(self.con, name, columns)):
-            if was != now:
-                spelled = "" if now == columns[column].strip().upper() else f" ({now})"
-                raise DeclarationError(
-                    f"stream {name!r}: column {column!r} is stored as {was} (its table in the "
-                    f"state) but this program declares it {columns[column]}{spelled}; its rows "
-                    f"keep the old type and new ones would be cast to it. Declare it as "
-                    f"before ({was}), or declare a stream of another name with the new type")
 
     def schema(self, stream: str) -> pa.Schema | None:
         return self.schemas.get(stream)

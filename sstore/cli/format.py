@@ -146,9 +146,12 @@ def status_view(status: EngineStatus) -> RenderableType:
     streams.add_column("kind")
     streams.add_column("last batch", justify="right")
     streams.add_column("rows kept", justify="right")
+    streams.add_column("versions")
     for s in status.streams:
         streams.add_row(s.name, s.kind, str(s.last_batch),
-                        "" if s.retained_rows is None else str(s.retained_rows))
+                        "" if s.retained_rows is None else str(s.retained_rows),
+                        "\n".join(f"v{v['version']} from batch {v['first_batch']}: "
+                                   f"{v['change']}" for v in s.versions))
     parts: list[RenderableType] = [header]
     if status.live is not None:
         parts.append(live_header(status.live))

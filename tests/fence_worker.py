@@ -1,0 +1,43 @@
+"""A writer process for the fenced-writer tests (``tests/test_fenced_writers.py``).
+
+    python -m tests.fence_worker STATE URL
+
+Opens STATE (stream ``events``, one BIGINT column), makes a sink into PostgreSQL table
+``events`` and answers one line per command read from stdin:
+
+- ``ingest N``: ingest batch N (rows N*10 .. N*10+2) -> ``OK``
+- ``deliver``: move what is pending (``run_pending``) -> ``OK <rows>`` or ``ERR <Class>: <text>``
+- ``quit``
+"""
+
+from __future__ import annotations
+
+import sys
+
+from migrators import StreamToPostgres
+from sstore import Engine
+
+
+def main(state: str, url: str) -> None:
+    with Engine(state) as engine:
+        engine.stream("events", {"id": "BIGINT"})
+        sink = StreamToPostgres(engine, "events", url, "events")
+        print("READY", flush=True)
+        for line in sys.stdin:
+            command, *args = line.split()
+            if command == "quit":
+                break
+            try:
+                if command == "ingest":
+                    n = int(args[0])
+                    engine.ingest("events", [(n * 10 + i,) for i in range(3)], batch_id=n)
+                    print("OK", flush=True)
+                elif command == "deliver":
+                    print(f"OK {sink.run_pending()}", flush=True)
+            except Exception as exc:  # the parent reads the outcome
+                print(f"ERR {type(exc).__name__}: {' '.join(str(exc).split())}", flush=True)
+        sink.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
