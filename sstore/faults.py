@@ -9,6 +9,10 @@ protocol on purpose instead of hoping a timer lands there.
 ``SSTORE_CRASH_SIGNAL`` (``TERM``, ``INT``; default ``KILL``) sends another signal instead, once,
 at that pass: a clean stop requested at a known step of a protocol (``sstore.stopping``), which
 the process then finishes as it would after a user's Ctrl-C or ``kill``.
+
+``procedure.body`` is never called by the engine: a procedure's own code calls it (the model
+test's ``enrich`` does, between its statements), so that a crash or a stop can land while user
+code runs inside an open transaction, not only at the engine's own steps.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ POINTS = (
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
     "dead_letters.before_delete", "file.before_rename",
     "evolve.before_commit", "evolve.after_commit",
+    "procedure.body",
 )
 
 _target: tuple[str, int] | None = None

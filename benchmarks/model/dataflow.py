@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from sstore import Engine
+from sstore.faults import crash_point
 
 ORDERS = {"rec": "BIGINT", "k": "INTEGER", "amt": "DECIMAL(10,2)", "ts": "TIMESTAMP"}
 #: redeclarations of ``orders`` with other column types (issue 34 item 3): each must be refused
@@ -85,6 +86,7 @@ def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
         tx.execute("INSERT INTO totals SELECT k, count(*), sum(amt) FROM batch GROUP BY k "
                    "ON CONFLICT (k) DO UPDATE SET n = totals.n + excluded.n, "
                    "s = totals.s + excluded.s")
+        crash_point("procedure.body")  # a crash or a stop inside user code, mid-transaction
         return tx.sql("SELECT rec, k, amt, ts, ?::BIGINT AS seen FROM batch", seen)
 
     engine.sql_procedure("double", "SELECT rec, amt * 2 AS amt2 FROM batch",

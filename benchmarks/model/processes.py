@@ -42,9 +42,9 @@ RECORDS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 99_999),
                    min_size=1, max_size=4)
 POINTS = {
     "full": ("ingest.before_commit", "ingest.after_commit", "te.before_commit",
-             "te.after_commit", "gc.before_commit"),
+             "te.after_commit", "gc.before_commit", "procedure.body"),
     "weak": ("log.after_append", "ingest.before_commit", "te.before_commit",
-             "te.after_commit", "checkpoint.after_snapshot"),
+             "te.after_commit", "checkpoint.after_snapshot", "procedure.body"),
 }
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT}
 
