@@ -119,7 +119,7 @@ def _check(url: str) -> None:
         except psycopg.Error as exc:
             raise ReaderRoleError(
                 f"user {found_user(url)!r} may not read as the reader role {name!r} on "
-                f"{shown(url)} ({str(exc).strip()}); as an administrator run: GRANT "
+                f"{shown(url)} ({_one_line(exc)}); as an administrator run: GRANT "
                 f"{ident(name)} TO {ident(found_user(url))}") from None
 
 
@@ -134,7 +134,7 @@ def _create(con: Any, url: str, name: str) -> None:
     except psycopg.Error as exc:
         raise ReaderRoleError(
             f"sstore reads PostgreSQL only as a role that cannot write, and user "
-            f"{found_user(url)!r} may not create one on {shown(url)} ({str(exc).strip()}). "
+            f"{found_user(url)!r} may not create one on {shown(url)} ({_one_line(exc)}). "
             f"As an administrator run: CREATE ROLE {ident(name)} NOLOGIN; GRANT "
             f"pg_read_all_data TO {ident(name)}; GRANT {ident(name)} TO "
             f"{ident(found_user(url))}; or name an existing read-only role in "
@@ -144,3 +144,7 @@ def _create(con: Any, url: str, name: str) -> None:
 def found_user(url: str) -> str:
     """The URL's login user (libpq's default, the OS user, is not guessed: 'postgres')."""
     return (parse(url).user if "://" in url else None) or "postgres"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
