@@ -21,7 +21,9 @@ replicas, casts into the engine) reads through this module:
 3. ``begin(execute)``: ``SET TRANSACTION READ ONLY`` then ``SET LOCAL ROLE`` to the reader, in
    the read's transaction, before the query.
 
-What a user must know: logged in as the reader (2), nothing the query calls can write. Logged
+What a user must know: logged in as the reader (2), nothing the query calls can write with
+the reader's rights (a ``SECURITY DEFINER`` function runs with its owner's: whoever made one
+and let PUBLIC call it chose that it may write for anyone), and the read is rolled back. Logged
 in as a writer who switches role (3), a function already defined in the database could switch
 back (``set_config('role', ...)`` checks the login user's rights, not the current role's): the
 denylist refuses such calls by name in the query itself, but only a login as the reader closes
