@@ -49,6 +49,7 @@ CATALOG_RACES: dict[str, str] = {
 TERMINAL_CONNECT_MESSAGES: tuple[str, ...] = (
     "does not exist",                      # database or role
     "password authentication failed",
+    "no password supplied",                # a server that wants one (waiting brings none)
     "no pg_hba.conf entry",
     "invalid connection option",
     "invalid integer value",

@@ -21,7 +21,9 @@ replicas, casts into the engine) reads through this module:
 3. ``begin(execute)``: ``SET TRANSACTION READ ONLY`` then ``SET LOCAL ROLE`` to the reader, in
    the read's transaction, before the query.
 
-What a user must know: logged in as the reader (2), nothing the query calls can write. Logged
+What a user must know: logged in as the reader (2), nothing the query calls can write with
+the reader's rights (a ``SECURITY DEFINER`` function runs with its owner's: whoever made one
+and let PUBLIC call it chose that it may write for anyone), and the read is rolled back. Logged
 in as a writer who switches role (3), a function already defined in the database could switch
 back (``set_config('role', ...)`` checks the login user's rights, not the current role's): the
 denylist refuses such calls by name in the query itself, but only a login as the reader closes
@@ -119,7 +121,7 @@ def _check(url: str) -> None:
         except psycopg.Error as exc:
             raise ReaderRoleError(
                 f"user {found_user(url)!r} may not read as the reader role {name!r} on "
-                f"{shown(url)} ({str(exc).strip()}); as an administrator run: GRANT "
+                f"{shown(url)} ({_one_line(exc)}); as an administrator run: GRANT "
                 f"{ident(name)} TO {ident(found_user(url))}") from None
 
 
@@ -134,7 +136,7 @@ def _create(con: Any, url: str, name: str) -> None:
     except psycopg.Error as exc:
         raise ReaderRoleError(
             f"sstore reads PostgreSQL only as a role that cannot write, and user "
-            f"{found_user(url)!r} may not create one on {shown(url)} ({str(exc).strip()}). "
+            f"{found_user(url)!r} may not create one on {shown(url)} ({_one_line(exc)}). "
             f"As an administrator run: CREATE ROLE {ident(name)} NOLOGIN; GRANT "
             f"pg_read_all_data TO {ident(name)}; GRANT {ident(name)} TO "
             f"{ident(found_user(url))}; or name an existing read-only role in "
@@ -144,3 +146,7 @@ def _create(con: Any, url: str, name: str) -> None:
 def found_user(url: str) -> str:
     """The URL's login user (libpq's default, the OS user, is not guessed: 'postgres')."""
     return (parse(url).user if "://" in url else None) or "postgres"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

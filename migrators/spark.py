@@ -187,8 +187,8 @@ def postgres_to_dataframe(url: str, table: str | None = None, query: str | None 
     if partition_column is None and (num_partitions is not None or lower_bound is not None):
         raise ValueError("num_partitions and bounds need a partition_column")
     spark = spark or get_spark()
-    reader_role.ensure(url)
     pg = parse(reader_role.reader_url(url))  # as the reader (``_reader``)
+    _read("check the reader role", pg, lambda: reader_role.ensure(url), retry)
     source = qualified(table) if table is not None else f"({_bare(query or '')}) AS sstore_query"
     what = f"read {table!r}" if table is not None else "run a query"
     reader = _reader(spark, pg, source, fetch_size)

@@ -67,7 +67,8 @@ def secret_url(postgresql: psycopg.Connection) -> Iterator[str]:
         con.execute(f'GRANT ALL ON DATABASE "{info.dbname}" TO "{role}"')
         con.execute(f'GRANT ALL ON SCHEMA public TO "{role}"')
         # reads run as the reader role (migrators.reader), which only a superuser may create
-        reader.ensure(f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}")
+        login = info.user + (f":{info.password}" if info.password else "")
+        reader.ensure(f"postgresql://{login}@{info.host}:{info.port}/{info.dbname}")
         con.execute(f'GRANT {ident(reader.role())} TO "{role}"')
         try:
             yield f"postgresql://{role}:{SECRET}@{info.host}:{info.port}/{info.dbname}"

@@ -224,7 +224,8 @@ def test_a_retried_removal_takes_only_the_row_versions_it_moved(
     url = urlsplit(customers)
     with CuttingProxy((url.hostname or "127.0.0.1", url.port or 5432), on_send,
                       on_cut) as proxy:
-        relayed = urlunsplit(url._replace(netloc=f"{url.username}@127.0.0.1:{proxy.port}",
+        login = url.netloc.rpartition("@")[0]  # user and password, if any
+        relayed = urlunsplit(url._replace(netloc=f"{login}@127.0.0.1:{proxy.port}",
                                           query="sslmode=disable&gssencmode=disable"))
         policy = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.1)
         assert move_tier2(engine, relayed, retry=policy) == TIER2
@@ -254,7 +255,8 @@ def test_a_cross_system_query_and_a_replica_refresh_retry_by_the_policy_given(
 
     url = urlsplit(customers)
     with CuttingProxy((url.hostname or "127.0.0.1", url.port or 5432), on_send) as proxy:
-        relayed = urlunsplit(url._replace(netloc=f"{url.username}@127.0.0.1:{proxy.port}",
+        login = url.netloc.rpartition("@")[0]  # user and password, if any
+        relayed = urlunsplit(url._replace(netloc=f"{login}@127.0.0.1:{proxy.port}",
                                           query="sslmode=disable&gssencmode=disable"))
         policy = RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.1)
         rows = cross_system_query(relayed, "SELECT count(*) AS n FROM customers", retry=policy)
