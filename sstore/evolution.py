@@ -36,6 +36,7 @@ from typing import Any
 
 import duckdb
 
+from sstore import versioned
 from sstore.errors import DeclarationError
 from sstore.faults import crash_point
 from sstore.graph import Graph
@@ -218,13 +219,8 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, plans: list[Plan],
     may evolve now, if it cannot (weak durability with batches in the input log)."""
     if not plans:
         return
-    reason = blocked() if blocked is not None else None
-    if reason is not None:
-        raise DeclarationError(f"stream {plans[0].stream!r} cannot evolve "
-                               f"({'; '.join(plans[0].change)}) now: {reason}")
-    con.execute(VERSIONS_DDL)
-    con.begin()
-    try:
+    what = f"stream {plans[0].stream!r} cannot evolve ({'; '.join(plans[0].change)})"
+    with versioned.one_change(con, VERSIONS_DDL, what, blocked, "evolve.before_commit"):
         for p in plans:
             tables = [p.stream] + [w.name + "__rows" for w in graph.windows_on(p.stream)]
             for table in tables:
@@ -237,11 +233,6 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, plans: list[Plan],
                             f"{statement.format(table=table)} failed: {exc}. Nothing was "
                             f"changed") from None
             _record(con, p, next_batch(con, graph, p.stream))
-        crash_point("evolve.before_commit")
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     crash_point("evolve.after_commit")
 
 
@@ -261,9 +252,7 @@ def load(con: duckdb.DuckDBPyConnection, stream: str | None = None) -> list[dict
     """The recorded versions (of ``stream``, or of every stream), oldest first: dicts of
     stream, version, columns ([name, type] pairs), first_batch, change, evolved_at. None in
     a state file that never evolved a stream (the table is made on first use)."""
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = "
-                         "'sstore_sys' AND table_name = 'stream_versions'").fetchall()[0][0]
-    if not exists:
+    if not versioned.has_table(con, "stream_versions"):
         return []
     rows = con.execute(f"SELECT stream, version, columns, first_batch, change, "
                        f"evolved_at::VARCHAR FROM {VERSIONS} WHERE ? IS NULL OR stream = ? "

@@ -36,8 +36,8 @@ from typing import Any
 
 import duckdb
 
+from sstore import versioned
 from sstore.errors import DeclarationError
-from sstore.faults import crash_point
 from sstore.graph import Graph, ProcedureDecl
 
 VERSIONS = "sstore_sys.procedure_versions"
@@ -61,9 +61,7 @@ class Upgrade:
 def load(con: duckdb.DuckDBPyConnection, procedure: str | None = None) -> list[dict[str, Any]]:
     """The recorded versions (of ``procedure``, or all), oldest first; none in a file where no
     procedure ever changed (the table is made on first use)."""
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = "
-                         "'sstore_sys' AND table_name = 'procedure_versions'").fetchall()[0][0]
-    if not exists:
+    if not versioned.has_table(con, "procedure_versions"):
         return []
     rows = con.execute(f"SELECT procedure, version, from_batch, change, code, "
                        f"recorded_at::VARCHAR FROM {VERSIONS} WHERE ? IS NULL OR procedure = ? "
@@ -101,24 +99,15 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, versions: Mapping[str, i
                                            None)]
     if not rows and not revived:
         return []
-    reason = blocked() if blocked is not None else None
-    if reason is not None:
-        raise DeclarationError(f"procedure {rows[-1][0]!r} cannot switch to version "
-                               f"{rows[-1][1]} now: {reason}")
-    con.execute(VERSIONS_DDL)
-    con.begin()
-    try:
+    what = (f"procedure {rows[-1][0]!r} cannot switch to version {rows[-1][1]}" if rows else
+            f"procedure {revived[0][0]!r} cannot be declared again")
+    with versioned.one_change(con, VERSIONS_DDL, what, blocked, "upgrade.before_commit"):
         for name, version in revived:  # a retire at version 2 leaves "created" alone: drop it
             con.execute(f"DELETE FROM {VERSIONS} WHERE procedure = ? AND (version = ? OR ? = 2)",
                         [name, version, version])
         if rows:
             con.executemany(f"INSERT INTO {VERSIONS} (procedure, version, from_batch, change, "
                             f"code) VALUES (?, ?, ?, ?, ?)", rows)
-        crash_point("upgrade.before_commit")
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     return sorted({r[0] for r in rows})
 
 

@@ -82,12 +82,16 @@ def test_an_explicit_upgrade_switches_at_its_boundary(state_path: str) -> None:
     assert len(versions(state_path)) == 2
 
 
-def test_retire_is_an_upgrade_with_no_successor(state_path: str) -> None:
-    program(state_path, ingest=2)
-    with Engine(state_path) as engine:
+def retire_tag(path: str, batch: int) -> None:
+    with Engine(path) as engine:
         engine.stream("events", {"x": "INTEGER"})
         engine.retire("tag")
-        engine.ingest("events", [(3,)])
+        engine.ingest("events", [(batch,)])
+
+
+def test_retire_is_an_upgrade_with_no_successor(state_path: str) -> None:
+    program(state_path, ingest=2)
+    retire_tag(state_path, 3)
     assert versions(state_path) == [(1, 1, "created"), (2, 3, "retired")]
 
 
@@ -113,10 +117,7 @@ def test_a_crash_during_the_switch_leaves_one_version_per_batch(state_path: str,
 
 def test_a_retired_procedure_declared_again_carries_on(state_path: str) -> None:
     program(state_path, ingest=1)
-    with Engine(state_path) as engine:
-        engine.stream("events", {"x": "INTEGER"})
-        engine.retire("tag")
-        engine.ingest("events", [(2,)])
+    retire_tag(state_path, 2)
     assert versions(state_path)[-1][2] == "retired"
     for _ in range(2):
         assert program(state_path, ingest=1)[-1][1] == "v1"
