@@ -67,7 +67,8 @@ class Explicit:
 
     rename: Mapping[str, str] = field(default_factory=dict)
     drop: Sequence[str] = ()
-    #: column -> new type; None: the type the declaration gives the column
+    #: columns converted to the type the declaration gives them (column -> that type, or
+    #: None: the stored values are converted by DuckDB's cast)
     cast: Mapping[str, str | None] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
@@ -124,7 +125,7 @@ def plan(con: duckdb.DuckDBPyConnection, name: str, declared: Mapping[str, str],
     change: list[str] = []
     current = list(stored)
     if explicit is not None:
-        current = _apply_explicit(name, current, dict(wanted), explicit, statements)
+        current = _apply_explicit(con, name, current, dict(wanted), explicit, statements)
         change += explicit.describe()
     now = dict(wanted)
     names = [c for c, _t in current]
@@ -152,8 +153,9 @@ def plan(con: duckdb.DuckDBPyConnection, name: str, declared: Mapping[str, str],
     return Plan(name, stored, list(now.items()), statements, change)
 
 
-def _apply_explicit(name: str, current: Columns, wanted: dict[str, str], explicit: Explicit,
-                    statements: list[str]) -> Columns:
+def _apply_explicit(con: duckdb.DuckDBPyConnection, name: str, current: Columns,
+                    wanted: dict[str, str], explicit: Explicit, statements: list[str]
+                    ) -> Columns:
     """``explicit``'s renames, drops and casts on ``current`` (statements appended)."""
     def known(column: str, what: str) -> None:
         if column not in dict(current):
@@ -174,12 +176,16 @@ def _apply_explicit(name: str, current: Columns, wanted: dict[str, str], explici
         current = [(c, t) for c, t in current if c != column]
     for column, to in explicit.cast.items():
         known(column, f"cast={{{column!r}: {to!r}}}")
-        if to is None and column not in wanted:
+        if column not in wanted:
             raise DeclarationError(f"Engine.evolve({name!r}, cast=[{column!r}]): the "
                                    f"declaration of {name!r} has no column {column!r}")
-        target = wanted.get(column) if to is None else to
-        statements.append(f"ALTER TABLE {{table}} ALTER COLUMN {ident(column)} TYPE {target}")
-        current = [(c, wanted.get(c, t) if c == column else t) for c, t in current]
+        if to is not None and column_types(con, name, {column: to})[0][1] != wanted[column]:
+            raise DeclarationError(f"Engine.evolve({name!r}, cast={{{column!r}: {to!r}}}): "
+                                   f"the declaration gives {column!r} the type "
+                                   f"{wanted[column]}; cast to the declared type")
+        statements.append(f"ALTER TABLE {{table}} ALTER COLUMN {ident(column)} TYPE "
+                          f"{wanted[column]}")
+        current = [(c, wanted[c] if c == column else t) for c, t in current]
     return current
 
 

@@ -243,3 +243,20 @@ def test_weak_durability_evolves_after_a_checkpoint_only(tmp_path: Path) -> None
         engine.stream("s", {"a": "BIGINT", "b": "VARCHAR"})
         assert rows(engine, "SELECT a, b FROM s ORDER BY _batch_id") == [
             (1, None), (2, None), (2**40, "x"), (2**40, "x")]
+
+
+def test_a_cast_names_the_declared_type_or_is_refused(state_path: str) -> None:
+    with Engine(state_path) as engine:
+        engine.stream("readings", {"level": "VARCHAR"})
+        engine.ingest("readings", [("7",)])
+    with pytest.raises(DeclarationError, match=r"declaration gives 'level' the type INTEGER; "
+                                               r"cast to the declared type"):
+        with Engine(state_path) as engine:
+            engine.stream("readings", {"level": "INTEGER"})
+            engine.evolve("readings", cast={"level": "BIGINT"})
+            engine.ingest("readings", [(8,)])
+    with Engine(state_path) as engine:
+        engine.stream("readings", {"level": "INTEGER"})
+        engine.evolve("readings", cast={"level": "int"})  # the same type, other words
+        engine.ingest("readings", [(8,)])
+        assert rows(engine, "SELECT level FROM readings ORDER BY ALL") == [(7,), (8,)]
