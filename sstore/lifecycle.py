@@ -132,14 +132,13 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
     order = graph.validate()
     blocked = None if input_log is None else functools.partial(
         recovery.unreplayed_batches, con, input_log)
-    switched: list[str] = []
+    switches = upgrades_.Switches([], [])
     if not foreign:
         redeclared.check(con, graph, retired)
-        switched = upgrades_.apply(con, graph, versions or {}, upgrades or {}, retired,
-                                   blocked)
+        switches = upgrades_.check(con, graph, versions or {}, upgrades or {}, retired)
     store = StreamStore(con, graph)
     store.create_all(evolutions, foreign=foreign, blocked=blocked)
-    store.evolved += [f"procedure {name}" for name in switched]
+    store.evolved += [f"procedure {name}" for name in switches.record(con, blocked)]
     ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
     collected = systables.load_collected(con)
     ledger.load(systables.load_commits(con, collected))

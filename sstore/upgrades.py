@@ -70,16 +70,41 @@ def load(con: duckdb.DuckDBPyConnection, procedure: str | None = None) -> list[d
              "code": code, "recorded_at": at} for p, v, b, ch, code, at in rows]
 
 
-def apply(con: duckdb.DuckDBPyConnection, graph: Graph, versions: Mapping[str, int],
-          upgrades: Mapping[str, Upgrade], retired: Collection[str],
-          blocked: Callable[[], str | None] | None = None) -> list[str]:
-    """Check and record this start's versions (module docstring), then make each upgraded
-    procedure run the version that owns each batch. Returns the procedures switched."""
+@dataclass
+class Switches:
+    """A start's version records, checked and not yet written (``record``)."""
+
+    rows: list[tuple[str, int, int, str, str | None]]
+    revived: list[tuple[str, int]]
+
+    def record(self, con: duckdb.DuckDBPyConnection,
+               blocked: Callable[[], str | None] | None = None) -> list[str]:
+        """Write them in one transaction (module docstring); the procedures switched."""
+        rows, revived = self.rows, self.revived
+        if not rows and not revived:
+            return []
+        what = (f"procedure {rows[-1][0]!r} cannot switch to version {rows[-1][1]}" if rows
+                else f"procedure {revived[0][0]!r} cannot be declared again")
+        with versioned.one_change(con, VERSIONS_DDL, what, blocked, "upgrade.before_commit"):
+            for name, version in revived:  # a retire at version 2 leaves "created": drop it
+                con.execute(f"DELETE FROM {VERSIONS} WHERE procedure = ? AND "
+                            f"(version = ? OR ? = 2)", [name, version, version])
+            if rows:
+                con.executemany(f"INSERT INTO {VERSIONS} (procedure, version, from_batch, "
+                                f"change, code) VALUES (?, ?, ?, ?, ?)", rows)
+        return sorted({r[0] for r in rows} | {n for n, _v in revived})
+
+
+def check(con: duckdb.DuckDBPyConnection, graph: Graph, versions: Mapping[str, int],
+          upgrades: Mapping[str, Upgrade], retired: Collection[str]) -> Switches:
+    """Check this start's versions (module docstring) and make each upgraded procedure run
+    the version that owns each batch; what to record is returned, written by the caller
+    once the rest of the start was checked too (``Switches.record``)."""
     recorded: dict[str, list[dict[str, Any]]] = {}
     for row in load(con):
         recorded.setdefault(row["procedure"], []).append(row)
     if not (recorded or upgrades or retired or any(v != 1 for v in versions.values())):
-        return []  # the common start: nothing changed, nothing to read
+        return Switches([], [])  # the common start: nothing changed, nothing to read
     progress = {str(n): int(b) for n, b in con.execute(
         "SELECT node, max(batch_id) FROM sstore_sys.commits GROUP BY node").fetchall()}
     rows: list[tuple[str, int, int, str, str | None]] = []
@@ -97,18 +122,7 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, versions: Mapping[str, i
             latest = past[-1]["version"] if past else 1
             rows += _first(name, past) + [(name, latest + 1, progress[name] + 1, "retired",
                                            None)]
-    if not rows and not revived:
-        return []
-    what = (f"procedure {rows[-1][0]!r} cannot switch to version {rows[-1][1]}" if rows else
-            f"procedure {revived[0][0]!r} cannot be declared again")
-    with versioned.one_change(con, VERSIONS_DDL, what, blocked, "upgrade.before_commit"):
-        for name, version in revived:  # a retire at version 2 leaves "created" alone: drop it
-            con.execute(f"DELETE FROM {VERSIONS} WHERE procedure = ? AND (version = ? OR ? = 2)",
-                        [name, version, version])
-        if rows:
-            con.executemany(f"INSERT INTO {VERSIONS} (procedure, version, from_batch, change, "
-                            f"code) VALUES (?, ?, ?, ?, ?)", rows)
-    return sorted({r[0] for r in rows})
+    return Switches(rows, revived)
 
 
 def _switch(name: str, decl: ProcedureDecl, version: int, upgrade: Upgrade | None,

@@ -122,3 +122,31 @@ def test_a_retired_procedure_declared_again_carries_on(state_path: str) -> None:
     for _ in range(2):
         assert program(state_path, ingest=1)[-1][1] == "v1"
         assert versions(state_path) == []
+
+
+def test_weak_durability_keeps_a_revival_in_its_snapshot(tmp_path) -> None:
+    """Weak durability: a retired procedure declared again (each program checkpoints before
+    the next starts, as it must); the record's removal must reach the snapshot at once, or a
+    later start with batches in the log would have to make it again and refuse (the model
+    found it)."""
+    log = str(tmp_path / "in.log")
+
+    def start(name: str, retire: str | None, batch: int, checkpoint: bool = True) -> list:
+        with Engine(":memory:", input_log=log) as engine:
+            engine.stream("events", {"x": "INTEGER"})
+            engine.execute("CREATE TABLE IF NOT EXISTS made (batch BIGINT, maker VARCHAR, "
+                           "x INTEGER)")
+            if retire:
+                engine.retire(retire)
+            engine.procedure(input="events", name=name)(v1)
+            engine.ingest("events", [(batch,)])
+            engine.run_until_idle()
+            if checkpoint:
+                engine.checkpoint()
+            return [v["change"] for v in engine.procedure_versions()]
+
+    start("tag", None, 1)
+    start("tag_v2", "tag", 2)
+    start("tag", "tag_v2", 3)
+    assert start("tag", "tag_v2", 4, checkpoint=False) == ["created", "retired"]
+    assert start("tag", "tag_v2", 5) == ["created", "retired"]  # batch 4 in the log
