@@ -36,7 +36,7 @@ from typing import Any
 
 import duckdb
 
-from sstore import versioned
+from sstore import systables, versioned
 from sstore.errors import DeclarationError
 from sstore.graph import Graph, ProcedureDecl
 
@@ -107,6 +107,10 @@ def check(con: duckdb.DuckDBPyConnection, graph: Graph, versions: Mapping[str, i
         return Switches([], [])  # the common start: nothing changed, nothing to read
     progress = {str(n): int(b) for n, b in con.execute(
         "SELECT node, max(batch_id) FROM sstore_sys.commits GROUP BY node").fetchall()}
+    collected = systables.load_collected(con)
+    for name, decl in graph.procedures.items():  # one that never ran starts after what was
+        if not progress.get(name):  # collected of its inputs (``Ledger.start_after_collected``)
+            progress[name] = max((collected.get(i, 0) for i in decl.inputs), default=0)
     rows: list[tuple[str, int, int, str, str | None]] = []
     revived: list[tuple[str, int]] = []
     for name, decl in graph.procedures.items():
