@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from sstore import versioned
 from sstore.errors import DeclarationError
 from sstore.faults import crash_point
+from sstore.fingerprint import fingerprint
 from sstore.graph import Graph
 from sstore.sql import ident
 from sstore.table_declarations import column_types
@@ -266,3 +268,30 @@ def load(con: duckdb.DuckDBPyConnection, stream: str | None = None) -> list[dict
     return [{"stream": s, "version": int(v), "columns": [tuple(c) for c in json.loads(cols)],
              "first_batch": int(b), "change": ch, "evolved_at": at}
             for s, v, cols, b, ch, at in rows]
+
+
+def resent_fingerprint(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int,
+                       table: pa.Table) -> int | None:
+    """The fingerprint ``table`` (a re-send of batch ``batch_id``, conformed to the stream's
+    columns now) would have had as the version that owned that batch took it: its columns,
+    with their types then. A batch ingested before an evolution is re-sent by a client that
+    does not know of it; its rows are the same rows. None when that cannot be told: no older
+    version owns the batch, a column it had is gone, a value does not fit the old type, or
+    the re-send carries values in a column the batch did not have. Only on a re-send whose
+    fingerprint differs (``sstore.ingest``), never per batch."""
+    versions = load(con, stream)
+    owners = [v for v in versions if v["first_batch"] <= batch_id]
+    if not owners or owners[-1] is versions[-1]:
+        return None
+    old = owners[-1]["columns"]
+    names = [str(c) for c, _t in old]
+    if any(n not in table.column_names for n in names) or any(
+            table.column(n).null_count != table.num_rows
+            for n in table.column_names if n not in names):
+        return None
+    schema = con.sql("SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {ident(str(c))}"
+                                           for c, t in old)).to_arrow_table().schema
+    try:
+        return fingerprint(table.select(names).cast(schema, safe=True))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
