@@ -76,7 +76,7 @@ WATERMARK_DDL = (
         rows_total BIGINT NOT NULL DEFAULT 0,
         created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
         updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        merge_key TEXT, epoch BIGINT NOT NULL DEFAULT 0,
+        merge_key TEXT, epoch BIGINT NOT NULL DEFAULT 0, writer TEXT, fingerprint TEXT,
         PRIMARY KEY (source, stream, target))""",
 )
 #: Added after the first release (``ensure_watermarks`` adds it to an older table): the key
@@ -84,12 +84,19 @@ WATERMARK_DDL = (
 #: and such a table cannot be a UNION ALL (``sstore.polystore.delivered``).
 MERGE_KEY_DDL = "ALTER TABLE sstore.watermarks ADD COLUMN IF NOT EXISTS merge_key TEXT"
 #: Added with fenced writers (issue 38): bumped by each writer that claims the row at its
-#: start (``claim``); a writer whose claim is older finds it moved and writes nothing.
+#: start (``claim``) unless the row's ``writer`` is its own; a writer whose claim is older
+#: finds it moved and writes nothing.
 EPOCH_DDL = ("ALTER TABLE sstore.watermarks ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL "
-             "DEFAULT 0")
+             "DEFAULT 0, ADD COLUMN IF NOT EXISTS writer TEXT")
+#: Added with drift checks (issue 38): what the writer delivered, as its ``claim`` recorded
+#: it (``migrators.drift``); NULL: a writer that records none
+FINGERPRINT_DDL = "ALTER TABLE sstore.watermarks ADD COLUMN IF NOT EXISTS fingerprint TEXT"
 
 Write = Callable[[psycopg.Cursor, int], int]
 PrepareTarget = Callable[[psycopg.Cursor], None]
+#: ``claim``'s drift check: (cursor, the fingerprint recorded at the last claim or None, the
+#: checked watermark) -> the fingerprint to record now; raises to refuse the start
+Fingerprint = Callable[[psycopg.Cursor, "str | None", "Watermark"], str]
 
 
 @dataclass(frozen=True)
@@ -282,7 +289,8 @@ def ensure_watermarks(con: psycopg.Connection) -> None:
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
             con.rollback()  # a concurrent writer created it first
         columns = _watermark_columns(con)
-    for column, ddl in (("merge_key", MERGE_KEY_DDL), ("epoch", EPOCH_DDL)):
+    for column, ddl in (("merge_key", MERGE_KEY_DDL), ("epoch", EPOCH_DDL),
+                        ("fingerprint", FINGERPRINT_DDL)):
         if columns and column not in columns and "stream" in columns:
             try:
                 con.execute(ddl)
@@ -325,7 +333,7 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
         row = _select_for_update(cur, key)
         assert row is not None
     batch_id, stored_oid, current_oid, rows_total = int(row[0]), row[1], row[2], int(row[3])
-    if key.epoch is not None and int(row[4]) != key.epoch:
+    if key.epoch is not None and not new and int(row[4]) != key.epoch:
         raise FencedError(
             f"{key}: another writer of this stream into {key.target} started after this one "
             f"(fence {int(row[4])}, this writer's {key.epoch}; it stands at batch {batch_id}): "
@@ -520,20 +528,35 @@ def refuse_replaced_target(cur: psycopg.Cursor, stream: str, target: str,
 
 
 def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,
-          shared_target: bool = False, drained_target: bool = False) -> Watermark:
+          shared_target: bool = False, drained_target: bool = False,
+          fingerprint: Fingerprint | None = None, writer: str | None = None) -> Watermark:
     """Steps 1-2 on their own, committed: where a writer stands before it plans (a sink's
     start). Creates the target through ``prepare_target`` if it is missing. Records the
     writer's ``merge_key`` (a row made before it was recorded, or a writer whose mode
     changed). Takes the fence: the row's ``epoch`` is bumped and returned in the answer, and
     a writer that claimed before (another process) is fenced at its next delivery
-    (``FencedError``): pass the answer's ``epoch`` in this writer's ``SinkKey``."""
+    (``FencedError``): pass the answer's ``epoch`` in this writer's ``SinkKey``.
+    ``fingerprint``: the drift check (``migrators.drift``), given the fingerprint the last
+    claim recorded; what it returns is recorded, in the same transaction. ``writer``: who
+    claims (a token per engine object, ``engine_to_postgres``): a claim by the writer that
+    holds the fence already keeps it, so two sinks of one engine on one target queue on the
+    row lock as before instead of fencing each other."""
     with con.cursor() as cur:
         watermark = lock(cur, replace(key, epoch=None), prepare_target, shared_target,
                          drained_target)
+        now = None
+        if fingerprint is not None:
+            stored = one_value(cur.execute(
+                f"SELECT fingerprint FROM {WATERMARKS} WHERE source = %s AND stream = %s AND "
+                f"target = %s", (key.source, key.stream, watermark.target)).fetchone())
+            now = fingerprint(cur, stored, watermark)
         epoch = one_value(cur.execute(
-            f"UPDATE {WATERMARKS} SET merge_key = %s, epoch = epoch + 1 WHERE source = %s "
-            f"AND stream = %s AND target = %s RETURNING epoch",
-            (key.merge_key, key.source, key.stream, watermark.target)).fetchone())
+            f"UPDATE {WATERMARKS} SET merge_key = %s, epoch = epoch + CASE WHEN writer IS NOT "
+            f"NULL AND writer = %s THEN 0 ELSE 1 END, writer = %s, "
+            f"fingerprint = coalesce(%s, fingerprint) WHERE source = %s AND stream = %s AND "
+            f"target = %s RETURNING epoch",
+            (key.merge_key, writer, writer, now, key.source, key.stream,
+             watermark.target)).fetchone())
     con.commit()
     return replace(watermark, epoch=int(epoch))
 

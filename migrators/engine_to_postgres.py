@@ -36,8 +36,11 @@ claimed by another state file) halts the sink (``halt``), records the error in t
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +48,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import backfill, delivery, follow
+from migrators import backfill, delivery, drift, follow
 from migrators.delivery import SinkKey
 from migrators.errors import IncompatibleSchemaError, MigrationError
 from migrators.postgres import (
@@ -331,7 +334,26 @@ class StreamToPostgres:
         with con.cursor() as cur:
             self._prepare_target(cur)
         return delivery.claim(con, self.sink_key, self._prepare_target, self.shared_target,
-                              self.drained_target)
+                              self.drained_target, self._fingerprint, _writer(self.engine))
+
+    def _fingerprint(self, cur: psycopg.Cursor, stored: str | None,
+                     watermark: delivery.Watermark) -> str:
+        """The drift check at a start (``migrators.drift``): what this sink delivers now,
+        compared with what it recorded at its last start; recorded by ``delivery.claim``."""
+        versions = self.engine.stream_versions(self.stream)
+        columns = [[str(r["column_name"]), str(r["data_type"])] for r in self.engine.query(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
+            "AND table_name = ? AND column_name <> ? ORDER BY column_index", self.stream,
+            BATCH_COLUMN).to_pylist()]
+        now = drift.Fingerprint(
+            len(versions) or 1, columns,
+            {"mode": self.mode, "key": list(self.key) if self.mode == "merge" else [],
+             "batch_column": self.batch_column}, drift.layout(cur, self.target))
+        if stored is not None:
+            drift.check(drift.Fingerprint.loads(stored), now, versions,
+                        f"sink {self.stream} -> {self.target}",
+                        compare_layout=not watermark.reset and watermark.batch_id > 0)
+        return now.dumps()
 
     def _prepare_target(self, cur: psycopg.Cursor) -> None:
         """Create the target if it is missing, or check that it can take the rows; remember
@@ -645,6 +667,18 @@ class StreamToPostgres:
         except SStoreError as also:  # the engine is closing: the log line above remains
             log.error("could not record the sink's halt: %s", also)
         self.halted = message
+
+
+#: one fence token per engine object (``delivery.claim``'s ``writer``): its sinks share the
+#: fence; another engine on the same state (a copy of the file in another process) takes it
+_WRITERS: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
+
+
+def _writer(engine: Engine) -> str:
+    token = _WRITERS.get(engine)
+    if token is None:
+        token = _WRITERS[engine] = f"{os.getpid()}:{uuid.uuid4().hex}"
+    return token
 
 
 def _exists(con: psycopg.Connection, table: str) -> bool:

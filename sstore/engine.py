@@ -40,6 +40,7 @@ from sstore import (
     owners,
     recovery,
     running,
+    upgrades,
 )
 from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
 from sstore.checkpoints import WAL_LIMIT_BYTES
@@ -60,6 +61,7 @@ from sstore.sql import bind, literal
 from sstore.status import EngineStatus, read_status
 from sstore.subscriptions import Callback, Subscribers, Subscription
 from sstore.transaction import Transaction
+from sstore.upgrades import Upgrade
 
 log = logging.getLogger("sstore")
 T = TypeVar("T")
@@ -114,6 +116,9 @@ class Engine:
         self._retired: set[str] = set()
         #: explicit changes of stored streams (``evolve``; ``sstore.evolution``)
         self._evolutions: dict[str, Explicit] = {}
+        #: declared procedure versions and explicit switches (``upgrade``; ``sstore.upgrades``)
+        self._versions: dict[str, int] = {}
+        self._upgrades: dict[str, Upgrade] = {}
         self._graph = Graph()
         self._lock = threading.RLock()
         self._rt: Runtime | None = None
@@ -275,6 +280,26 @@ class Engine:
         casts = dict(cast) if isinstance(cast, Mapping) else dict.fromkeys(cast or ())
         self._evolutions[stream] = Explicit(dict(rename or {}), tuple(drop), casts)
 
+    def upgrade(self, name: str, new_fn: Callable[..., Any], *,
+                from_batch: int | None = None) -> None:
+        """Replace procedure ``name``'s code at a batch boundary (``sstore.upgrades``):
+        declare it as before, then call this before the first ingest or run. Pending batches
+        below ``from_batch`` still run the declared code; batches from it on run ``new_fn``,
+        recorded as the next version. ``from_batch`` must come after every batch the
+        procedure committed (default: the next one). Once recorded, the call is a no-op."""
+        self._declaring()
+        if name not in self._graph.procedures:
+            raise DeclarationError(f"upgrade({name!r}): declare the procedure first, as "
+                                   f"before (its current version's code)")
+        self._upgrades[name] = Upgrade(new_fn, from_batch)
+
+    def procedure_versions(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The recorded versions of procedure ``name`` (or of all), oldest first
+        (``sstore.upgrades.load``); none for a procedure that never changed."""
+        rt = self._runtime()
+        with rt.lock:
+            return upgrades.load(rt.con, name)
+
     def stream_versions(self, stream: str | None = None) -> list[dict[str, Any]]:
         """The recorded versions of ``stream`` (or of every stream), oldest first
         (``sstore.evolution.load``); none for a stream that never evolved."""
@@ -284,7 +309,7 @@ class Engine:
 
     def procedure(self, input: str | Sequence[str], output: str | Sequence[str] = (), *,
                   name: str | None = None, on_error: str | ErrorPolicy = ErrorPolicy.HALT,
-                  retries: int = 2, timeout: float | None = None
+                  retries: int = 2, timeout: float | None = None, version: int = 1
                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a stored procedure: ``fn(tx, batch)`` runs once per batch as one transaction.
 
@@ -296,6 +321,8 @@ class Engine:
         execution is interrupted (its SQL statement and its Python code), rolled back, and
         ``on_error`` applies. None (the default): no limit, so a procedure that never returns
         holds the engine (every stream, ``status()``) until the process ends.
+        ``version``: the version of its code; a higher one than the state file recorded runs
+        from the batch after the procedure's last (``sstore.upgrades``).
         """
         self._declaring()
         inputs = (input,) if isinstance(input, str) else tuple(input)
@@ -305,13 +332,14 @@ class Engine:
             self._graph.add_procedure(ProcedureDecl(
                 name or fn.__name__, fn, inputs, outputs, ErrorPolicy(on_error), retries,
                 doc=(fn.__doc__ or "").strip().split("\n")[0], timeout=timeout))
+            self._versions[name or fn.__name__] = version
             return fn
 
         return register
 
     def sql_procedure(self, name: str, sql: str, *, input: str, output: str,
                       on_error: str | ErrorPolicy = ErrorPolicy.HALT, retries: int = 2,
-                      timeout: float | None = None, doc: str = "") -> None:
+                      timeout: float | None = None, doc: str = "", version: int = 1) -> None:
         """Declare a stored procedure that is one SELECT over its input batch ``batch``: its
         rows become batch b of ``output``. The same as a function procedure returning
         ``tx.sql(sql)``, but the engine may chain it with the SQL procedure that reads its
@@ -327,6 +355,7 @@ class Engine:
         self._graph.add_procedure(ProcedureDecl(
             name, run, (input,), (output,), ErrorPolicy(on_error), retries,
             doc=doc or sql.strip().split("\n")[0], timeout=timeout, sql=sql))
+        self._versions[name] = version
 
     # ------------------------------------------------------------------ starting
     def _runtime(self) -> Runtime:
@@ -345,7 +374,8 @@ class Engine:
             foreign=self._foreign, subscribers=self._subscribers, lock=self._lock,
             input_log=self._input_log, observers=self._observers, path=self.path,
             checkpoint_wal_bytes=self.checkpoint_wal_bytes, interrupts=self._interrupts,
-            chain_sql=self.chain_sql, retired=self._retired, evolutions=self._evolutions)
+            chain_sql=self.chain_sql, retired=self._retired, evolutions=self._evolutions,
+            versions=self._versions, upgrades=self._upgrades)
         self._rt = rt
         if self._input_log is not None:
             try:

@@ -35,9 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
+from sstore import versioned
 from sstore.errors import DeclarationError
 from sstore.faults import crash_point
+from sstore.fingerprint import fingerprint
 from sstore.graph import Graph
 from sstore.sql import ident
 from sstore.table_declarations import column_types
@@ -66,7 +69,8 @@ class Explicit:
 
     rename: Mapping[str, str] = field(default_factory=dict)
     drop: Sequence[str] = ()
-    #: column -> new type; None: the type the declaration gives the column
+    #: columns converted to the type the declaration gives them (column -> that type, or
+    #: None: the stored values are converted by DuckDB's cast)
     cast: Mapping[str, str | None] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
@@ -123,7 +127,7 @@ def plan(con: duckdb.DuckDBPyConnection, name: str, declared: Mapping[str, str],
     change: list[str] = []
     current = list(stored)
     if explicit is not None:
-        current = _apply_explicit(name, current, dict(wanted), explicit, statements)
+        current = _apply_explicit(con, name, current, dict(wanted), explicit, statements)
         change += explicit.describe()
     now = dict(wanted)
     names = [c for c, _t in current]
@@ -151,8 +155,9 @@ def plan(con: duckdb.DuckDBPyConnection, name: str, declared: Mapping[str, str],
     return Plan(name, stored, list(now.items()), statements, change)
 
 
-def _apply_explicit(name: str, current: Columns, wanted: dict[str, str], explicit: Explicit,
-                    statements: list[str]) -> Columns:
+def _apply_explicit(con: duckdb.DuckDBPyConnection, name: str, current: Columns,
+                    wanted: dict[str, str], explicit: Explicit, statements: list[str]
+                    ) -> Columns:
     """``explicit``'s renames, drops and casts on ``current`` (statements appended)."""
     def known(column: str, what: str) -> None:
         if column not in dict(current):
@@ -173,12 +178,16 @@ def _apply_explicit(name: str, current: Columns, wanted: dict[str, str], explici
         current = [(c, t) for c, t in current if c != column]
     for column, to in explicit.cast.items():
         known(column, f"cast={{{column!r}: {to!r}}}")
-        if to is None and column not in wanted:
+        if column not in wanted:
             raise DeclarationError(f"Engine.evolve({name!r}, cast=[{column!r}]): the "
                                    f"declaration of {name!r} has no column {column!r}")
-        target = wanted.get(column) if to is None else to
-        statements.append(f"ALTER TABLE {{table}} ALTER COLUMN {ident(column)} TYPE {target}")
-        current = [(c, wanted.get(c, t) if c == column else t) for c, t in current]
+        if to is not None and column_types(con, name, {column: to})[0][1] != wanted[column]:
+            raise DeclarationError(f"Engine.evolve({name!r}, cast={{{column!r}: {to!r}}}): "
+                                   f"the declaration gives {column!r} the type "
+                                   f"{wanted[column]}; cast to the declared type")
+        statements.append(f"ALTER TABLE {{table}} ALTER COLUMN {ident(column)} TYPE "
+                          f"{wanted[column]}")
+        current = [(c, wanted[c] if c == column else t) for c, t in current]
     return current
 
 
@@ -218,13 +227,8 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, plans: list[Plan],
     may evolve now, if it cannot (weak durability with batches in the input log)."""
     if not plans:
         return
-    reason = blocked() if blocked is not None else None
-    if reason is not None:
-        raise DeclarationError(f"stream {plans[0].stream!r} cannot evolve "
-                               f"({'; '.join(plans[0].change)}) now: {reason}")
-    con.execute(VERSIONS_DDL)
-    con.begin()
-    try:
+    what = f"stream {plans[0].stream!r} cannot evolve ({'; '.join(plans[0].change)})"
+    with versioned.one_change(con, VERSIONS_DDL, what, blocked, "evolve.before_commit"):
         for p in plans:
             tables = [p.stream] + [w.name + "__rows" for w in graph.windows_on(p.stream)]
             for table in tables:
@@ -237,11 +241,6 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, plans: list[Plan],
                             f"{statement.format(table=table)} failed: {exc}. Nothing was "
                             f"changed") from None
             _record(con, p, next_batch(con, graph, p.stream))
-        crash_point("evolve.before_commit")
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     crash_point("evolve.after_commit")
 
 
@@ -261,9 +260,7 @@ def load(con: duckdb.DuckDBPyConnection, stream: str | None = None) -> list[dict
     """The recorded versions (of ``stream``, or of every stream), oldest first: dicts of
     stream, version, columns ([name, type] pairs), first_batch, change, evolved_at. None in
     a state file that never evolved a stream (the table is made on first use)."""
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = "
-                         "'sstore_sys' AND table_name = 'stream_versions'").fetchall()[0][0]
-    if not exists:
+    if not versioned.has_table(con, "stream_versions"):
         return []
     rows = con.execute(f"SELECT stream, version, columns, first_batch, change, "
                        f"evolved_at::VARCHAR FROM {VERSIONS} WHERE ? IS NULL OR stream = ? "
@@ -271,3 +268,30 @@ def load(con: duckdb.DuckDBPyConnection, stream: str | None = None) -> list[dict
     return [{"stream": s, "version": int(v), "columns": [tuple(c) for c in json.loads(cols)],
              "first_batch": int(b), "change": ch, "evolved_at": at}
             for s, v, cols, b, ch, at in rows]
+
+
+def resent_fingerprint(con: duckdb.DuckDBPyConnection, stream: str, batch_id: int,
+                       table: pa.Table) -> int | None:
+    """The fingerprint ``table`` (a re-send of batch ``batch_id``, conformed to the stream's
+    columns now) would have had as the version that owned that batch took it: its columns,
+    with their types then. A batch ingested before an evolution is re-sent by a client that
+    does not know of it; its rows are the same rows. None when that cannot be told: no older
+    version owns the batch, a column it had is gone, a value does not fit the old type, or
+    the re-send carries values in a column the batch did not have. Only on a re-send whose
+    fingerprint differs (``sstore.ingest``), never per batch."""
+    versions = load(con, stream)
+    owners = [v for v in versions if v["first_batch"] <= batch_id]
+    if not owners or owners[-1] is versions[-1]:
+        return None
+    old = owners[-1]["columns"]
+    names = [str(c) for c, _t in old]
+    if any(n not in table.column_names for n in names) or any(
+            table.column(n).null_count != table.num_rows
+            for n in table.column_names if n not in names):
+        return None
+    schema = con.sql("SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {ident(str(c))}"
+                                           for c, t in old)).to_arrow_table().schema
+    try:
+        return fingerprint(table.select(names).cast(schema, safe=True))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None

@@ -25,7 +25,7 @@ POINTS = (
     "te.before_commit", "te.after_commit",
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
     "dead_letters.before_delete", "file.before_rename",
-    "evolve.before_commit", "evolve.after_commit",
+    "evolve.before_commit", "evolve.after_commit", "upgrade.before_commit",
     "procedure.body",
 )
 

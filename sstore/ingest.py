@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from sstore import group, systables
+from sstore import evolution, group, systables
 from sstore.backpressure import Backpressure
 from sstore.duck import rollback_after_failure
 from sstore.errors import (
@@ -248,7 +248,9 @@ def _check_resend(rt: Runtime, stream: str, batch_id: int, table: pa.Table, sent
                     "rows first sent; taken as a no-op unchecked", stream, batch_id)
         return
     rows, recorded_print = recorded
-    if rows != table.num_rows or (recorded_print is not None and recorded_print != sent):
+    if rows != table.num_rows or (recorded_print is not None and recorded_print != sent
+                                  and recorded_print != evolution.resent_fingerprint(
+                                      rt.con, stream, batch_id, table)):
         raise ResendMismatchError(stream, batch_id, rows, table.num_rows, last)
 
 

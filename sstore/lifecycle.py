@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from sstore import consumers, recovery, redeclared, stream_writes, systables
+from sstore import upgrades as upgrades_
 from sstore.checkpoints import Checkpoints
 from sstore.duck import connect
 from sstore.errors import DeclarationError
@@ -44,6 +45,7 @@ from sstore.scheduler import Scheduler
 from sstore.streams import StreamStore
 from sstore.subscriptions import Subscribers
 from sstore.transaction import Transaction
+from sstore.upgrades import Upgrade
 
 log = logging.getLogger("sstore")
 
@@ -115,21 +117,28 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
                   input_log: InputLog | None, observers: list[Callable[[CommitEvent], None]],
                   path: str, checkpoint_wal_bytes: int, interrupts: Interrupts,
                   chain_sql: bool, retired: Collection[str] = (),
-                  evolutions: Mapping[str, Explicit] | None = None) -> Runtime:
+                  evolutions: Mapping[str, Explicit] | None = None,
+                  versions: Mapping[str, int] | None = None,
+                  upgrades: Mapping[str, Upgrade] | None = None) -> Runtime:
     """Start on the declared ``graph``: check it, create what is missing, rebuild the ledger
     from the commit records, take the consumers' holds and the halts, find each stream's
     newest batch. The arguments are the engine's own (its connection, lock, subscribers,
     observers, input log, interrupts and settings); ``foreign``: opened by ``open_existing``,
     so the graph is not saved and every procedure is halted (``FOREIGN``); ``retired``:
     procedures of the last program retired on purpose (``sstore.redeclared``);
-    ``evolutions``: ``Engine.evolve``'s explicit changes per stream (``sstore.evolution``)."""
+    ``evolutions``: ``Engine.evolve``'s explicit changes per stream (``sstore.evolution``);
+    ``versions``, ``upgrades``: declared procedure versions and ``Engine.upgrade``'s switches
+    (``sstore.upgrades``)."""
     order = graph.validate()
+    blocked = None if input_log is None else functools.partial(
+        recovery.unreplayed_batches, con, input_log)
+    switches = upgrades_.Switches([], [])
     if not foreign:
         redeclared.check(con, graph, retired)
+        switches = upgrades_.check(con, graph, versions or {}, upgrades or {}, retired)
     store = StreamStore(con, graph)
-    store.create_all(evolutions, foreign=foreign,
-                     blocked=None if input_log is None else functools.partial(
-                         recovery.unreplayed_batches, con, input_log))
+    store.create_all(evolutions, foreign=foreign, blocked=blocked)
+    store.evolved += [f"procedure {name}" for name in switches.record(con, blocked)]
     ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
     collected = systables.load_collected(con)
     ledger.load(systables.load_commits(con, collected))

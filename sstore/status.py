@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from sstore import evolution, systables
+from sstore import evolution, systables, upgrades
 from sstore.consumers import ConsumerStatus, describe
 from sstore.duck import connect
 from sstore.redact import mask_secrets
@@ -33,6 +33,9 @@ class ProcedureStatus:
     halted: str | None
     on_error: str
     last_commit_at: str | None = None  # ISO time of ``last_batch``'s commit (None: unknown)
+    #: the procedure's recorded versions, oldest first (``sstore.upgrades.load``; empty: it
+    #: never changed): version, from_batch, change, code, recorded_at
+    versions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -225,6 +228,10 @@ def read_status(con: duckdb.DuckDBPyConnection, *, halted: dict[str, str] | None
     status.procedures = [procedures[name] for name in order]
     position = {name: i for i, (_, name) in enumerate(dataflow_nodes(status))}
     status.streams.sort(key=lambda s: position[s.name])
+    for switch in upgrades.load(con):
+        if switch["procedure"] in procedures:
+            procedures[switch["procedure"]].versions.append(
+                {k: v for k, v in switch.items() if k != "procedure"})
     for found in evolution.load(con):
         for stream in status.streams:
             if stream.name == found["stream"]:

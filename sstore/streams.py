@@ -68,8 +68,9 @@ class StreamStore:
         #: rolled-back insert leaves the range wider than needed, never narrower.
         self.stored_from: dict[str, int | None] = {}
         self.stored_through: dict[str, int] = {}
-        #: streams this start evolved (``sstore.evolution``): weak durability then writes a
-        #: snapshot at once, the log's later batches being logged with the new columns
+        #: streams this start evolved (``sstore.evolution``) and procedures it switched to
+        #: another version (``sstore.upgrades``, "procedure NAME"): weak durability then
+        #: writes a snapshot at once, the log's later records being made by the new ones
         self.evolved: list[str] = []
 
     # -- setup ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from sstore import Engine
 from sstore.cli import main as cli_main
-from sstore.errors import DeclarationError
+from sstore.errors import DeclarationError, ResendMismatchError
 
 V1 = {"id": "INTEGER", "amount": "DECIMAL(10,2)"}
 V2 = {"id": "BIGINT", "amount": "DECIMAL(14,2)", "note": "VARCHAR",
@@ -243,3 +243,37 @@ def test_weak_durability_evolves_after_a_checkpoint_only(tmp_path: Path) -> None
         engine.stream("s", {"a": "BIGINT", "b": "VARCHAR"})
         assert rows(engine, "SELECT a, b FROM s ORDER BY _batch_id") == [
             (1, None), (2, None), (2**40, "x"), (2**40, "x")]
+
+
+def test_a_cast_names_the_declared_type_or_is_refused(state_path: str) -> None:
+    with Engine(state_path) as engine:
+        engine.stream("readings", {"level": "VARCHAR"})
+        engine.ingest("readings", [("7",)])
+    with pytest.raises(DeclarationError, match=r"declaration gives 'level' the type INTEGER; "
+                                               r"cast to the declared type"):
+        with Engine(state_path) as engine:
+            engine.stream("readings", {"level": "INTEGER"})
+            engine.evolve("readings", cast={"level": "BIGINT"})
+            engine.ingest("readings", [(8,)])
+    with Engine(state_path) as engine:
+        engine.stream("readings", {"level": "INTEGER"})
+        engine.evolve("readings", cast={"level": "int"})  # the same type, other words
+        engine.ingest("readings", [(8,)])
+        assert rows(engine, "SELECT level FROM readings ORDER BY ALL") == [(7,), (8,)]
+
+
+def test_a_batch_sent_before_the_evolution_is_still_a_resend(state_path: str) -> None:
+    """A client that does not know of the evolution sends batch 2 again, as it sent it: the
+    same rows, a no-op; other rows, or a value in the new column, refused (the model found the
+    same rows refused as a mismatch)."""
+    first_run(state_path)
+    with Engine(state_path) as engine:
+        engine.stream("orders", {**V1, "id": "BIGINT", "note": "VARCHAR"})
+        assert engine.ingest("orders", [(1, Decimal("2.25"), None)], batch_id=2).duplicate
+        assert engine.ingest("orders", [{"id": 1, "amount": Decimal("2.25"), "note": None}],
+                             batch_id=2).duplicate
+        with pytest.raises(ResendMismatchError):
+            engine.ingest("orders", [(1, Decimal("2.25"), "x")], batch_id=2)
+        with pytest.raises(ResendMismatchError):
+            engine.ingest("orders", [(1, Decimal("2.30"), None)], batch_id=2)
+        assert rows(engine, "SELECT count(*) FROM orders") == [(2,)]

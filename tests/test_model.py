@@ -11,6 +11,8 @@ with a plain-Python model of what every stream, table and target must hold.
 - ``test_step_kind``: PostgreSQL restarts, targets emptied by hand with and without
   ``accept_gap``, continuous sinks and sink groups, stops by SIGTERM and SIGINT, each in a
   short fixed program (``benchmarks.model.cases.KINDS``).
+- ``test_issue_38_change``: evolutions, upgrades and a second writer that fences the sink
+  (``benchmarks.model.changes``), in fixed programs (``benchmarks.model.cases.CHANGES``).
 - ``test_issue_34_case``: each case of the issue's "What was seen" as the fixed program the
   model reaches it with (``benchmarks.model.cases``); ``test_found_by_the_model``: the same
   for what the model found beyond that list.
@@ -27,7 +29,7 @@ from decimal import Decimal
 
 import pytest
 
-from benchmarks.model.cases import CASES, FOUND, KINDS, run_case
+from benchmarks.model.cases import CASES, CHANGES, FOUND, KINDS, run_case
 from benchmarks.model.context import SWITCHES, Switches
 from benchmarks.model.dataflow import make_record
 from benchmarks.model.expected import Model, Observed, compare, enriched_rows, flagged_rows
@@ -70,6 +72,16 @@ def test_issue_34_case(case: str, pg_url: str) -> None:
 def test_found_by_the_model(case: str, pg_url: str) -> None:
     """What the random programs found beyond the issue's list, shrunk and written down."""
     run_case(pg_url, case)
+
+
+@pytest.mark.parametrize("case", sorted(CHANGES))
+def test_issue_38_change(case: str, pg_url: str) -> None:
+    """Issue 38's steps (``benchmarks.model.changes``: an evolution, an upgrade, a second
+    writer) in fixed programs, compared with the model after every step."""
+    machine = run_case(pg_url, case)
+    steps = machine.ctx.by_rule
+    assert steps.get("evolve", 0) + steps.get("upgrade", 0) + \
+        steps.get("second_writer", 0) > 0, steps
 
 
 # ------------------------------------------------------------------ the comparison itself

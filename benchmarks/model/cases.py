@@ -203,7 +203,37 @@ KINDS: dict[str, tuple[str, list[Step]]] = {
         ("restart", {}), ("read_and_acknowledge", {}),
     ]),
 }
-CASES_AND_FOUND = {**CASES, **FOUND, **KINDS}
+#: issue 38's steps (``benchmarks.model.changes``) in fixed programs
+CHANGES: dict[str, tuple[str, list[Step]]] = {
+    # the streams evolve between deliveries: the target follows with the next rows
+    "38_evolve_then_deliver": ("full", [
+        ("append_batch", {}), ("run", {}), ("sink", {}),
+        ("evolve", {}), ("append_batch", {}), ("run", {}), ("sink", {}),
+        ("restart", {}), ("append_batch", {}), ("run", {}), ("migrate", {"reset": False}),
+        ("redeclare", {"variant": "k_varchar"}),
+    ]),
+    # weak durability: the evolution after a checkpoint, batches on both sides, a restart
+    "38_evolve_weak": ("weak", [
+        ("append_batch", {}), ("run", {}), ("sink", {}),
+        ("evolve", {}), ("append_batch", {}), ("run", {}), ("sink", {}), ("restart", {}),
+        ("append_batch", {}), ("run", {}), ("sink", {}),
+    ]),
+    # the enrich procedure upgraded with batches pending, renamed, upgraded again
+    "38_upgrade": ("full", [
+        ("append_batch", {}), ("run", {}), ("append_batch", {}),
+        ("upgrade", {}), ("run", {}), ("rename", {}), ("append_batch", {}), ("upgrade", {}),
+        ("run", {}), ("sink", {}), ("rename", {}), ("append_batch", {}), ("run", {}),
+        ("sink", {}),
+    ]),
+    # a second writer on a copy of the state file fences this program's sink
+    "38_second_writer": ("full", [
+        ("append_batch", {}), ("run", {}), ("sink", {}), ("append_batch", {}), ("run", {}),
+        ("second_writer", {}), ("append_batch", {}), ("run", {}), ("sink", {}),
+        ("evolve", {}), ("append_batch", {}), ("run", {}), ("second_writer", {}),
+        ("sink", {}),
+    ]),
+}
+CASES_AND_FOUND = {**CASES, **FOUND, **KINDS, **CHANGES}
 
 
 def run_case(url: str, name: str, server: PrivatePostgres | None = None) -> ModelMachine:

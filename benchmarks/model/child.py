@@ -42,7 +42,8 @@ def main(spec_path: str) -> None:
     system = System(spec["mode"], Path(spec["workdir"]), spec["url"], spec["table"])
     p = spec["program"]
     with command_stops():
-        engine = system.open(Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"]))
+        engine = system.open(Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"],
+                                     p.get("evolved", False), p.get("enrich_version", 1)))
         try:
             if spec.get("sink"):
                 from migrators import StreamToPostgres

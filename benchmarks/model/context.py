@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 #: operations (and checks) a run may leave out (``SSTORE_MODEL_SKIP``)
 SWITCHES = (
     "ingest",           # new batches on ingest (and ingest_and_run unless off)
+    "evolve",           # orders and enriched evolve (a widened column; the target follows)
+    "upgrade",          # the enrich procedure declared with its next version
+    "second_writer",    # a second engine on a copy of the state file fences the sink
     "run",              # run_until_idle
     "float_amounts",    # amounts typed as Python floats (else Decimals)
     "ingest_and_run",   # the fused ingest path

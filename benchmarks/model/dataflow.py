@@ -34,6 +34,10 @@ OTHER_TYPES = {
     "ts_date": {**ORDERS, "ts": "DATE"},
 }
 ENRICHED = {**ORDERS, "seen": "BIGINT"}
+#: the dataflow after the model's ``evolve`` step (issue 38): ``k`` widened to BIGINT in
+#: ``orders`` and ``enriched`` (every value stays the same value; the target follows)
+EVOLVED_ORDERS = {**ORDERS, "k": "BIGINT"}
+EVOLVED_ENRICHED = {**EVOLVED_ORDERS, "seen": "BIGINT"}
 DOUBLED = {"rec": "BIGINT", "amt2": "DECIMAL(12,2)"}
 FLAGGED = {"rec": "BIGINT", "big": "BOOLEAN"}
 READER = "reader"
@@ -61,12 +65,15 @@ def make_record(rec: int, k: int, cents: int, micros: int) -> Record:
 
 
 def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
-            retire: Sequence[str] = (), orders_types: dict[str, str] | None = None) -> None:
+            retire: Sequence[str] = (), orders_types: dict[str, str] | None = None,
+            evolved: bool = False, enrich_version: int = 1) -> None:
     """Declare the dataflow (module docstring) on ``engine``; ``sink_consumer`` is the
     consumer name of the PostgreSQL sink (``migrator:<table>``), declared with the dataflow
-    so that ``enriched`` is kept for it from the first batch on."""
-    engine.stream("orders", orders_types or ORDERS)
-    engine.stream("enriched", ENRICHED, retain="all")
+    so that ``enriched`` is kept for it from the first batch on. ``evolved``: with the
+    widened columns (``EVOLVED_ORDERS``); ``enrich_version``: the version the enrich
+    procedure is declared with (``sstore.upgrades``; each version computes the same rows)."""
+    engine.stream("orders", orders_types or (EVOLVED_ORDERS if evolved else ORDERS))
+    engine.stream("enriched", EVOLVED_ENRICHED if evolved else ENRICHED, retain="all")
     engine.stream("doubled", DOUBLED)
     engine.stream("flagged", FLAGGED, retain="all")
     engine.consumer("enriched", sink_consumer)
@@ -78,7 +85,8 @@ def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
     for name in retire:
         engine.retire(name)
 
-    @engine.procedure(input="orders", output="enriched", name=enrich_name)
+    @engine.procedure(input="orders", output="enriched", name=enrich_name,
+                      version=enrich_version)
     def enrich(tx: Any, batch: Any) -> Any:
         # read the batch back from the border stream's table (issue 34 item 1): the engine
         # promises the same answer whichever ingest path brought the batch

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.compute as pc
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
+from benchmarks.model.changes import ChangeRules
 from benchmarks.model.context import Violation, ctx, on
 from benchmarks.model.dataflow import ENRICH_NAMES, OTHER_TYPES, READER, Record, make_record
 from benchmarks.model.expected import Model, compare, enriched_rows
@@ -49,7 +51,7 @@ def pick(data: st.DataObject, among: list[int]) -> int:
     return among[i % len(among)] if among else 0
 
 
-class ModelMachine(ProcessRules, OutageRules):
+class ModelMachine(ProcessRules, OutageRules, ChangeRules):
     """The real system and the model, side by side (module docstring)."""
 
     def __init__(self) -> None:
@@ -464,7 +466,7 @@ class ModelMachine(ProcessRules, OutageRules):
         kept = set(self.sys.observe().orders) & self.model.processed
         old = self.program.enrich_name
         new = ENRICH_NAMES[1 - ENRICH_NAMES.index(old)]
-        program = Program(new, (old,), None)
+        program = replace(self.program, enrich_name=new, retire=(old,), orders_types=None)
         self.sys.close()
         try:
             self.open(program)
@@ -487,8 +489,7 @@ class ModelMachine(ProcessRules, OutageRules):
         self.step("redeclare_types")
         self.sys.close()
         try:
-            self.open(Program(self.program.enrich_name, self.program.retire,
-                              OTHER_TYPES[variant]))
+            self.open(replace(self.program, orders_types=OTHER_TYPES[variant]))
         except SStoreError:
             self.open(self.program)
             self.acks_after_restart()

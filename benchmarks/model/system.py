@@ -34,15 +34,19 @@ NOTE_BYTES = 24 << 10
 @dataclass
 class Program:
     """What the program opening the engine declares: the enrich procedure's name, the names
-    it retires, and the column types of ``orders`` (None: the right ones)."""
+    it retires, the column types of ``orders`` (None: the right ones), whether the streams
+    evolved and the enrich procedure's version (``benchmarks.model.changes``)."""
 
     enrich_name: str = ENRICH_NAMES[0]
     retire: tuple[str, ...] = ()
     orders_types: dict[str, str] | None = None
+    evolved: bool = False
+    enrich_version: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {"enrich_name": self.enrich_name, "retire": list(self.retire),
-                "orders_types": self.orders_types}
+                "orders_types": self.orders_types, "evolved": self.evolved,
+                "enrich_version": self.enrich_version}
 
 
 @dataclass
@@ -79,7 +83,8 @@ class System:
         engine = self.new_engine()
         try:
             declare(engine, sink_consumer=self.consumer, enrich_name=program.enrich_name,
-                    retire=program.retire, orders_types=program.orders_types)
+                    retire=program.retire, orders_types=program.orders_types,
+                    evolved=program.evolved, enrich_version=program.enrich_version)
             engine.batches("orders")  # starts it: recovery, replay, the declaration checks
         except BaseException:
             engine.close()
@@ -161,8 +166,10 @@ class System:
     def target_rows(self) -> Counter[tuple[Any, ...]] | None:
         if not self.target_exists():
             return None
+        # not prepared: a widened column (the target following an evolution) would make
+        # PostgreSQL refuse a prepared plan ("cached plan must not change result type")
         return Counter(self.pg().execute(
-            f"SELECT rec, k, amt, ts, seen FROM {ident(self.table)}").fetchall())
+            f"SELECT rec, k, amt, ts, seen FROM {ident(self.table)}", prepare=False).fetchall())
 
     def by_hand(self, sql: str, *params: Any) -> int:
         """A user's statement on the target (``{t}`` is its quoted name); rows it touched."""

@@ -136,11 +136,14 @@ def status_view(status: EngineStatus) -> RenderableType:
     progress.add_column("last commit")
     progress.add_column("on error")
     progress.add_column("state")
+    progress.add_column("versions")
     for p in status.procedures:
         flow.add_row(p.name, f"{', '.join(p.inputs)} → {', '.join(p.outputs) or '(tables)'}")
         state = Text(f"halted: {p.halted}", style="red") if p.halted else Text("ok", "green")
         progress.add_row(p.name, str(p.last_batch), str(p.pending),
-                         when_text(p.last_commit_at), p.on_error, state)
+                         when_text(p.last_commit_at), p.on_error, state,
+                         "\n".join(f"v{v['version']} from batch {v['from_batch']}: "
+                                    f"{v['change']}" for v in p.versions))
     streams = Table(title="Streams and windows", **TABLE_STYLE)  # type: ignore[arg-type]
     streams.add_column("name", no_wrap=True)
     streams.add_column("kind")

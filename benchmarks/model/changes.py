@@ -1,0 +1,133 @@
+"""Changing the running pipeline, as rules of the model (issue 38): the streams evolve, the
+enrich procedure is upgraded, a second writer fences the sink.
+
+- ``evolve``: the program opens again with ``orders`` and ``enriched`` evolved (``k`` widened
+  to BIGINT, ``dataflow.EVOLVED_ORDERS``). It must be accepted and recorded as version 2 of
+  both streams; every value stays the same value, so the model does not change; the next
+  delivery makes the target follow (``migrators.follow``: ``k`` becomes bigint) and the
+  comparison after every step checks that nothing was lost, doubled or changed on the way.
+- ``upgrade``: the program opens again with the enrich procedure at its next version (the
+  same rows: the model does not change); the switch must be recorded at the batch after the
+  procedure's last, and no batch may run twice or not at all.
+- ``second_writer``: a second engine, on a copy of the state file taken now (the same
+  identity: a restored copy still running), delivers ``enriched`` into the target after this
+  program's sink started. Its delivery is a normal one (the model takes it); this program's
+  sink, started before it, must then fail with ``FencedError`` and write nothing if it had
+  anything to write, and a sink started afterwards carries on (it fences the copy).
+
+Weak durability changes a stream or a procedure only with an input log empty after its
+snapshot: these rules checkpoint first, as docs/engine.md says a user must. A mixin of
+``benchmarks.model.machine.ModelMachine``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+
+from hypothesis.stateful import precondition, rule
+
+from benchmarks.model.context import Violation, ctx, on
+from benchmarks.model.dataflow import declare
+from benchmarks.model.system import Program
+from benchmarks.model.warehouse import WarehouseRules, quick_retry
+from sstore import Engine
+from sstore.errors import SStoreError
+
+
+class ChangeRules(WarehouseRules):
+    """The rules of a changing pipeline (module docstring)."""
+
+    stopped: str | None
+    acks_after_restart: Callable[[], None]
+
+    def change(self, program: Program, what: str) -> None:
+        """Open again with ``program``, which must be accepted (a checkpoint first in weak
+        durability, as a user must)."""
+        if self.sys.mode == "weak":
+            self.sys.e.checkpoint()
+        self.sys.close()
+        try:
+            self.open(program)
+        except SStoreError as exc:
+            raise Violation(f"{what} was refused: {type(exc).__name__}: {exc}") from exc
+        if self.stopped is None:
+            self.program = program
+            self.acks_after_restart()
+
+    @on("evolve")
+    @precondition(lambda self: self.system is not None and not self.program.evolved)
+    @rule()
+    def evolve(self) -> None:
+        self.step("evolve")
+        self.change(replace(self.program, evolved=True), "an evolution (k widened)")
+        if self.stopped is not None:
+            return
+        for stream in ("orders", "enriched"):
+            versions = self.sys.e.stream_versions(stream)
+            if [v["version"] for v in versions] != [1, 2] or \
+                    versions[1]["change"] != "widen k INTEGER -> BIGINT":
+                raise Violation(f"{stream}: the evolution is recorded as {versions}")
+
+    @on("upgrade")
+    @precondition(lambda self: self.system is not None)
+    @rule()
+    def upgrade(self) -> None:
+        self.step("upgrade")
+        name, version = self.program.enrich_name, self.program.enrich_version + 1
+        done = self.sys.e.runtime.ledger.progress.get(name, 0) if self.sys.e.started else 0
+        self.change(replace(self.program, enrich_version=version), f"enrich version {version}")
+        if self.stopped is not None:
+            return
+        found = self.sys.e.procedure_versions(name)
+        if not found or found[-1]["version"] != version or found[-1]["from_batch"] <= done:
+            raise Violation(f"{name}: version {version} recorded as {found} (it had committed "
+                            f"batches through {done})")
+
+    @on("second_writer")
+    @precondition(lambda self: self.system is not None and self.system.mode == "full"
+                  and self.system.attached is None)
+    @rule()
+    def second_writer(self) -> None:
+        from migrators import StreamToPostgres
+        from migrators.delivery import FencedError
+        if self.lowprec or self.gap_expected(reset=False) or self.hand_pending:
+            return  # a delivery that must refuse for its own reason: not this rule's case
+        self.step("second_writer")
+        self.sys.close()
+        copy = str(self.dir / f"copy-{ctx().steps}.duckdb")
+        shutil.copy(self.sys.path, copy)
+        self.open(self.program)
+        if self.stopped is not None:
+            return
+        expected = self.expected_delivery(reset=False)
+        pending = max(self.model.processed, default=0) > self.model.delivered
+        ours = StreamToPostgres(self.sys.e, "enriched", self.sys.url, self.sys.table,
+                                retry=quick_retry())
+        try:
+            ours.start()
+            with self.second_engine(copy) as other:
+                theirs = StreamToPostgres(other, "enriched", self.sys.url, self.sys.table,
+                                          retry=quick_retry())
+                theirs.run_once()
+                theirs.close()
+            self.delivered(expected)
+            try:
+                ours.run_pending()
+            except FencedError:
+                if not pending:
+                    raise Violation("a sink with nothing to write was fenced") from None
+                return
+            if pending:
+                raise Violation("the first writer's delivery was not fenced by the second")
+        finally:
+            ours.close()
+            self.sys.e.unregister_sink(ours)
+
+    def second_engine(self, path: str) -> Engine:
+        engine = Engine(path, gc_min_seconds=0)
+        declare(engine, sink_consumer=self.sys.consumer, enrich_name=self.program.enrich_name,
+                retire=self.program.retire, evolved=self.program.evolved,
+                enrich_version=self.program.enrich_version)
+        return engine
