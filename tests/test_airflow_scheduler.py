@@ -48,7 +48,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 VENV_BIN = Path(sys.executable).parent  # standalone starts its components as `airflow` on PATH
 PASSWORDS = "simple_auth_manager_passwords.json.generated"
 READY_TIMEOUT = 300.0  # seconds: ~15 s on an idle machine, a minute when three agents share it
-RUN_TIMEOUT = 900.0  # per DAG run: ~1 min idle; 3-5 min on this machine under load
+RUN_TIMEOUT = 900.0  # per DAG run: 2.5-6 min measured on two cores shared by three runs
 FINISHED = {"success", "failed"}
 
 
@@ -253,8 +253,8 @@ def green_pixels(png: Path, box: tuple[int, int, int, int]) -> int:
     return sum(1 for r, g, b in pixels if g > 90 and r < 40 and b < 40)
 
 
-# pytest's 600 s default is too short on a loaded machine (measured 8 min with three agents on
-# two cores; about 3 min idle)
+# pytest's 600 s default is too short on a loaded machine (measured 8 and 14 min on two cores
+# shared by three test runs: every Spark task starts a JVM of its own)
 @pytest.mark.timeout(READY_TIMEOUT + 2 * RUN_TIMEOUT + 300)
 def test_historical_then_incremental_under_a_real_scheduler(standalone: Standalone,
                                                             pg_url: str,
