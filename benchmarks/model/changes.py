@@ -102,11 +102,11 @@ class ChangeRules(WarehouseRules):
         if self.stopped is not None:
             return
         expected = self.expected_delivery(reset=False)
-        pending = max(self.model.processed, default=0) > self.model.delivered
         ours = StreamToPostgres(self.sys.e, "enriched", self.sys.url, self.sys.table,
                                 retry=quick_retry())
         try:
             ours.start()
+            pending = bool(ours.plan())  # what it would deliver (all again after a drop)
             with self.second_engine(copy) as other:
                 theirs = StreamToPostgres(other, "enriched", self.sys.url, self.sys.table,
                                           retry=quick_retry())
