@@ -47,10 +47,12 @@ def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,
     timeout as ``postgres.connect`` (without one, libpq waits for a silent address forever).
     ``what`` names the step in logs and in the error of a policy that gave up."""
     def attempt() -> pa.Table:
-        if read_only:
-            reader.ensure(url)
+        # connect first, ask about the role after: a silent server then costs this client's
+        # connect timeout once per attempt (psycopg, which ``ensure`` uses, waits 2 s at least)
         con = adbc.connect(with_connect_timeout(reader.reader_url(url) if read_only else url))
         try:
+            if read_only:
+                reader.ensure(url)
             return fetch_arrow(con, sql, params, read_only=read_only)
         finally:
             con.close()

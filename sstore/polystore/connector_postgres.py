@@ -68,8 +68,13 @@ class PostgresConnector:
         def attempt() -> pa.Table:
             try:
                 if self._adbc is None:  # bounded like every sstore connection (libpq: forever)
-                    reader.ensure(self.url)
-                    self._adbc = adbc.connect(with_connect_timeout(reader.reader_url(self.url)))
+                    con = adbc.connect(with_connect_timeout(reader.reader_url(self.url)))
+                    try:  # after the connect: a silent server costs one connect timeout
+                        reader.ensure(self.url)
+                    except BaseException:
+                        con.close()
+                        raise
+                    self._adbc = con
                 table = fetch_arrow(self._adbc, sql, read_only=True)
                 self._adbc.rollback()
                 return table
