@@ -68,12 +68,12 @@ def fresh_database(base: str, name: str) -> str:
     """Drop and create database ``name`` on the server of ``base``; return its URL."""
     import psycopg
 
+    from migrators.urls import with_database
     from sstore.sql import ident
     with psycopg.connect(base, autocommit=True) as con:
         con.execute(f"DROP DATABASE IF EXISTS {ident(name)}")
         con.execute(f"CREATE DATABASE {ident(name)}")
-    head, _, _ = base.rpartition("/")
-    return f"{head}/{name}"
+    return with_database(base, name)
 
 
 def _first_line_value(path: str, key: str) -> str | None:

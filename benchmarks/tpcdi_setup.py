@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from migrators import delivery
+from migrators.urls import with_database
 from sstore.sql import ident
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.streaming.events import (
@@ -96,8 +97,7 @@ def create_database(admin_url: str, name: str) -> str:
     drop_database(admin_url, name)
     with psycopg.connect(admin_url, autocommit=True) as con:
         con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    base, _, _ = admin_url.rpartition("/")
-    return f"{base}/{name}"
+    return with_database(admin_url, name)
 
 
 def drop_database(admin_url: str, name: str) -> None:

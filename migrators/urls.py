@@ -124,6 +124,21 @@ def shown(url: str) -> str:
         return mask_secrets(url)
 
 
+def with_database(url: str, name: str) -> str:
+    """``url`` naming the database ``name`` instead of its own, every other part as written.
+
+    Not by cutting the text at its last slash: the query may hold paths (the private
+    server's ``passfile=/.../postgres.pgpass``, ``host=/run/postgresql``), and the cut put the
+    database inside the path, so the password file was lost ("no password supplied"). A
+    libpq keyword string gets ``dbname=`` as its last keyword (the last one wins)."""
+    if "://" not in url:
+        return f"{url} dbname={name}"
+    head, mark, query = url.partition("?")
+    scheme, _sep, rest = head.partition("://")
+    authority = rest.partition("/")[0]
+    return f"{scheme}://{authority}/{quote(name, safe='')}{mark}{query}"
+
+
 def with_connect_timeout(url: str) -> str:
     """``url`` with a ``connect_timeout`` for libpq, so that an address that never answers
     costs a bounded time per attempt: psycopg and ADBC alike (ADBC's libpq, left alone, waits

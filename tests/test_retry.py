@@ -19,6 +19,7 @@ from migrators.urls import (
     DEFAULT_CONNECT_TIMEOUT,
     parse,
     with_connect_timeout,
+    with_database,
 )
 from sstore.errors import DeclarationError, TransientError
 from sstore.polystore.connectors import PostgresConnector
@@ -227,3 +228,16 @@ def test_a_url_without_a_network_location_connects(pg_url: str) -> None:
 def test_a_bad_connect_timeout_in_the_url_is_terminal(pg_url: str) -> None:
     with pytest.raises(MigrationError, match="connect_timeout"):
         connect(f"{pg_url}?connect_timeout=soon")
+
+
+def test_with_database_keeps_every_other_part_of_the_url() -> None:
+    """The private server's URLs carry a password file's path in their query: cutting the
+    text at its last slash put the database inside that path ("no password supplied")."""
+    url = "postgresql://postgres@127.0.0.1:5433/postgres?passfile=/home/u/.sstore/pg.pgpass"
+    assert with_database(url, "model_1") == \
+        "postgresql://postgres@127.0.0.1:5433/model_1?passfile=/home/u/.sstore/pg.pgpass"
+    assert with_database("postgresql://u:p@h/db", "x y") == "postgresql://u:p@h/x%20y"
+    assert with_database("postgresql://h:5432", "d") == "postgresql://h:5432/d"
+    assert with_database("postgresql:///db?host=/run/postgresql", "d") == \
+        "postgresql:///d?host=/run/postgresql"
+    assert with_database("host=/tmp dbname=a", "b") == "host=/tmp dbname=a dbname=b"

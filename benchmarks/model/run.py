@@ -133,18 +133,19 @@ def fresh_database(server_url: str) -> tuple[str, Callable[[], None]]:
     import psycopg
     from psycopg import sql
 
+    from migrators.urls import with_database
+
     name = f"sstore_model_{os.getpid()}"
     with psycopg.connect(server_url, autocommit=True) as con:
         con.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
         con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    base, _, _ = server_url.rpartition("/")
 
     def drop() -> None:
         with psycopg.connect(server_url, autocommit=True) as con:
             con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 sql.Identifier(name)))
 
-    return f"{base}/{name}", drop
+    return with_database(server_url, name), drop
 
 
 def print_report(report: Report) -> None:
