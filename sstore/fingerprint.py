@@ -116,19 +116,16 @@ def _nullable_fast(h: hashlib._Hash, arr: pa.Array) -> bool:
         lengths = np.diff(offsets)
         if lengths[~valid].any():
             return False  # a null slot that spans bytes: the general path drops them
-        kept = np.zeros(int(valid.sum()) + 1, dtype=offsets_type)
-        np.cumsum(lengths[valid], out=kept[1:])
-        h.update(b"N")
-        h.update(np.flatnonzero(~valid).astype(np.int64).tobytes())
-        h.update(b"V")
-        h.update(kept.tobytes())
-        if buffers[2] is not None:
-            h.update(memoryview(buffers[2])[int(offsets[0]):int(offsets[-1])])
-        return True
     h.update(b"N")
     h.update(np.flatnonzero(~valid).astype(np.int64).tobytes())
     h.update(b"V")
-    if buffers[1] is not None:
+    if offsets_type is not None:
+        kept = np.zeros(int(valid.sum()) + 1, dtype=offsets_type)
+        np.cumsum(lengths[valid], out=kept[1:])
+        h.update(kept.tobytes())
+        if buffers[2] is not None:
+            h.update(memoryview(buffers[2])[int(offsets[0]):int(offsets[-1])])
+    elif buffers[1] is not None:
         values = np.frombuffer(buffers[1], dtype=np.uint8, count=len(arr) * width,
                                offset=arr.offset * width).reshape(len(arr), width)
         h.update(values[valid].tobytes())
