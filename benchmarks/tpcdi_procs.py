@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sstore import Engine
-from sstore.runtime import CommitEvent
+from sstore.execution.runtime import CommitEvent
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.sources import (
     read_status_type,

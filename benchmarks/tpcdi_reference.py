@@ -54,8 +54,8 @@ from benchmarks.tpcdi_setup import (
 from migrators import delivery
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.postgres_to_engine import read_postgres
-from sstore.duck import LARGE_ROWS, arrow
-from sstore.sql import ident, qualified
+from sstore.base.duck import LARGE_ROWS, arrow
+from sstore.base.sql import ident, qualified
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMESSAGES as DIMESSAGES_ARROW
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMTRADE as DIMTRADE_ARROW
 from sstore.workloads.tpcdi.sources import REJECT_SCHEMA

@@ -62,8 +62,8 @@ from psycopg.pq import TransactionStatus
 
 from migrators.errors import MigrationError, ResetRefused
 from migrators.postgres import parse_name
-from sstore.errors import TerminalError
-from sstore.sql import ident, literal, one_value, qualified
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident, literal, one_value, qualified
 
 log = logging.getLogger("sstore.migrators")
 

@@ -72,14 +72,14 @@ from migrators.typemap import (
     for_copy,
     for_target,
 )
-from sstore.backpressure import Bound
-from sstore.consumer_port import ConsumerPort
+from sstore.base.errors import DeclarationError, GapError, SStoreError
+from sstore.base.retry import first_line
+from sstore.base.sql import ident, qualified
 from sstore.engine import Engine
-from sstore.errors import DeclarationError, GapError, SStoreError
+from sstore.execution.backpressure import Bound
+from sstore.execution.consumer_port import ConsumerPort
 from sstore.observe.sinks import SinkSnapshot
-from sstore.retry import first_line
-from sstore.sql import ident, qualified
-from sstore.streams import BATCH_COLUMN
+from sstore.storage.streams import BATCH_COLUMN
 
 log = logging.getLogger("sstore.migrators")
 
@@ -136,7 +136,7 @@ class StreamToPostgres:
     on).
     ``max_lag``: this sink's backpressure bound (``sstore.Bound``: batches and bytes it may
     leave retained before ingests upstream wait); None: the engine's default
-    (``Engine(max_lag=...)``; see ``sstore.backpressure``).
+    (``Engine(max_lag=...)``; see ``sstore.execution.backpressure``).
     """
 
     engine: Engine
@@ -236,7 +236,8 @@ class StreamToPostgres:
     @property
     def port(self) -> ConsumerPort:
         """Everything this sink asks of the engine about its stream, each call checked against
-        what the stream committed (``sstore.consumer_port``); made when first used, after the
+        what the stream committed (``sstore.execution.consumer_port``); made when first used, after
+        the
         engine started."""
         if self._port is None:
             self._port = self.engine.port(self.stream, self.consumer)

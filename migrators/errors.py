@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sstore.errors import TerminalError, TransientError
+from sstore.base.errors import TerminalError, TransientError
 
 
 class PostgresUnavailable(TransientError):

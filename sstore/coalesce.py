@@ -34,7 +34,7 @@ What a user can get wrong here, and what happens:
   batch is ingested (that would reorder the stream).
 - **A producer faster than the engine waits** in ``offer`` while ``max_pending`` offers are
   pending (backpressure), so memory stays bounded; the engine's own backpressure
-  (``sstore.backpressure``) acts on the coalesced batches as on any.
+  (``sstore.execution.backpressure``) acts on the coalesced batches as on any.
 - **``close`` without ``drain``** still ingests what is pending before it returns, and so does
   **a program that ends without ``close``**: the thread is not a daemon; once the main thread
   has ended it ingests what is pending and stops. If that fails, or an engine batch failed
@@ -73,10 +73,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from sstore import systables
+from sstore.base.errors import SchemaError, TerminalError
 from sstore.engine import Engine
-from sstore.errors import SchemaError, TerminalError
-from sstore.runtime import Runtime
+from sstore.execution.runtime import Runtime
+from sstore.storage import systables
 
 log = logging.getLogger("sstore")
 

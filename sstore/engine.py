@@ -27,41 +27,36 @@ from typing import IO, Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from sstore import (
-    adhoc,
-    consumer_port,
-    consumers,
-    event_windows,
-    evolution,
-    fusion,
-    gc,
-    halts,
-    lifecycle,
-    owners,
-    recovery,
-    running,
-    upgrades,
+from sstore.base.duck import arrow
+from sstore.base.errors import ChainedBatchError, DeclarationError, SStoreError, UnknownStreamError
+from sstore.base.readonly import check_query
+from sstore.base.rows import RowsLike
+from sstore.base.sql import bind, literal
+from sstore.dataflow import event_windows, fusion
+from sstore.dataflow.graph import (
+    ErrorPolicy,
+    Graph,
+    ProcedureDecl,
+    StreamDecl,
+    TriggerDecl,
+    WindowDecl,
 )
-from sstore.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
-from sstore.checkpoints import WAL_LIMIT_BYTES
-from sstore.consumer_port import ConsumerPort
-from sstore.consumers import ConsumerStatus
-from sstore.duck import arrow
 from sstore.engine_view import EngineView
-from sstore.errors import ChainedBatchError, DeclarationError, SStoreError, UnknownStreamError
-from sstore.evolution import Explicit
-from sstore.graph import ErrorPolicy, Graph, ProcedureDecl, StreamDecl, TriggerDecl, WindowDecl
-from sstore.ingest import Ingested, ingest_batch, replay_ingest
-from sstore.interrupts import Interrupts, Stopped
-from sstore.readonly import check_query
-from sstore.rows import RowsLike
-from sstore.runtime import CommitEvent, Runtime
-from sstore.sink_view import ObservableSink
-from sstore.sql import bind, literal
-from sstore.status import EngineStatus, read_status
-from sstore.subscriptions import Callback, Subscribers, Subscription
-from sstore.transaction import Transaction
-from sstore.upgrades import Upgrade
+from sstore.execution import adhoc, consumer_port, gc, halts, lifecycle, recovery, running
+from sstore.execution.backpressure import DEFAULT_TIMEOUT, Backpressure, Bound, runner
+from sstore.execution.consumer_port import ConsumerPort
+from sstore.execution.ingest import Ingested, ingest_batch, replay_ingest
+from sstore.execution.interrupts import Interrupts, Stopped
+from sstore.execution.runtime import CommitEvent, Runtime
+from sstore.execution.sink_view import ObservableSink
+from sstore.execution.transaction import Transaction
+from sstore.storage import consumers, evolution, owners, upgrades
+from sstore.storage.checkpoints import WAL_LIMIT_BYTES
+from sstore.storage.consumers import ConsumerStatus
+from sstore.storage.evolution import Explicit
+from sstore.storage.status import EngineStatus, read_status
+from sstore.storage.subscriptions import Callback, Subscribers, Subscription
+from sstore.storage.upgrades import Upgrade
 
 log = logging.getLogger("sstore")
 T = TypeVar("T")
@@ -92,14 +87,16 @@ class Engine:
         #: ``gc_every`` of your own (that asks for exactly that rhythm)
         self.gc_min_seconds = ((gc.MIN_SECONDS if gc_every == GC_EVERY else 0.0)
                                if gc_min_seconds is None else gc_min_seconds)
-        #: run the TEs of one batch as one DuckDB transaction (``sstore.group``); False: one
+        #: run the TEs of one batch as one DuckDB transaction (``sstore.execution.group``); False:
+        #: one
         #: transaction per TE (same results, slower; for comparing and for debugging)
         self.group_commit = group_commit
         #: run consecutive SQL procedures of a batch as one statement inside a group commit
-        #: (``sstore.fusion``); False: each runs its own statement (same rows out downstream)
+        #: (``sstore.dataflow.fusion``); False: each runs its own statement (same rows out
+        #: downstream)
         self.chain_sql = chain_sql
         #: a file-backed engine checkpoints after a commit once the WAL is this big, and when
-        #: idle; never inside a transaction (``sstore.checkpoints``)
+        #: idle; never inside a transaction (``sstore.storage.checkpoints``)
         self.checkpoint_wal_bytes = checkpoint_wal_bytes
         self._owner_key = owners.claim_state(path, self)
         self._log_lock: IO[bytes] | None = None
@@ -112,11 +109,12 @@ class Engine:
             self._let_go()
             raise
         #: procedures the last program declared that this one retires on purpose
-        #: (``retire``; ``sstore.redeclared``)
+        #: (``retire``; ``sstore.storage.redeclared``)
         self._retired: set[str] = set()
-        #: explicit changes of stored streams (``evolve``; ``sstore.evolution``)
+        #: explicit changes of stored streams (``evolve``; ``sstore.storage.evolution``)
         self._evolutions: dict[str, Explicit] = {}
-        #: declared procedure versions and explicit switches (``upgrade``; ``sstore.upgrades``)
+        #: declared procedure versions and explicit switches (``upgrade``;
+        #: ``sstore.storage.upgrades``)
         self._versions: dict[str, int] = {}
         self._upgrades: dict[str, Upgrade] = {}
         self._graph = Graph()
@@ -130,7 +128,7 @@ class Engine:
         self._interrupts = Interrupts()
         self._sinks: dict[str, ObservableSink] = {}
         #: every reader's bound on what it leaves retained, and the ingests waiting on them
-        #: (``sstore.backpressure``): ``max_lag`` is the default bound, ``ingest_timeout``
+        #: (``sstore.execution.backpressure``): ``max_lag`` is the default bound, ``ingest_timeout``
         #: how long an ingest waits for a running reader before ``IngestTimeoutError``
         self.backpressure = Backpressure(max_lag, ingest_timeout, self.sinks)
         #: told of each registered sink, and run first in ``close``: the hooks of what reads
@@ -222,7 +220,7 @@ class Engine:
                      allowed_lateness: event_windows.Duration = 0,
                      aggregates: Mapping[str, str] | None = None,
                      retain: str = "latest") -> str:
-        """Declare an event-time window over ``source`` (``sstore.event_windows`` has the
+        """Declare an event-time window over ``source`` (``sstore.dataflow.event_windows`` has the
         semantics): windows of ``size`` every ``slide`` (default: tumbling) over the column
         ``time``, per ``key``, closed when the watermark (max event time seen - ``delay``)
         passes their end, corrected by late rows until it passes end + ``allowed_lateness``.
@@ -251,7 +249,8 @@ class Engine:
     def retire(self, name: str) -> None:
         """Say that procedure ``name``, which the program that last ran on this state file
         declared, is gone on purpose. Without it, a new procedure on the same inputs is
-        refused at start as a probable rename (``sstore.redeclared``): run under a new name it
+        refused at start as a probable rename (``sstore.storage.redeclared``): run under a new name
+        it
         would process every kept batch again. With it, the new one does. It does not hand
         over the old one's output stream: a new procedure writing it from a batch at or below
         its last is refused at start (a stream's batch-ids are written once, in order)."""
@@ -265,7 +264,7 @@ class Engine:
                drop: Sequence[str] = (),
                cast: Mapping[str, str | None] | Sequence[str] | None = None) -> None:
         """Change a stored stream on purpose where redeclaring it is refused (a rename, a
-        dropped column, a type that is not a widening: ``sstore.evolution``). Declare the
+        dropped column, a type that is not a widening: ``sstore.storage.evolution``). Declare the
         stream with its new columns, then call this before the first ingest or run: at start
         the stored table is renamed, dropped and cast (``cast``: column -> type, or columns
         whose declared type they take; the stored values are converted, and a value that does
@@ -282,7 +281,7 @@ class Engine:
 
     def upgrade(self, name: str, new_fn: Callable[..., Any], *,
                 from_batch: int | None = None) -> None:
-        """Replace procedure ``name``'s code at a batch boundary (``sstore.upgrades``):
+        """Replace procedure ``name``'s code at a batch boundary (``sstore.storage.upgrades``):
         declare it as before, then call this before the first ingest or run. Pending batches
         below ``from_batch`` still run the declared code; batches from it on run ``new_fn``,
         recorded as the next version. ``from_batch`` must come after every batch the
@@ -295,14 +294,14 @@ class Engine:
 
     def procedure_versions(self, name: str | None = None) -> list[dict[str, Any]]:
         """The recorded versions of procedure ``name`` (or of all), oldest first
-        (``sstore.upgrades.load``); none for a procedure that never changed."""
+        (``sstore.storage.upgrades.load``); none for a procedure that never changed."""
         rt = self._runtime()
         with rt.lock:
             return upgrades.load(rt.con, name)
 
     def stream_versions(self, stream: str | None = None) -> list[dict[str, Any]]:
         """The recorded versions of ``stream`` (or of every stream), oldest first
-        (``sstore.evolution.load``); none for a stream that never evolved."""
+        (``sstore.storage.evolution.load``); none for a stream that never evolved."""
         rt = self._runtime()
         with rt.lock:
             return evolution.load(rt.con, stream)
@@ -322,7 +321,7 @@ class Engine:
         ``on_error`` applies. None (the default): no limit, so a procedure that never returns
         holds the engine (every stream, ``status()``) until the process ends.
         ``version``: the version of its code; a higher one than the state file recorded runs
-        from the batch after the procedure's last (``sstore.upgrades``).
+        from the batch after the procedure's last (``sstore.storage.upgrades``).
         """
         self._declaring()
         inputs = (input,) if isinstance(input, str) else tuple(input)
@@ -344,7 +343,7 @@ class Engine:
         rows become batch b of ``output``. The same as a function procedure returning
         ``tx.sql(sql)``, but the engine may chain it with the SQL procedure that reads its
         output, running both (and the rest of such a chain) as one statement in the batch's
-        group commit (``sstore.fusion``: an intermediate batch is then never materialized).
+        group commit (``sstore.dataflow.fusion``: an intermediate batch is then never materialized).
         The SELECT must not depend on the order of its input rows."""
         sql = fusion.check_select(name, sql)
         self._declaring()
@@ -390,7 +389,7 @@ class Engine:
                 raise
             log.info("replayed %d input-log records", count)
             if rt.store.evolved:  # the snapshot must hold the evolved tables before a batch
-                with rt.lock:     # is logged with their columns (``sstore.evolution``)
+                with rt.lock:     # is logged with their columns (``sstore.storage.evolution``)
                     recovery.checkpoint(rt, self._input_log)
 
     # ------------------------------------------------------------------ input
@@ -400,13 +399,13 @@ class Engine:
 
         Without ``batch_id`` the next id is used. Re-sending an id that was already ingested with
         the same rows is a no-op (the result's ``duplicate`` is True); with other rows (another
-        count, or another fingerprint, ``sstore.fingerprint``) it is refused with
+        count, or another fingerprint, ``sstore.base.fingerprint``) it is refused with
         ``ResendMismatchError``, nothing ingested; a new id lower than the last one is rejected
         with ``OutOfOrderBatchError``, and so is an id a dead-letter replay took for its rows
         (``BatchIdTakenError``: the batch sent is not a re-send of it). Bad rows raise
         ``SchemaError`` and change nothing. A reader downstream past its backpressure bound
         makes it wait, then raise ``IngestTimeoutError``, or refuse at once
-        (``ConsumerStalledError``), the batch not ingested (``sstore.backpressure``).
+        (``ConsumerStalledError``), the batch not ingested (``sstore.execution.backpressure``).
 
         ``along(tx)``: more statements that must commit with this batch or not at all; they
         run in the ingest's transaction after its rows (``sstore.dead_letters.replay`` deletes
@@ -424,8 +423,10 @@ class Engine:
                        batch_id: int | None = None) -> Ingested:
         """``ingest`` followed by ``run_until_idle``, faster: the batch and the transaction
         executions of that batch that it makes runnable commit as one DuckDB transaction (a
-        group commit led by the ingest, ``sstore.group.ingest_and_run``), and its rows are not
-        stored when nothing can read them from the table (``sstore.passing``). Same outcome, same
+        group commit led by the ingest, ``sstore.execution.group.ingest_and_run``), and its rows
+        are not
+        stored when nothing can read them from the table (``sstore.execution.passing``). Same
+        outcome, same
         guarantees, same errors as the two calls: a refused batch raises and changes nothing; if a
         procedure fails, the batch is committed on its own and the procedures run as they would
         after ``ingest``. A caller that feeds and runs in one thread (a loader, a benchmark) saves a
@@ -451,7 +452,8 @@ class Engine:
         """Run pending transaction executions in order until none is runnable; return how many
         ran (committed or dead-lettered). A halted procedure stops only itself and downstream.
 
-        Raises ``Stopped`` when ``interrupt()`` (or ``sstore.stopping`` on a signal) asked the
+        Raises ``Stopped`` when ``interrupt()`` (or ``sstore.execution.stopping`` on a signal)
+        asked the
         engine to stop: the execution in flight rolled back, nothing was recorded as an error.
         One request, one ``Stopped``: a later call runs again (unless the whole process is
         stopping)."""
@@ -463,14 +465,15 @@ class Engine:
         """Serve: run transaction executions as batches arrive until ``stop`` is set.
 
         Setting ``stop`` interrupts the execution in flight (it rolls back and runs again next
-        time; no error, no halt) and ``run`` returns. ``interrupt()`` and ``sstore.stopping``
+        time; no error, no halt) and ``run`` returns. ``interrupt()`` and
+        ``sstore.execution.stopping``
         end it the same way."""
         running.run_until_stopped(self._runtime(), self._interrupts, stop, poll_seconds,
                                   self.run_until_idle, self.interrupt)
 
     def interrupt(self) -> None:
         """Ask the engine to stop, from any thread (a signal handler should call it from a
-        helper thread, as ``sstore.stopping`` does).
+        helper thread, as ``sstore.execution.stopping`` does).
 
         The transaction execution in flight is interrupted (its DuckDB statement and its
         Python code) and rolls back, unless it is already committing; ``run_until_idle``
@@ -498,7 +501,7 @@ class Engine:
     def port(self, stream: str, consumer: str) -> ConsumerPort:
         """Everything ``consumer`` may ask of this engine about ``stream`` (list, read, hold,
         acknowledge, rewind, halt, subscribe, drop), each call checked against what the
-        stream committed (``sstore.consumer_port``)."""
+        stream committed (``sstore.execution.consumer_port``)."""
         streams = self._runtime().graph.streams  # starts the engine: outputs declared
         if stream not in streams:
             raise UnknownStreamError(f"no stream {stream!r}; streams: {sorted(streams)}")
@@ -537,7 +540,7 @@ class Engine:
         Read-only by construction, in two layers (statements that change state go through
         ``execute`` or ``transaction``):
 
-        1. ``sstore.readonly.check_query``: one plain query (SELECT, WITH, set operations,
+        1. ``sstore.base.readonly.check_query``: one plain query (SELECT, WITH, set operations,
            VALUES) that calls nothing reaching outside the database, else
            ``ReadOnlyQueryError`` naming what was refused.
         2. It runs on a cursor of its own in a READ ONLY transaction: even SQL the check let
@@ -612,7 +615,7 @@ class Engine:
 
     def register_sink(self, sink: ObservableSink) -> None:
         """Show ``sink`` in this engine's backpressure, metrics and status (the protocol:
-        ``sstore.sink_view``).
+        ``sstore.execution.sink_view``).
         A sink with the same consumer name replaces the one registered before."""
         name = sink.metrics_snapshot().name
         with self._lock:
@@ -638,7 +641,7 @@ class Engine:
 
     def latest(self, stream: str) -> tuple[int, pa.Table] | None:
         """The newest committed batch of a stream: (batch_id, rows), or None (pull mode).
-        Raises ``ChainedBatchError`` if that batch was chained away (``sstore.fusion``)."""
+        Raises ``ChainedBatchError`` if that batch was chained away (``sstore.dataflow.fusion``)."""
         rt = self._runtime()
         with rt.lock:
             chained = rt.chaining.unmaterialized.get(stream)
@@ -742,7 +745,7 @@ class Engine:
         """Record that ``consumer`` has safely taken every held batch up to ``batch_id``: at
         once in memory (garbage collection, backpressure), in the state file with the next
         transaction that writes commit records anyway (no COMMIT of its own under the lock;
-        ``sstore.consumers``, step 3).
+        ``sstore.storage.consumers``, step 3).
 
         ``wait=False``: only if the engine's lock is free now; False (nothing recorded) when
         a transaction execution holds it. A sink thread uses it so that telling the engine
@@ -809,7 +812,7 @@ class Engine:
                 self._let_go()
 
     def _let_go(self) -> None:
-        """Free the state file and the input log for another engine (``sstore.owners``)."""
+        """Free the state file and the input log for another engine (``sstore.storage.owners``)."""
         owners.release_state(self._owner_key, self)
         if self._log_lock is not None:
             self._log_lock.close()

@@ -22,14 +22,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sstore.status import EngineStatus, read_status
+from sstore.storage.status import EngineStatus, read_status
 
 if TYPE_CHECKING:
-    from sstore.backpressure import PressureReport
+    from sstore.dataflow.graph import Graph
     from sstore.engine import Engine
-    from sstore.graph import Graph
-    from sstore.runtime import CommitEvent, Runtime
-    from sstore.sink_view import ObservableSink
+    from sstore.execution.backpressure import PressureReport
+    from sstore.execution.runtime import CommitEvent, Runtime
+    from sstore.execution.sink_view import ObservableSink
 
 
 class EngineView:
@@ -90,7 +90,7 @@ class EngineView:
         return self._engine.sinks()
 
     def pressure(self, rt: Runtime) -> PressureReport:
-        """Readers' lag against their bounds (``sstore.backpressure``); caller holds
+        """Readers' lag against their bounds (``sstore.execution.backpressure``); caller holds
         ``lock``."""
         return self._engine.backpressure.report(rt)
 

@@ -1,5 +1,5 @@
 """Acknowledgements of external consumers are written with the next group commit or GC, never
-as a COMMIT of their own under the engine's lock (``sstore.consumers``, step 3).
+as a COMMIT of their own under the engine's lock (``sstore.storage.consumers``, step 3).
 
 What must hold: an acknowledgement counts at once in memory (GC, backpressure); a crash may
 lose the newest ones, but never one that garbage collection relied on: after a SIGKILL at any
@@ -181,7 +181,7 @@ def test_a_sink_does_not_wait_for_a_busy_engine_to_acknowledge(tmp_path: Path,
 def test_an_acknowledgement_of_a_batch_never_ingested_is_refused(tmp_path) -> None:
     """Found by the model (issue 34, ``benchmarks.model``): ``acknowledge`` took a batch-id
     that no stream had committed, and GC then removed batches the consumer never read."""
-    from sstore.consumers import AcknowledgementError
+    from sstore.storage.consumers import AcknowledgementError
     engine = Engine(str(tmp_path / "s.duckdb"))
     declare(engine)
     for b in (1, 2):

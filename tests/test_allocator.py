@@ -1,4 +1,4 @@
-"""The process allocator (``sstore.allocator``): the ``sstore`` command and the benchmarks run
+"""The process allocator (``sstore.base.allocator``): the ``sstore`` command and the benchmarks run
 under jemalloc where the machine has it, what they start does not inherit the preload, and a
 policy that cannot be met is a one-line error before any work, never a silent fallback.
 
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sstore import allocator
+from sstore.base import allocator
 
 ROOT = Path(__file__).resolve().parent.parent
 SSTORE = Path(sys.executable).parent / "sstore"
@@ -25,7 +25,7 @@ SSTORE = Path(sys.executable).parent / "sstore"
 PROBE = """
 import json, os, subprocess, sys
 print("started", flush=True)
-from sstore.allocator import use_jemalloc, in_use
+from sstore.base.allocator import use_jemalloc, in_use
 use_jemalloc()
 child = subprocess.run(["sh", "-c", 'printf "%s" "${LD_PRELOAD-unset}"'],
                        capture_output=True, text=True).stdout
@@ -105,7 +105,7 @@ def test_the_sstore_command_reports_its_allocator_and_rejects_a_bad_policy() -> 
     missing = {**env, "SSTORE_JEMALLOC": "/nonexistent/libjemalloc.so.2"}
     done = subprocess.run([str(SSTORE), "-v", "status", "--help"], capture_output=True,
                           text=True, env=missing, timeout=60)
-    assert done.returncode == 0 and "INFO sstore.allocator: jemalloc not found" in done.stderr
+    assert done.returncode == 0 and "INFO sstore.base.allocator: jemalloc not found" in done.stderr
     for bad in ({"SSTORE_MALLOC": "tcmalloc"},
                 {"SSTORE_MALLOC": "jemalloc", "SSTORE_JEMALLOC": "/nonexistent/lib.so"}):
         done = subprocess.run([str(SSTORE), "--version"], capture_output=True, text=True,
@@ -128,7 +128,7 @@ def test_a_benchmark_run_as_a_program_records_jemalloc(tmp_path: Path) -> None:
 def test_importing_sstore_and_its_command_loads_nothing_heavy() -> None:
     """The allocator is chosen before DuckDB and Arrow are loaded; a re-execution that came
     after them would pay their import twice on every command."""
-    code = ("import sys, sstore, sstore.cli, sstore.allocator; "
+    code = ("import sys, sstore, sstore.cli, sstore.base.allocator; "
             "print(sorted(m for m in ('duckdb', 'pyarrow', 'click') if m in sys.modules)); "
             "from sstore import Engine, SStoreError; "
             "print(Engine.__module__, 'duckdb' in sys.modules)")

@@ -22,10 +22,10 @@ from sstore import (
     IngestTimeoutError,
     observe,
 )
-from sstore.errors import SStoreError
-from sstore.interrupts import Stopped
+from sstore.base.errors import SStoreError
+from sstore.base.retry import Kind, kind_of
+from sstore.execution.interrupts import Stopped
 from sstore.observe import SinkSnapshot
-from sstore.retry import Kind, kind_of
 from tests.test_observe import sample, scrape
 
 

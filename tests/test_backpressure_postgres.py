@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from migrators import StreamToPostgres
 from sstore import Bound, Engine, IngestTimeoutError, observe
-from sstore.retry import Kind, kind_of
+from sstore.base.retry import Kind, kind_of
 from tests.test_observe import get, sample, scrape
 
 BOUND = 5

@@ -11,7 +11,7 @@ import psycopg
 from rich.console import Console
 
 from benchmarks import icu as bench
-from sstore.sql import ident
+from sstore.base.sql import ident
 from sstore.workloads import icu
 
 

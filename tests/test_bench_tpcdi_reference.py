@@ -24,7 +24,7 @@ from benchmarks.tpcdi_setup import (
     install_dimensions,
     make_data,
 )
-from sstore.transaction import Transaction
+from sstore.execution.transaction import Transaction
 
 PROCEDURES = ("parse_trades", "resolve_status_and_times", "resolve_security", "resolve_account",
               "apply_dimtrade")

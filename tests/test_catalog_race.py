@@ -19,7 +19,7 @@ import pytest
 from migrators import StreamToPostgres
 from migrators.pg_errors import classify
 from sstore import Engine
-from sstore.retry import Kind
+from sstore.base.retry import Kind
 
 
 def race(url: str, create: str, loser: str) -> BaseException | None:

@@ -1,4 +1,4 @@
-"""Seams of chained SQL procedures (``sstore.fusion``) that a user can reach by mistake.
+"""Seams of chained SQL procedures (``sstore.dataflow.fusion``) that a user can reach by mistake.
 
 A chain skips everything ``StreamStore.append`` does for an intermediate stream: it is correct
 only when that is nothing but recording the batch. Each test runs the same dataflow chained and
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sstore import Engine
-from sstore.errors import ChainedBatchError
+from sstore.base.errors import ChainedBatchError
 
 
 def event_window_dataflow(path: str, chain: bool) -> Engine:
@@ -96,7 +96,7 @@ def test_a_sink_declared_later_on_a_chained_stream_is_told_of_the_gap(tmp_path) 
     must not start at batch 1 as if the engine had them all: ``continue_from`` raises
     ``GapError`` naming batches 1..4 (batch 1 ran unchained but its one reader read it in
     the group: never stored either); from then on ``parsed`` is materialized for it."""
-    from sstore.errors import GapError
+    from sstore.base.errors import GapError
 
     path = str(tmp_path / "sink.duckdb")
     engine = Engine(path)

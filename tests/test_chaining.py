@@ -1,4 +1,4 @@
-"""Chained SQL procedures (``sstore.fusion``): one statement per chain, the same rows out.
+"""Chained SQL procedures (``sstore.dataflow.fusion``): one statement per chain, the same rows out.
 
 Every test runs the same dataflow twice, chained and with ``chain_sql=False``, and compares
 everything downstream; the ways a user can break a chain (a bad row in the middle of it, a
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from sstore import Engine
-from sstore.errors import ChainedBatchError, DeclarationError
-from sstore.runtime import CommitEvent
+from sstore.base.errors import ChainedBatchError, DeclarationError
+from sstore.execution.runtime import CommitEvent
 
 PARSE = "SELECT id, CAST(text AS INTEGER) AS v FROM batch"
 DOUBLE = """

@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 from sstore import Engine, dead_letters
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = {1: [(1, "a"), (2, "bad"), (3, "c")], 2: [(4, "d")], 3: [(5, "bad")], 4: [(6, "f")]}

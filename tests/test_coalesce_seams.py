@@ -23,7 +23,7 @@ import pytest
 import sstore.coalesce as coalesce
 from sstore import Engine, OutOfOrderBatchError
 from sstore.coalesce import Coalescer, CoalescerFailed
-from sstore.interrupts import Stopped
+from sstore.execution.interrupts import Stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,5 @@
-"""The consumer port (``Engine.port``, ``sstore.consumer_port``): every call a consumer makes is
+"""The consumer port (``Engine.port``, ``sstore.execution.consumer_port``): every call a consumer
+makes is
 checked against what its stream committed, so no call can make garbage collection remove a
 batch the consumer never read, and no read comes back with rows missing."""
 
@@ -7,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from sstore import Engine
-from sstore.consumer_port import ReadAheadError
-from sstore.consumers import AcknowledgementError
-from sstore.errors import GapError
+from sstore.base.errors import GapError
+from sstore.execution.consumer_port import ReadAheadError
+from sstore.storage.consumers import AcknowledgementError
 
 
 def engine_with_consumer() -> Engine:

@@ -1,5 +1,5 @@
 """A password in a PostgreSQL URL shows nowhere: not in logs, ``sstore status``, ``/status``,
-``/metrics``, exception messages or reprs (issue 36, ``sstore.redact``).
+``/metrics``, exception messages or reprs (issue 36, ``sstore.base.redact``).
 
 The role has a real password on the test server. The server trusts local connections, so it
 would accept any password: the failing paths are therefore exercised too, against a port where
@@ -33,9 +33,9 @@ from migrators.private_auth import read_passwords
 from migrators.urls import parse, shown
 from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine, observe
+from sstore.base.redact import mask_secrets
+from sstore.base.sql import ident
 from sstore.cli import main
-from sstore.redact import mask_secrets
-from sstore.sql import ident
 
 SECRET = "Pw-s3cr3t-not-for-logs"
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -257,10 +257,10 @@ def test_airflow_errors_maps_real_sstore_errors(airflow: Any, tmp_path: Path) ->
     from migrators.errors import PostgresUnavailable
     from migrators.postgres import connect
     from sstore.airflow_errors import airflow_errors
-    from sstore.errors import DeclarationError
+    from sstore.base.errors import DeclarationError
+    from sstore.base.retry import GaveUp, RetryPolicy, call
+    from sstore.execution.stopping import Stopped
     from sstore.maintenance import StreamTarget
-    from sstore.retry import GaveUp, RetryPolicy, call
-    from sstore.stopping import Stopped
     from sstore.workloads.tpcdi import orchestration as etl
 
     def unreachable() -> None:

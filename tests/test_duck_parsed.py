@@ -1,4 +1,4 @@
-"""Statements parsed once (``sstore.duck.parsed``): the same text gives the same answers as
+"""Statements parsed once (``sstore.base.duck.parsed``): the same text gives the same answers as
 parsing it every time, over whatever data is registered at each run, with bound parameters, on
 any connection and thread; scripts and syntax errors behave as with the text; the cache stays
 bounded."""
@@ -12,8 +12,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sstore import duck
-from sstore.duck import arrow, connect, execute, parsed
+from sstore.base import duck
+from sstore.base.duck import arrow, connect, execute, parsed
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from sstore import Engine, InputLogError, TransactionStateError
-from sstore.inputlog import HEADER, InputLog
+from sstore.storage.inputlog import HEADER, InputLog
 from tests.crash_worker import ACCEPTED_TOTALS, declare_rejecting, rejected_inputs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ import random
 import pytest
 
 from sstore import Engine
-from sstore.errors import DeclarationError, SchemaError
-from sstore.status import status_of_file
+from sstore.base.errors import DeclarationError, SchemaError
+from sstore.storage.status import status_of_file
 from tests import event_window_oracle as oracle
 
 T0 = datetime.datetime(2026, 11, 25, 8, 0, 0)
@@ -417,7 +417,7 @@ def test_status_shows_each_windows_watermark_and_counts(state_path: str) -> None
     """What an operator sees: the watermark (as a time for a timestamp column) and the rows
     taken in and found late, in ``status()``, its JSON and ``sstore status``'s text."""
     from sstore.cli.format import status_view
-    from sstore.status import EngineStatus
+    from sstore.storage.status import EngineStatus
 
     eng = Engine(state_path)
     eng.stream("v", {"k": "VARCHAR", "ts": "TIMESTAMP", "x": "DOUBLE"})

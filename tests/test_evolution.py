@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from sstore import Engine
+from sstore.base.errors import DeclarationError, ResendMismatchError
 from sstore.cli import main as cli_main
-from sstore.errors import DeclarationError, ResendMismatchError
 
 V1 = {"id": "INTEGER", "amount": "DECIMAL(10,2)"}
 V2 = {"id": "BIGINT", "amount": "DECIMAL(14,2)", "note": "VARCHAR",

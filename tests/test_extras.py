@@ -10,8 +10,8 @@ import importlib
 
 import pytest
 
-from sstore.errors import SStoreError, TerminalError
-from sstore.extras import MissingExtraError, needs, require
+from sstore.base.errors import SStoreError, TerminalError
+from sstore.base.extras import MissingExtraError, needs, require
 
 
 def test_a_missing_module_that_is_not_the_extras_passes_through() -> None:

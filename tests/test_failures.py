@@ -9,8 +9,8 @@ import duckdb
 import pytest
 
 from sstore import Engine, TransientError
-from sstore.errors import DeclarationError
-from sstore.status import status_of_file
+from sstore.base.errors import DeclarationError
+from sstore.storage.status import status_of_file
 
 
 def chain(engine: Engine, fail_on: set[int], on_error: str = "halt",
@@ -115,7 +115,8 @@ def test_bad_output_is_a_procedure_error(engine: Engine) -> None:
         engine.query("SELECT * FROM nonexistent")
 
 
-# -- retries go through sstore.retry: transient by kind_of, a bounded number of times -----------
+# -- retries go through sstore.base.retry: transient by kind_of, a bounded number of times
+# -----------
 def test_a_lost_connection_is_transient_and_retried(engine: Engine) -> None:
     """``kind_of`` decides, not a list in the executor: ConnectionError is transient."""
     engine.stream("inp", {"x": "INTEGER"})

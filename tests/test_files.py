@@ -1,4 +1,5 @@
-"""``sstore.files.write_atomically``: a writer SIGKILLed between writing and renaming leaves the
+"""``sstore.base.files.write_atomically``: a writer SIGKILLed between writing and renaming leaves
+the
 old file whole, one killed after the rename leaves the new one whole; and every place that
 replaces a file uses it (a scan of the source)."""
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 WRITER = """
 import sys
-from sstore.files import write_atomically
+from sstore.base.files import write_atomically
 write_atomically(sys.argv[1], sys.argv[2] * 100_000)
 """
 
@@ -40,7 +41,7 @@ def test_a_writer_killed_before_the_rename_leaves_the_old_file_whole(tmp_path: P
 
 
 def test_a_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
-    from sstore.files import write_atomically
+    from sstore.base.files import write_atomically
 
     path = tmp_path / "x"
     write_atomically(str(path), "old")
@@ -55,9 +56,10 @@ def test_every_file_replacement_goes_through_write_atomically() -> None:
     found = []
     for folder in ("sstore", "migrators", "benchmarks", "dags"):
         for path in (ROOT / folder).rglob("*.py"):
-            if path == ROOT / "sstore" / "files.py":
+            if path == ROOT / "sstore" / "base" / "files.py":
                 continue
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if re.search(r"\bos\.(replace|rename)\(|\.rename\(", line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not found, "use sstore.files.write_atomically / replace_durably:\n" + "\n".join(found)
+    assert not found, ("use sstore.base.files.write_atomically / replace_durably:\n"
+                       + "\n".join(found))

@@ -1,4 +1,4 @@
-"""The batch fingerprint (``sstore.fingerprint``): its value depends on the rows only, and it
+"""The batch fingerprint (``sstore.base.fingerprint``): its value depends on the rows only, and it
 never changes between versions, since state files keep the fingerprints of batches ingested
 long ago and a re-send is compared with them.
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sstore import fingerprint as fp
+from sstore.base import fingerprint as fp
 
 TYPES = {
     "int8": (pa.int8(), st.integers(-128, 127)),

@@ -1,10 +1,12 @@
-"""GC's rhythm (``sstore.gc.due``): every ``gc_every`` TEs, not sooner than ``gc_min_seconds``
+"""GC's rhythm (``sstore.execution.gc.due``): every ``gc_every`` TEs, not sooner than
+``gc_min_seconds``
 after the previous GC unless ``gc.DEFER_MAX`` times ``gc_every`` TEs have piled up."""
 
 from __future__ import annotations
 
-from sstore import Engine, gc
+from sstore import Engine
 from sstore.engine import GC_EVERY
+from sstore.execution import gc
 
 
 def _declare(eng: Engine) -> None:
@@ -60,7 +62,7 @@ def test_a_rhythm_that_cannot_be_kept_is_refused(state_path: str) -> None:
     negative interval means nothing: both are refused before the state file is opened."""
     import pytest
 
-    from sstore.errors import DeclarationError
+    from sstore.base.errors import DeclarationError
 
     for kwargs in ({"gc_every": 0}, {"gc_min_seconds": -1.0}):
         with pytest.raises(DeclarationError, match="gc_every must be at least 1"):

@@ -1,4 +1,5 @@
-"""Group commit (sstore.group): the TEs of one batch commit as one DuckDB transaction, and every
+"""Group commit (sstore.execution.group): the TEs of one batch commit as one DuckDB transaction,
+and every
 TE keeps its own guarantees: all or nothing, order, error policies, exactly once."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import duckdb
 import pytest
 
 from sstore import Engine, TransientError
-from sstore.runtime import CommitEvent
+from sstore.execution.runtime import CommitEvent
 
 
 def three_steps(engine: Engine, fail: dict[tuple[str, int], str] | None = None,
@@ -191,7 +192,7 @@ def test_weak_durability_replays_groups_without_running_past_an_ingest(tmp_path)
 def test_a_consumer_that_starts_after_batches_passed_in_memory_gets_a_gap(tmp_path) -> None:
     """Batches held back in memory were never stored: for a consumer that starts later they
     are collected (GapError, loud), never empty batches that would advance its watermark."""
-    from sstore.errors import GapError
+    from sstore.base.errors import GapError
 
     path = str(tmp_path / "state.duckdb")
     engine = Engine(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sstore.sql import ident
+from sstore.base.sql import ident
 from sstore.workloads import icu
 from tests.icu_worker import generated
 from tests.test_crash import finish, result

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sstore import Engine, OutOfOrderBatchError, SchemaError
-from sstore.errors import GapError
-from sstore.runtime import CommitEvent
+from sstore.base.errors import GapError
+from sstore.execution.runtime import CommitEvent
 from tests.test_group_commit import expected, log_rows, three_steps
 
 
@@ -193,7 +193,7 @@ def test_a_stop_during_the_group_keeps_the_batch_and_runs_it_later(tmp_path) -> 
     """Ctrl-C (here ``Engine.interrupt``) while the batch's procedures run: the group rolls
     back, the batch is committed on its own (the client handed it over), ``Stopped`` is
     raised, and the next run does the procedures exactly once."""
-    from sstore.interrupts import Stopped
+    from sstore.execution.interrupts import Stopped
 
     engine = Engine(str(tmp_path / "state.duckdb"))
     engine.stream("inp", {"x": "INTEGER"})
@@ -286,7 +286,7 @@ def test_a_procedure_run_after_its_group_rolled_back_finds_the_streams_it_reads(
     ``b`` commit as a group of their own and ``c`` runs alone, in a transaction of its own.
     It reads the table of ``s1``, whose only reader ``b`` ran in that group: a batch held
     back there must be stored, since ``c`` still runs for batch 1 after it."""
-    from sstore.errors import TransientError
+    from sstore.base.errors import TransientError
 
     engine = Engine(str(tmp_path / "state.duckdb"))
     for stream in ("inp", "s1", "s2"):

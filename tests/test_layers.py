@@ -33,14 +33,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE, OBSERVE, MIGRATORS, POLYSTORE, WORKLOADS, CLI, TOP = range(7)
-LAYER_NAMES = ("core engine", "observe", "migrators", "polystore", "workloads", "cli",
+BASE, DATAFLOW, STORAGE, EXECUTION, CORE, OBSERVE, MIGRATORS, POLYSTORE, WORKLOADS, CLI, TOP = \
+    range(11)
+#: The core's wings, bottom up (``sstore.base`` ... ``sstore.execution``), then the engine.
+CORE_WINGS = (BASE, DATAFLOW, STORAGE, EXECUTION, CORE)
+LAYER_NAMES = ("core: base", "core: dataflow", "core: storage", "core: execution",
+               "core engine", "observe", "migrators", "polystore", "workloads", "cli",
                "benchmarks/dags")
 
 #: Module name prefix -> layer; the longest matching prefix decides. A key ending in ``*``
 #: matches any name that starts with what precedes it (``sstore.cli_*``: ``sstore.cli_format``).
 LAYERS: dict[str, int] = {
-    "sstore": CORE,                 # engine, executor, scheduler, ledger, streams, ... retry
+    "sstore": CORE,                 # the Engine and what sits on it (engine_view, coalesce)
+    # the core's wings, each importing only the wings below it
+    "sstore.base": BASE,            # errors, retry, sql/duck helpers, rows, faults, files
+    "sstore.dataflow": DATAFLOW,    # graph, windows, event windows, fusion, declarations
+    "sstore.storage": STORAGE,      # system tables, ledger, streams, input log, versions
+    "sstore.execution": EXECUTION,  # runtime, scheduler, executor, ingest, gc, recovery
     # metrics, /status, the dashboard: read the core through Engine.view(); never imported
     # by it (the engine works, and is tested, without it)
     "sstore.observe": OBSERVE,
@@ -222,7 +231,7 @@ def test_the_core_never_imports_observe() -> None:
     modules = module_files(ROOT, ("sstore",))
     known = frozenset(modules)
     found = [f"{module}:{line}: imports {target}" for module, path in modules.items()
-             if layer_of(module) == CORE
+             if layer_of(module) in CORE_WINGS
              for line, target, _name in imports_of(module, path, known)
              if target == "sstore.observe" or target.startswith("sstore.observe.")]
     assert not found, "the core imports sstore.observe (read the engine through " \
@@ -239,6 +248,18 @@ def test_every_python_folder_is_checked_or_exempt_for_a_reason() -> None:
     assert layer_of("sstore.client") == CORE  # a prefix is a whole name part, not any text
     assert layer_of("sstore.observe.metrics") == OBSERVE
     assert layer_of("sstore.observer") == CORE
+    assert layer_of("sstore.base.errors") == BASE < layer_of("sstore.dataflow.graph") == \
+        DATAFLOW < layer_of("sstore.storage.ledger") == STORAGE < \
+        layer_of("sstore.execution.ingest") == EXECUTION < layer_of("sstore.engine") == CORE
+
+
+def test_the_core_is_in_wings() -> None:
+    """No module of the core lies loose in ``sstore/`` but the engine and what sits on it: a
+    new module goes into the wing its imports put it in (docs/architecture.md, "The core's
+    wings")."""
+    loose = sorted(p.stem for p in (ROOT / "sstore").glob("*.py"))
+    assert loose == ["__init__", "airflow_errors", "coalesce", "dead_letters", "engine",
+                     "engine_view", "maintenance"], loose
 
 
 # ------------------------------------------------------------------- the checker catches ...
@@ -266,12 +287,16 @@ def fake_repo(tmp_path: Path) -> dict[str, Path]:
                 from sstore.observe import server  # lazy, still counted
             """,
         "sstore/observe/__init__.py": "",
-        "sstore/observe/metrics.py": "from sstore.engine import _cache\nimport sstore.status\n",
-        "sstore/status.py": """
+        "sstore/observe/metrics.py": ("from sstore.engine import _cache\n"
+                                      "import sstore.storage.status\n"),
+        "sstore/storage/status.py": """
             def report():
                 from sstore.workloads.tpcc.orders import orders_rows  # lazy, still counted
                 return orders_rows
             """,
+        "sstore/base/errors.py": "from sstore.dataflow.graph import Graph\n",
+        "sstore/dataflow/graph.py": "from sstore.base.errors import Error\nclass Graph: ...\n",
+        "sstore/execution/ingest.py": "from sstore.storage import status\nimport sstore.engine\n",
         "sstore/polystore/__init__.py": "",
         "sstore/polystore/calibrate.py": """
             from migrators import spark_session
@@ -312,7 +337,9 @@ def test_the_layer_check_finds_imports_that_go_up(fake_repo: dict[str, Path]) ->
     assert found == {
         ("sstore.engine", 5),                  # core -> observe, under TYPE_CHECKING
         ("sstore.engine", 8),                  # core -> observe, inside a function
-        ("sstore.status", 3),                  # core -> workload, inside a function
+        ("sstore.storage.status", 3),          # core -> workload, inside a function
+        ("sstore.base.errors", 1),             # a wing -> a wing above it
+        ("sstore.execution.ingest", 2),        # the execution wing -> the engine on top
         ("sstore.polystore.calibrate", 3),     # polystore -> workload, relative import
         ("sstore.polystore.connectors", 8),    # polystore -> cli, by importlib
         ("migrators.spark", 2),                # migrators -> polystore, "import ... as"

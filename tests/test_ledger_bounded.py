@@ -1,4 +1,5 @@
-"""The border batch-ids a service has taken stay bounded in memory (sstore.ingested), and every
+"""The border batch-ids a service has taken stay bounded in memory (sstore.storage.ingested), and
+every
 re-send keeps its outcome: a batch-id ingested weeks ago is still a no-op, a lower id never
 ingested is still refused, during the run and after a restart."""
 
@@ -10,9 +11,10 @@ import time
 import duckdb
 import pytest
 
-from sstore import Engine, OutOfOrderBatchError, systables
-from sstore.ingested import RANGES
-from sstore.ledger import Ledger
+from sstore import Engine, OutOfOrderBatchError
+from sstore.storage import systables
+from sstore.storage.ingested import RANGES
+from sstore.storage.ledger import Ledger
 
 RUNS = 100_000  # runs of two consecutive ids, a gap after each: 200,000 ids, 100,000 ranges
 FIRST = 1_000

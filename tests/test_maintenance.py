@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from sstore import Engine
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 from sstore.maintenance import (
     StreamTarget,
     format_report,

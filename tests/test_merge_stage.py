@@ -79,7 +79,7 @@ def test_a_merge_outside_a_transaction_is_refused_not_lost(pg_url: str) -> None:
     """On a connection in autocommit mode each statement commits alone: the COPY would fill
     the stage and commit, ``ON COMMIT DELETE ROWS`` would empty it, and the INSERT would move
     nothing. Refused with a message before any row is staged; with BEGIN sent it merges."""
-    from sstore.errors import DeclarationError
+    from sstore.base.errors import DeclarationError
 
     with psycopg.connect(pg_url, autocommit=True) as con:
         con.execute("CREATE TABLE a (id BIGINT PRIMARY KEY, v TEXT)")

@@ -22,11 +22,12 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from sstore import Engine, allocator, observe
+from sstore import Engine, observe
+from sstore.base import allocator
 from sstore.cli import main
 from sstore.observe import live
 from sstore.observe.server import ServeError
-from sstore.status import status_of_file
+from sstore.storage.status import status_of_file
 from tests.observe_flow import (
     DATAFLOW,
     INPUTS,

@@ -16,7 +16,7 @@ import pytest
 from migrators import MigrationError, StreamToPostgres
 from migrators.postgres import RetryPolicy
 from sstore import Engine, observe
-from sstore.errors import SStoreError
+from sstore.base.errors import SStoreError
 from tests.observe_flow import ROWS_PER_BATCH, declare_flow, feed
 from tests.test_observe import get, sample, scrape
 

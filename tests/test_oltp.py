@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from sstore import Engine, TransactionStateError
-from sstore.transaction import TxState
+from sstore.execution.transaction import TxState
 
 
 def counter_engine(path: str) -> Engine:

@@ -1,4 +1,5 @@
-"""``sstore.passing.Passing.reads``: which held-back streams a statement may read from their
+"""``sstore.execution.passing.Passing.reads``: which held-back streams a statement may read from
+their
 tables, on a real DuckDB catalog. A wrong "no" loses rows silently (a procedure reads an
 empty batch); a wrong "yes" only stores a batch, so every doubt must answer "yes"."""
 
@@ -7,8 +8,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from sstore import passing
-from sstore.passing import Passing
+from sstore.execution import passing
+from sstore.execution.passing import Passing
 
 STREAMS = ("orders", "ids")
 

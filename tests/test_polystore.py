@@ -16,7 +16,7 @@ import pytest
 
 from migrators.errors import PostgresUnavailable
 from sstore import Engine
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.polystore import Catalog, Polystore, QueryError, UnknownObjectError
 from sstore.polystore.cost import CostModel
 from sstore.workloads.tpcc.orders import (
@@ -31,7 +31,7 @@ ROWS = 6000
 
 def _collect_by_hand(engine: Engine, where: str = "") -> None:
     """Remove ``orders_in``'s rows as garbage collection would (after a move). Not with
-    ``engine.execute``: SQL may not write a stream's table (``sstore.stream_writes``)."""
+    ``engine.execute``: SQL may not write a stream's table (``sstore.dataflow.stream_writes``)."""
     with engine.lock:
         engine.connection.execute(f"DELETE FROM orders_in {where}")
 

@@ -59,7 +59,7 @@ def _plan(ps: Polystore, name: str):
 
 def _collect_by_hand(engine: Engine, where: str = "") -> None:
     """Remove ``orders_in``'s rows as garbage collection would (after a move). Not with
-    ``engine.execute``: SQL may not write a stream's table (``sstore.stream_writes``)."""
+    ``engine.execute``: SQL may not write a stream's table (``sstore.dataflow.stream_writes``)."""
     with engine.lock:
         engine.connection.execute(f"DELETE FROM orders_in {where}")
 

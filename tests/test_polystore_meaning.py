@@ -18,7 +18,7 @@ from sstore.cli.app import main
 from sstore.cli.format import unique_names
 from sstore.polystore.meaning import kept_in_postgres, kept_types, naming_kept_columns
 from sstore.polystore.sqltext import parse, to_sql
-from sstore.statefile import StateFileReader
+from sstore.storage.statefile import StateFileReader
 
 #: (PostgreSQL SQL, dialect, what is kept in PostgreSQL: the start of each reason)
 KEPT = [

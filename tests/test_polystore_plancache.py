@@ -12,13 +12,13 @@ import psycopg
 import pytest
 
 from sstore import Engine
+from sstore.base.readonly import ReadOnlyQueryError
 from sstore.polystore import Polystore
 from sstore.polystore.connectors import PostgresConnector, StreamingConnector
 from sstore.polystore.cost import CostModel
 from sstore.polystore.plan import Plan, Run
 from sstore.polystore.plancache import PlanCache
-from sstore.readonly import ReadOnlyQueryError
-from sstore.statefile import StateFileReader
+from sstore.storage.statefile import StateFileReader
 from tests.test_polystore_freshness import SQL, _expected, live  # noqa: F401  (fixture)
 
 

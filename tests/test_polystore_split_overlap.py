@@ -18,7 +18,7 @@ import pytest
 
 from migrators.engine_to_postgres import StreamToPostgres
 from sstore import Engine
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 from sstore.polystore import Polystore
 from sstore.polystore.cost import CostModel
 

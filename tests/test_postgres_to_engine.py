@@ -13,7 +13,7 @@ import pytest
 from migrators import MigrationError, PostgresUnavailable, cast
 from migrators.access import Replica, cross_system_query, migrate_to_engine
 from sstore import Engine
-from sstore.retry import RetryPolicy
+from sstore.base.retry import RetryPolicy
 from tests.pg_proxy import CuttingProxy
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from sstore import Engine
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,13 +127,13 @@ REFUSED = [  # (SQL, the statement kind the message must name)
 
 @pytest.mark.parametrize("sql", ACCEPTED)
 def test_queries_our_code_writes_pass_the_check(sql: str) -> None:
-    from sstore.readonly import check_query
+    from sstore.base.readonly import check_query
     check_query(sql, "duckdb")
 
 
 @pytest.mark.parametrize(("sql", "kind"), REFUSED, ids=[k for _, k in REFUSED])
 def test_everything_but_a_query_is_refused_by_name(sql: str, kind: str) -> None:
-    from sstore.readonly import check_query
+    from sstore.base.readonly import check_query
     with pytest.raises(TerminalError) as info:
         check_query(sql, "duckdb")
     _refused(info, kind)
@@ -154,14 +154,14 @@ def test_everything_but_a_query_is_refused_by_name(sql: str, kind: str) -> None:
     ("spark", "CACHE TABLE t", "CACHE"),
 ])
 def test_other_dialects_are_checked_too(dialect: str, sql: str, kind: str) -> None:
-    from sstore.readonly import check_query
+    from sstore.base.readonly import check_query
     with pytest.raises(TerminalError) as info:
         check_query(sql, dialect)
     _refused(info, kind)
 
 
 def test_sql_that_cannot_be_parsed_is_refused() -> None:
-    from sstore.readonly import UncheckableQueryError, check_query
+    from sstore.base.readonly import UncheckableQueryError, check_query
     with pytest.raises(UncheckableQueryError, match="cannot check the query"):
         check_query("SELEC 1", "duckdb")
     with pytest.raises(UncheckableQueryError, match=r"sqlglot \(postgres\) cannot parse"):
@@ -178,7 +178,7 @@ def test_copy_to_the_state_file_is_refused_and_the_file_is_intact(state_file: st
     assert done.returncode == 1, done.stdout + done.stderr
     assert "COPY is not a query" in done.stderr
     assert _md5(state_file) == before and _counts(state_file) == counts
-    from sstore.statefile import query_file
+    from sstore.storage.statefile import query_file
     with pytest.raises(TerminalError) as info:
         query_file(state_file, f"COPY (SELECT 'x') TO '{state_file}' (FORMAT csv)")
     _refused(info, "COPY")
@@ -201,7 +201,7 @@ def test_the_state_file_connection_refuses_files_without_the_check(state_file: s
                                                                      monkeypatch) -> None:
     """Second guard: the connection is read-only with external access off, so COPY TO,
     read_text and ATTACH fail in DuckDB itself even when the SQL check is bypassed."""
-    from sstore import statefile
+    from sstore.storage import statefile
     monkeypatch.setattr(statefile, "check_query", lambda sql, dialect="duckdb": None)
     before = _md5(state_file)
     for sql in (f"COPY (SELECT 'x') TO '{state_file}.copy'",

@@ -27,9 +27,9 @@ from migrators.access import cross_system_query
 from migrators.postgres_to_engine import copy_into_engine, read_postgres
 from migrators.urls import parse
 from sstore import Engine
+from sstore.base.readonly import check_query
 from sstore.cli import main
 from sstore.polystore.connector_postgres import PostgresConnector
-from sstore.readonly import check_query
 
 PROOF = Path(tempfile.gettempdir()) / f"sstore-read-privilege-{os.getpid()}"
 

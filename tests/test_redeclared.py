@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sstore import Engine
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 
 
 def run(path: str, name: str, source: str = "orders") -> None:

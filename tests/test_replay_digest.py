@@ -3,7 +3,7 @@
 Replay reruns the procedures and ad hoc transactions from the input log. It reproduces the live
 state only if they do the same thing again: GC that ran live is logged and replayed at the same
 point (so an ad hoc read of a stream sees what it saw live), and every logged transaction
-carries a digest of what it did (``sstore.digest``), recomputed at replay: a difference stops
+carries a digest of what it did (``sstore.base.digest``), recomputed at replay: a difference stops
 the restart with ``ReplayMismatchError`` naming the transaction, and the engine stays closed,
 its snapshot untouched."""
 
@@ -248,7 +248,7 @@ def test_a_hugeint_aggregate_read_with_sql_replays_without_a_word(tmp_path: Path
 
 
 def test_the_rows_digest_ignores_order_and_layout_but_not_values() -> None:
-    """``sstore.digest.rows``: the same rows in another order or chunking, from a slice or
+    """``sstore.base.digest.rows``: the same rows in another order or chunking, from a slice or
     hashed through either path (few rows: their text; more: their buffers), digest the same;
     a changed, moved or lost value does not."""
     import datetime
@@ -256,7 +256,7 @@ def test_the_rows_digest_ignores_order_and_layout_but_not_values() -> None:
 
     import pyarrow as pa
 
-    from sstore import digest
+    from sstore.base import digest
 
     table = pa.table({
         "k": pa.array([1, 2, None, 4] * 5, pa.int64()),

@@ -17,8 +17,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sstore import Engine, ResendMismatchError, TerminalError, gc, systables
-from sstore.fingerprint import fingerprint
+from sstore import Engine, ResendMismatchError, TerminalError
+from sstore.base.fingerprint import fingerprint
+from sstore.execution import gc
+from sstore.storage import systables
 
 COLUMNS = {"phone": "BIGINT", "contestant": "INTEGER", "note": "VARCHAR"}
 FIRST = [(1, 1, "a"), (2, 2, None), (3, 1, "c")]

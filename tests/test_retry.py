@@ -21,9 +21,9 @@ from migrators.urls import (
     with_connect_timeout,
     with_database,
 )
-from sstore.errors import DeclarationError, TransientError
+from sstore.base.errors import DeclarationError, TransientError
+from sstore.base.retry import GaveUp, Kind, RetryPolicy, call, kind_of
 from sstore.polystore.connectors import PostgresConnector
-from sstore.retry import GaveUp, Kind, RetryPolicy, call, kind_of
 
 FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
 

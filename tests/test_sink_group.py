@@ -23,7 +23,7 @@ import pytest
 from migrators import MigrationError, StreamToPostgres
 from migrators.sink_runner import SinkGroup
 from sstore import Engine, Transaction
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 
 OUTPUTS = ("small", "large", "odd")
 

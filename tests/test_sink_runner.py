@@ -20,7 +20,7 @@ import pytest
 from migrators import MigrationError, SinkGroup, SinkRunner, StreamToPostgres
 from migrators.postgres import RetryPolicy
 from sstore import Engine
-from sstore.errors import TransientError
+from sstore.base.errors import TransientError
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("one", "group", "group of one")

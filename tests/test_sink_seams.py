@@ -20,7 +20,7 @@ import pytest
 from migrators import MigrationError, StreamToPostgres
 from migrators.delivery import TargetClaimedError
 from sstore import Engine
-from sstore.errors import DeclarationError, GapError
+from sstore.base.errors import DeclarationError, GapError
 
 
 def pg_rows(url: str, sql: str, *params: object) -> list[tuple]:

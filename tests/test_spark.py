@@ -35,8 +35,8 @@ from migrators.spark import (
 )
 from migrators.spark_session import SparkSetupError, get_spark, is_running, jdbc_jar
 from sstore import Engine
-from sstore.errors import DeclarationError, TerminalError, TransientError
-from sstore.retry import RetryPolicy
+from sstore.base.errors import DeclarationError, TerminalError, TransientError
+from sstore.base.retry import RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 UTC = dt.UTC

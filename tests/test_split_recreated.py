@@ -31,7 +31,7 @@ from migrators.delivery import TargetReplacedError
 from migrators.engine_to_postgres import StreamToPostgres
 from migrators.errors import IncompatibleSchemaError, MigrationError
 from sstore import Engine
-from sstore.errors import GapError, TerminalError
+from sstore.base.errors import GapError, TerminalError
 from sstore.polystore import Polystore
 from sstore.polystore.cost import CostModel
 from sstore.polystore.delivered import (

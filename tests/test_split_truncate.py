@@ -18,7 +18,7 @@ import pytest
 
 from migrators.engine_to_postgres import StreamToPostgres
 from sstore import Engine
-from sstore.errors import GapError, TerminalError
+from sstore.base.errors import GapError, TerminalError
 from sstore.polystore import Polystore
 from sstore.polystore.cost import CostModel
 from sstore.polystore.delivered import DeliveryLostError, TargetEmptiedError

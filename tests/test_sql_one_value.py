@@ -1,4 +1,5 @@
-"""``sstore.sql.one_value``: the value of a query that always answers one row, from DuckDB's and
+"""``sstore.base.sql.one_value``: the value of a query that always answers one row, from DuckDB's
+and
 PostgreSQL's ``fetchone()`` alike (both drivers type it as optional: the helper turns a missing
 row into a named broken invariant instead of ``None[0]``'s TypeError)."""
 
@@ -8,8 +9,8 @@ import duckdb
 import psycopg
 import pytest
 
-from sstore.graph import ErrorPolicy
-from sstore.sql import one_value
+from sstore.base.sql import one_value
+from sstore.dataflow.graph import ErrorPolicy
 
 
 def test_one_value_of_duckdb_and_postgresql(pg_url: str) -> None:

@@ -25,7 +25,7 @@ import duckdb
 import pytest
 
 from sstore import Engine
-from sstore.status import status_of_file
+from sstore.storage.status import status_of_file
 
 WORKTREE = str(Path(__file__).resolve().parents[1])
 VOTES, BATCH = 150_000, 500
@@ -136,7 +136,7 @@ def test_a_signal_stops_the_demo_cleanly_and_a_rerun_resumes_exactly_once(
 SERVICE = """
 import sys, threading
 from sstore import Engine
-from sstore.stopping import stop_on_signals
+from sstore.execution.stopping import stop_on_signals
 
 engine = Engine(sys.argv[1])
 engine.stream("s", {"n": "BIGINT"})
@@ -257,7 +257,7 @@ def test_run_returns_promptly_when_stop_is_set(state_path: str) -> None:
 
 
 def test_interrupt_between_executions_stops_the_next_run(engine: Engine) -> None:
-    from sstore.stopping import Stopped
+    from sstore.execution.stopping import Stopped
 
     engine.stream("s", {"x": "INTEGER"})
 
@@ -277,7 +277,7 @@ SINK = """
 import sys, time
 from migrators import StreamToPostgres
 from sstore import Engine
-from sstore.stopping import command_stops
+from sstore.execution.stopping import command_stops
 
 state, url, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with command_stops():
@@ -371,7 +371,7 @@ def test_a_crash_point_can_send_a_clean_stop_once() -> None:
         import signal
         got = []
         signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
-        from sstore.faults import crash_point
+        from sstore.base.faults import crash_point
         for _ in range(4):
             crash_point("te.before_commit")
         print(len(got))
@@ -381,7 +381,7 @@ def test_a_crash_point_can_send_a_clean_stop_once() -> None:
                                "SSTORE_CRASH_SIGNAL": "TERM"}, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
-    bad = subprocess.run([sys.executable, "-c", "import sstore.faults"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-c", "import sstore.base.faults"], capture_output=True,
                          text=True, env={**env(), "SSTORE_CRASH_AT": "te.before_commit:1",
                                          "SSTORE_CRASH_SIGNAL": "HUP"}, timeout=60)
     assert bad.returncode != 0 and "SSTORE_CRASH_SIGNAL" in bad.stderr

@@ -1,4 +1,4 @@
-"""A procedure's SQL that writes a stream's table is refused (``sstore.stream_writes``).
+"""A procedure's SQL that writes a stream's table is refused (``sstore.dataflow.stream_writes``).
 
 Found by a hostile pass: ``INSERT INTO alerts ...`` inside the procedure that outputs
 ``alerts`` committed; the downstream procedure and the subscribers got the batch it returned
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sstore import Engine
-from sstore.stream_writes import StreamWriteError, written_tables
+from sstore.dataflow.stream_writes import StreamWriteError, written_tables
 
 
 @pytest.mark.parametrize("statement", [

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from sstore.base.sql import ident
 from sstore.cli.tpcdi_audit import audit_command
-from sstore.sql import ident
 from sstore.workloads.tpcdi.audit import AuditError, run_audit
 from sstore.workloads.tpcdi.sources import read_audit
 from sstore.workloads.tpcdi.warehouse import (

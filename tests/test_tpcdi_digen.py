@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from sstore.duck import connect, registered
+from sstore.base.duck import connect, registered
 from sstore.workloads.tpcdi import sources
 from sstore.workloads.tpcdi.sources import AUDIT, FINWIRE_NAME, SourceRead
 from sstore.workloads.tpcdi.streaming.events import incremental_events

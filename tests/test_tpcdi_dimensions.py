@@ -25,7 +25,7 @@ import pyarrow as pa
 import pytest
 
 from migrators.urls import default_url, parse
-from sstore.sql import ident
+from sstore.base.sql import ident
 from sstore.workloads.tpcdi.dimensions import (
     DimensionLoadError,
     apply_batch,

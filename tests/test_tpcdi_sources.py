@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.workloads.tpcdi import sources as src
 from sstore.workloads.tpcdi.sources import delimited
 

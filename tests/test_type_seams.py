@@ -19,7 +19,7 @@ import pytest
 
 from migrators import IncompatibleSchemaError, MigrationError, UnsupportedTypeError, cast
 from sstore import Engine
-from sstore.errors import SchemaError
+from sstore.base.errors import SchemaError
 
 
 def pg(url: str, sql: str, *params: object) -> list[tuple]:
@@ -394,7 +394,7 @@ def test_an_oid_keeps_its_value(engine: Engine, pg_url: str) -> None:
 def test_rows_into_an_existing_engine_column_are_not_changed_by_it(
         engine: Engine, pg_url: str, engine_type: str, pg_type: str, value: str) -> None:
     """DuckDB's implicit casts rounded 2.7 into 3 and 1.2345 into 1.23, cut a time of day
-    and made 5 true: the engine's own input rule (sstore/rows.py) now applies."""
+    and made 5 true: the engine's own input rule (sstore/base/rows.py) now applies."""
     engine.execute(f"CREATE TABLE into_me (v {engine_type})")
     pg(pg_url, f"CREATE TABLE src (v {pg_type})")
     pg(pg_url, "INSERT INTO src VALUES (%s)", value)

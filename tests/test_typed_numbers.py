@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sstore import Engine, SchemaError
+from sstore.base.rows import to_arrow
 from sstore.coalesce import Coalescer, CoalescerFailed
-from sstore.rows import to_arrow
 
 TYPES = {"d102": "DECIMAL(10,2)", "d52": "DECIMAL(5,2)", "d44": "DECIMAL(4,4)",
          "d184": "DECIMAL(18,4)", "d380": "DECIMAL(38,0)", "d3810": "DECIMAL(38,10)",

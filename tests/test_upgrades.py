@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from sstore import Engine
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 
 
 def v1(tx, batch):

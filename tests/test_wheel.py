@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from sstore.extras import OPTIONAL_MODULES
+from sstore.base.extras import OPTIONAL_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("sstore", "migrators")           # the top-level packages of the wheel
@@ -120,7 +120,7 @@ def test_pyproject_ships_every_package_the_schemas_and_py_typed() -> None:
     assert all((ROOT / name).is_file() for name in config["project"]["license-files"])
     extras = config["project"]["optional-dependencies"]
     for module, (_label, extra) in OPTIONAL_MODULES.items():
-        assert extra in extras, f"sstore.extras names extra {extra!r} for {module}"
+        assert extra in extras, f"sstore.base.extras names extra {extra!r} for {module}"
 
 
 def test_shipped_code_does_not_locate_files_next_to_itself() -> None:
@@ -129,7 +129,7 @@ def test_shipped_code_does_not_locate_files_next_to_itself() -> None:
                  for path in (ROOT / top).rglob("*.py")
                  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                  if isinstance(node, ast.Name) and node.id == "__file__"]
-    assert offenders == [], "read shipped files with sstore.resources / importlib.resources"
+    assert offenders == [], "read shipped files with sstore.base.resources / importlib.resources"
 
 
 def test_wheel_contents(built: tuple[Path, str]) -> None:
@@ -152,7 +152,7 @@ IMPORT_CHECK = """
 import json, sys
 import migrators, sstore, sstore._schemas
 from importlib import resources
-from sstore.resources import read_schema
+from sstore.base.resources import read_schema
 print(json.dumps({"files": [sstore.__file__, migrators.__file__,
                             str(resources.files("sstore._schemas") / "tpcdi.sql")],
                   "path": sys.path, "ddl": len(read_schema("tpcdi"))}))
@@ -225,7 +225,7 @@ def test_editable_install_reads_the_checkouts_schemas(tmp_path: Path) -> None:
     ddl = source / "schemas" / "tpcc_orders.sql"
     ddl.write_text(ddl.read_text(encoding="utf-8") + "-- edited in the checkout\n",
                    encoding="utf-8")
-    probe = ("import json, sstore._schemas; from sstore.resources import read_schema; "
+    probe = ("import json, sstore._schemas; from sstore.base.resources import read_schema; "
              "print(json.dumps([list(sstore._schemas.__path__), read_schema('tpcc_orders')]))")
     folders, text = json.loads(ok(run([str(venv / "bin" / "python"), "-c", probe], work,
                                       outside_env(venv))).stdout)

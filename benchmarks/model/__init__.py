@@ -10,7 +10,7 @@ and started) through random programs and compares it with the model after every 
   comparison with the real system's.
 - ``system``: the real system: the engine in either durability mode, the PostgreSQL target.
 - ``child``: the crash child, SIGKILLed (or stopped by SIGTERM / SIGINT) at a named crash
-  point (``sstore.faults``).
+  point (``sstore.base.faults``).
 - ``machine``: the rules of the engine (one per operation and misuse); its mixins
   ``warehouse`` (sinks, ``sstore migrate``, the target by hand), ``outages`` (PostgreSQL
   restarts) and ``processes`` (SIGKILL, SIGTERM, SIGINT of a child); ``context``: the

@@ -31,7 +31,7 @@ from hypothesis.stateful import precondition, rule
 
 from benchmarks.model.context import Violation, ctx, on
 from benchmarks.model.warehouse import WarehouseRules, quick_retry
-from sstore.errors import SStoreError, TransientError
+from sstore.base.errors import SStoreError, TransientError
 
 DURING = ("sink", "migrate", "ingest", "before_commit", "after_commit")
 

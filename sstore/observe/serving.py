@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sstore.errors import DeclarationError, SStoreError
+from sstore.base.errors import DeclarationError, SStoreError
 from sstore.observe.access import policy
 from sstore.observe.metrics import EngineMetrics
 from sstore.observe.server import Server

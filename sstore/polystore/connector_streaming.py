@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore.base.sql import ident, literal, qualified
 from sstore.engine import Engine
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.connector_base import (
@@ -25,8 +26,7 @@ from sstore.polystore.scratch import (
     ProtectedObjectError,
     check_owned,
 )
-from sstore.sql import ident, literal, qualified
-from sstore.statefile import StateFileReader
+from sstore.storage.statefile import StateFileReader
 
 
 class StreamingConnector:

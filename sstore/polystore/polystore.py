@@ -13,7 +13,7 @@ How a query is answered:
 5. The cost model prices every plan; the cheapest feasible one runs (``executor``).
 
 Read paths cannot write: every SQL part is checked to be a plain query before planning
-(``sstore.readonly``) and again by each connector's ``fetch``; the only writes are casts and
+(``sstore.base.readonly``) and again by each connector's ``fetch``; the only writes are casts and
 cached moves, into sstore's own schemas (``scratch``), and a cast never replaces an existing
 table unless the caller says ``replace=True``.
 """
@@ -31,6 +31,7 @@ from typing import Any, Self
 import pyarrow as pa
 from sqlglot import exp
 
+from sstore.base.readonly import UncheckableQueryError, check_query
 from sstore.engine import Engine
 from sstore.polystore import cache, corrections, delivered, executor
 from sstore.polystore.catalog import (
@@ -70,9 +71,8 @@ from sstore.polystore.sqltext import (
     table_names,
 )
 from sstore.polystore.syntax import Cast, IslandQuery, parse_island
-from sstore.readonly import UncheckableQueryError, check_query
-from sstore.statefile import StateFileReader
-from sstore.streams import BATCH_COLUMN
+from sstore.storage.statefile import StateFileReader
+from sstore.storage.streams import BATCH_COLUMN
 
 GROWING_COLUMN = BATCH_COLUMN  # engine streams only grow; their copies can be topped up
 UNKNOWN_ROWS = -1  # one engine: nothing to choose, so nothing is counted

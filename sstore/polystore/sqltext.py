@@ -15,7 +15,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.meaning import translate
 

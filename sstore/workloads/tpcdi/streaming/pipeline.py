@@ -39,10 +39,10 @@ from migrators.engine_to_postgres import StreamToPostgres
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from migrators.sink_runner import SinkGroup
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident, qualified
 from sstore.engine import Engine
-from sstore.errors import TerminalError
 from sstore.maintenance import StreamTarget
-from sstore.sql import ident, qualified
 from sstore.workloads.tpcdi.backfill import seal_batch
 from sstore.workloads.tpcdi.streaming import source_check
 from sstore.workloads.tpcdi.streaming.events import (
@@ -186,7 +186,7 @@ class StreamingDimTrade:
     def lines_ingested(self, tpcdi_batch: int) -> int:
         """The last event line of TPC-DI batch ``tpcdi_batch`` that the engine has taken (0:
         none). A border stream keeps its batch-ids for good (commit records, and the runs GC
-        compacts old ones into, ``sstore.gc``), so this survives restarts."""
+        compacts old ones into, ``sstore.execution.gc``), so this survives restarts."""
         low = tpcdi_batch * ID_STRIDE
         got = self.engine.query(
             "SELECT max(last) AS last FROM (SELECT max(batch_id) AS last FROM "
