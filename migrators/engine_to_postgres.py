@@ -237,8 +237,7 @@ class StreamToPostgres:
     def port(self) -> ConsumerPort:
         """Everything this sink asks of the engine about its stream, each call checked against
         what the stream committed (``sstore.execution.consumer_port``); made when first used, after
-        the
-        engine started."""
+        the engine started."""
         if self._port is None:
             self._port = self.engine.port(self.stream, self.consumer)
         return self._port

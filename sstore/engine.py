@@ -88,8 +88,7 @@ class Engine:
         self.gc_min_seconds = ((gc.MIN_SECONDS if gc_every == GC_EVERY else 0.0)
                                if gc_min_seconds is None else gc_min_seconds)
         #: run the TEs of one batch as one DuckDB transaction (``sstore.execution.group``); False:
-        #: one
-        #: transaction per TE (same results, slower; for comparing and for debugging)
+        #: one transaction per TE (same results, slower; for comparing and for debugging)
         self.group_commit = group_commit
         #: run consecutive SQL procedures of a batch as one statement inside a group commit
         #: (``sstore.dataflow.fusion``); False: each runs its own statement (same rows out
@@ -250,8 +249,7 @@ class Engine:
         """Say that procedure ``name``, which the program that last ran on this state file
         declared, is gone on purpose. Without it, a new procedure on the same inputs is
         refused at start as a probable rename (``sstore.storage.redeclared``): run under a new name
-        it
-        would process every kept batch again. With it, the new one does. It does not hand
+        it would process every kept batch again. With it, the new one does. It does not hand
         over the old one's output stream: a new procedure writing it from a batch at or below
         its last is refused at start (a stream's batch-ids are written once, in order)."""
         self._declaring()
@@ -466,8 +464,7 @@ class Engine:
 
         Setting ``stop`` interrupts the execution in flight (it rolls back and runs again next
         time; no error, no halt) and ``run`` returns. ``interrupt()`` and
-        ``sstore.execution.stopping``
-        end it the same way."""
+        ``sstore.execution.stopping`` end it the same way."""
         running.run_until_stopped(self._runtime(), self._interrupts, stop, poll_seconds,
                                   self.run_until_idle, self.interrupt)
 

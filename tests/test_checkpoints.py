@@ -1,6 +1,5 @@
 """Checkpoints on the engine's terms (sstore.storage.checkpoints): after a commit once the WAL
-reaches
-its limit, when idle, never inside a transaction; and nothing is lost across them or without
+reaches its limit, when idle, never inside a transaction; and nothing is lost across them or without
 them (the WAL replays)."""
 
 from __future__ import annotations

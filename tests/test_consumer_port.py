@@ -1,6 +1,5 @@
 """The consumer port (``Engine.port``, ``sstore.execution.consumer_port``): every call a consumer
-makes is
-checked against what its stream committed, so no call can make garbage collection remove a
+makes is checked against what its stream committed, so no call can make garbage collection remove a
 batch the consumer never read, and no read comes back with rows missing."""
 
 from __future__ import annotations

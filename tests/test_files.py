@@ -1,6 +1,5 @@
 """``sstore.base.files.write_atomically``: a writer SIGKILLed between writing and renaming leaves
-the
-old file whole, one killed after the rename leaves the new one whole; and every place that
+the old file whole, one killed after the rename leaves the new one whole; and every place that
 replaces a file uses it (a scan of the source)."""
 
 from __future__ import annotations

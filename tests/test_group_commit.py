@@ -1,6 +1,5 @@
 """Group commit (sstore.execution.group): the TEs of one batch commit as one DuckDB transaction,
-and every
-TE keeps its own guarantees: all or nothing, order, error policies, exactly once."""
+and every TE keeps its own guarantees: all or nothing, order, error policies, exactly once."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The border batch-ids a service has taken stay bounded in memory (sstore.storage.ingested), and
-every
-re-send keeps its outcome: a batch-id ingested weeks ago is still a no-op, a lower id never
+every re-send keeps its outcome: a batch-id ingested weeks ago is still a no-op, a lower id never
 ingested is still refused, during the run and after a restart."""
 
 from __future__ import annotations

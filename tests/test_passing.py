@@ -1,6 +1,5 @@
 """``sstore.execution.passing.Passing.reads``: which held-back streams a statement may read from
-their
-tables, on a real DuckDB catalog. A wrong "no" loses rows silently (a procedure reads an
+their tables, on a real DuckDB catalog. A wrong "no" loses rows silently (a procedure reads an
 empty batch); a wrong "yes" only stores a batch, so every doubt must answer "yes"."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """``sstore.base.sql.one_value``: the value of a query that always answers one row, from DuckDB's
-and
-PostgreSQL's ``fetchone()`` alike (both drivers type it as optional: the helper turns a missing
+and PostgreSQL's ``fetchone()`` alike (both drivers type it as optional: the helper turns a missing
 row into a named broken invariant instead of ``None[0]``'s TypeError)."""
 
 from __future__ import annotations

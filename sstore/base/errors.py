@@ -149,20 +149,17 @@ class GapError(TerminalError):
 class ChainedBatchError(TerminalError):
     """The newest batch of a stream was never materialized: the SQL procedure that wrote it
     ran chained into its reader's statement (``sstore.dataflow.fusion``). Read the chain's last
-    output,
-    or declare the engine with ``chain_sql=False``."""
+    output, or declare the engine with ``chain_sql=False``."""
 
 
 class BackpressureError(SStoreError):
     """An ingest was refused because a reader of the stream lags past its bound
     (``sstore.execution.backpressure``). The batch was NOT ingested and nothing was written: send
-    the
-    same batch again (same ``batch_id``) once the reader has caught up.
+    the same batch again (same ``batch_id``) once the reader has caught up.
 
     ``stream`` is the stream the ingest was for; ``consumers`` the readers past their bound
     (``sstore.execution.backpressure.Pressure``: name, kind, lag, bound, halt); ``waited`` the
-    seconds
-    the ingest waited before giving up (0 when it was refused at once)."""
+    seconds the ingest waited before giving up (0 when it was refused at once)."""
 
     def __init__(self, message: str, stream: str, consumers: list[Any], waited: float) -> None:
         super().__init__(message)

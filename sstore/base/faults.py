@@ -8,8 +8,7 @@ protocol on purpose instead of hoping a timer lands there.
 
 ``SSTORE_CRASH_SIGNAL`` (``TERM``, ``INT``; default ``KILL``) sends another signal instead, once,
 at that pass: a clean stop requested at a known step of a protocol (``sstore.execution.stopping``),
-which
-the process then finishes as it would after a user's Ctrl-C or ``kill``.
+which the process then finishes as it would after a user's Ctrl-C or ``kill``.
 
 ``procedure.body`` is never called by the engine: a procedure's own code calls it (the model
 test's ``enrich`` does, between its statements), so that a crash or a stop can land while user

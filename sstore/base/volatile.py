@@ -3,8 +3,7 @@
 
 Weak durability rebuilds the state after a crash by running the logged inputs through the
 procedures and ad hoc transactions again (``sstore.execution.recovery``). A statement that calls
-one of
-these functions writes other values at replay, and when it writes as many rows (``INSERT INTO
+one of these functions writes other values at replay, and when it writes as many rows (``INSERT INTO
 t SELECT k, now() FROM batch``) no digest (``sstore.base.digest``) can tell. So in weak durability
 every statement of a procedure or an ad hoc transaction is checked here first, and refused
 before it runs: the one place that knows the answer is now, not after a crash.

@@ -5,8 +5,7 @@ its input through Arrow, whatever the batch size: at 100-row batches that fixed 
 of a procedure's time. A chain of procedures declared as one SELECT each
 (``Engine.sql_procedure``) in which every intermediate stream is read only by the next
 procedure of the chain is, inside a group commit (``sstore.execution.group``), composed into one
-query
-with common table expressions, as Flink chains operators::
+query with common table expressions, as Flink chains operators::
 
     WITH batch AS (WITH batch AS (<SP1's SELECT>) <SP2's SELECT>) <SP3's SELECT>
 

@@ -3,8 +3,7 @@
 Every reader of a stream keeps the stream's batches in DuckDB until it has taken them: a
 procedure until it has committed them, an external consumer (a sink into PostgreSQL, a
 migration) until its target acknowledged them (``sstore.storage.consumers``). A warehouse that is
-slow
-or locked would therefore make the state grow for as long as input keeps coming. Here each
+slow or locked would therefore make the state grow for as long as input keeps coming. Here each
 reader has a **bound** (``Bound``: batches and bytes retained for it; an engine-wide default,
 overridable per reader) and ``Engine.ingest`` checks it, under the engine's lock, before it
 begins its transaction:

@@ -20,8 +20,7 @@ recovered from the commit records: P does not run b again. That is exactly-once.
 On an exception: ROLLBACK; a transient error (``sstore.base.retry.kind_of``: ``TransientError``, a
 DuckDB write conflict, a lost connection) is retried through ``sstore.base.retry.call`` with backoff
 up to P's ``retries``; any other error, a timeout (``sstore.execution.interrupts``) or the last
-retry
-applies P's error policy (see ``ErrorPolicy``). An interruption because the engine is stopping
+retry applies P's error policy (see ``ErrorPolicy``). An interruption because the engine is stopping
 is not an error: it rolls back and raises ``Stopped``, recording nothing.
 """
 

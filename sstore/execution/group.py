@@ -357,8 +357,7 @@ def _run_member(rt: Runtime, group: _Group, decl: ProcedureDecl) -> _Member:
 
 def _chain_reader(rt: Runtime, group: _Group, decl: ProcedureDecl) -> str | None:
     """The procedure ``decl``'s output can be chained into (``sstore.dataflow.fusion``), or None:
-    both
-    are SQL procedures without a timeout, ``decl`` has returned its stream's schema exactly
+    both are SQL procedures without a timeout, ``decl`` has returned its stream's schema exactly
     before, and the stream has that one reader, could be held back and feeds no event
     window. The reader must also be the TE the scheduler picks next (it follows ``decl`` in
     the topological order, is not halted, and the group has room for it): otherwise the

@@ -73,8 +73,7 @@ def ingest_batch(rt: Runtime, backpressure: Backpressure,
     ``run``: the caller runs the batch's TEs next; the batch then leads their group commit
     (``group.ingest_and_run``) when ``_may_lead`` says so, and is committed alone otherwise.
     Whether its rows are stored is decided by ``sstore.execution.passing`` only. ``backpressure``:
-    the
-    engine's readers' bounds; ``replayed_ids``: the engine's batch-ids that dead-letter
+    the engine's readers' bounds; ``replayed_ids``: the engine's batch-ids that dead-letter
     replays took, per border stream (read on the first re-send, forgotten by an ``along``
     ingest)."""
     if stream not in rt.graph.streams:

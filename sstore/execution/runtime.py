@@ -137,8 +137,7 @@ class Runtime:
 
         ``recorded``: the ledger has the records already (a group commit records them before
         its COMMIT, ``sstore.execution.group``); ``consumed``: streams whose batch every reader has
-        read
-        already (in the same group), so it is not cached."""
+        read already (in the same group), so it is not cached."""
         pending.apply()
         if not recorded:
             for node, batch_id, number in pending.records:

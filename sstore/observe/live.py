@@ -143,8 +143,7 @@ def _running(pid: int) -> bool:
 
 def file_status(state: str) -> EngineStatus:
     """A state file's status: read from the file (``sstore.storage.statefile.file_status``), or,
-    when
-    a serving engine holds it, asked of that engine over HTTP (the discovery file names the
+    when a serving engine holds it, asked of that engine over HTTP (the discovery file names the
     process and its URL). A holder that does not serve: the file's ``StateFileLockedError``,
     which says how to make it serve."""
     try:

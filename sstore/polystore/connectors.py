@@ -8,8 +8,7 @@ through the migrators' fast paths: DuckDB's Arrow export, ADBC binary COPY out o
 pgpq binary COPY into it, Arrow into Spark and JDBC from PostgreSQL to Spark.
 
 Reads cannot write: every ``fetch`` checks its SQL (``sstore.base.readonly.check_query``) and runs
-it
-read-only where the engine can (a READ ONLY transaction in the engine or PostgreSQL, a state
+it read-only where the engine can (a READ ONLY transaction in the engine or PostgreSQL, a state
 file opened read-only with external access off); ``store`` and ``drop`` touch only the
 polystore's own schemas (``scratch.check_owned``).
 

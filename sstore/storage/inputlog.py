@@ -15,8 +15,7 @@ Each record also carries the digests (``sstore.base.digest``) of the transaction
 committed since the previous record (``note_te``), and an ad hoc transaction's record the
 digests of its statements: replay recomputes them and stops on a difference
 (``sstore.execution.recovery``). Two kinds of record exist for that alone and are not fsynced (the
-next
-input's fsync makes them durable; a crash before it loses nothing a logged input depends on):
+next input's fsync makes them durable; a crash before it loses nothing a logged input depends on):
 ``gc``, a garbage collection and the bounds it removed below, replayed at the same point so
 that a stream's table holds at replay what it held live; and ``te``, the digests of TEs that
 no input followed yet.
@@ -143,8 +142,7 @@ class InputLog:
 
     def append_gc(self, keep: dict[str, int], te_seq: int) -> int:
         """Log a garbage collection (``sstore.execution.gc.collect``) with the bounds it removed
-        below;
-        not fsynced (see the module docstring)."""
+        below; not fsynced (see the module docstring)."""
         meta = {"kind": "gc", "lsn": self.next_lsn, "te_seq": te_seq, "keep": keep}
         return self._append(_encode_meta(self._with_tes(meta)), input=False, sync=False)
 

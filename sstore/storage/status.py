@@ -63,8 +63,7 @@ class EngineStatus:
     live: dict[str, Any] | None = None  # what a serving engine adds (``sstore.observe``)
     #: a running engine's readers, their lag and bound, and ingests waiting on them
     #: (``sstore.execution.backpressure.PressureReport``); None for a bare state file (bounds are
-    #: the
-    #: program's, not the file's)
+    #: the program's, not the file's)
     backpressure: dict[str, Any] | None = None
     #: each event-time window's watermark and counts (``sstore_sys.event_windows``): name,
     #: source, watermark (the column's unit; for a timestamp also ``watermark_at``, ISO),

@@ -41,8 +41,7 @@ class PendingCommit:
 
     records: list[tuple[str, int, int]] = field(default_factory=list)
     #: fingerprints of the border batches among ``records`` (``sstore.base.fingerprint``), written
-    #: with
-    #: them: what a re-send of the batch-id is checked against
+    #: with them: what a re-send of the batch-id is checked against
     fingerprints: dict[tuple[str, int], int] = field(default_factory=dict)
     window_updates: list[WindowUpdate] = field(default_factory=list)
     published: list[tuple[str, int, pa.Table]] = field(default_factory=list)
@@ -147,12 +146,10 @@ class StreamStore:
                store_rows: bool = True, fingerprint: int | None = None) -> None:
         """Insert batch ``batch_id`` of ``stream``; run its triggers and feed its windows and
         event windows (``sstore.dataflow.event_windows``: they append batch ``batch_id`` of their
-        own
-        output streams here, in the same transaction).
+        own output streams here, in the same transaction).
 
         ``store_rows=False`` (group commit, ``sstore.execution.group``): record the batch but leave
-        its
-        rows out of the stream table; only for a stream that exists and has no triggers and no
+        its rows out of the stream table; only for a stream that exists and has no triggers and no
         windows. The caller inserts them later (``insert``) unless every reader of the batch
         commits in the same transaction, in which case nobody will ever read them there.
 

@@ -346,8 +346,7 @@ def record_collected(con: duckdb.DuckDBPyConnection, streams: list[str], through
                      known: Container[str] = ()) -> None:
     """``streams`` are collected through ``through`` (a group commit's batches that were never
     stored, ``sstore.execution.group``). ``known``: streams that have a row already, updated with a
-    plain
-    UPDATE (a third of the upsert's cost, and this runs once per group)."""
+    plain UPDATE (a third of the upsert's cost, and this runs once per group)."""
     old = [s for s in streams if s in known]
     new = [s for s in streams if s not in known]
     if old:
