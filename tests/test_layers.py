@@ -259,7 +259,7 @@ def test_the_core_is_in_wings() -> None:
     wings")."""
     loose = sorted(p.stem for p in (ROOT / "sstore").glob("*.py"))
     assert loose == ["__init__", "airflow_errors", "coalesce", "dead_letters", "engine",
-                     "engine_view", "maintenance"], loose
+                     "engine_declarations", "engine_reads", "engine_view", "maintenance"], loose
 
 
 # ------------------------------------------------------------------- the checker catches ...

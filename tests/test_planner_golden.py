@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sstore.polystore.polystore import _with_cached
-from sstore.polystore.proposals import shape_key, with_rows
+from sstore.polystore.proposals import shape_key, with_cached, with_rows
 from sstore.polystore.rules import CHECKS, REWRITES, RULES
 from tests.planner_golden import fixtures, load
 
@@ -44,10 +43,10 @@ def test_rules_are_pure(path: Path) -> None:
                          ids=lambda p: p.stem)
 def test_cached_rows_set_after_proposing_match_the_rules(path: Path) -> None:
     """The planner proposes once, then sets each cached move's ``cached_rows``
-    (``polystore._with_cached``): the same plans the rules make knowing the caches."""
+    (``proposals.with_cached``): the same plans the rules make knowing the caches."""
     inp = load(path).planning_input()
     knowing = [p.describe(costs=False) for rule in RULES for p in rule(inp)]
-    blind = [_with_cached(p, inp.cached).describe(costs=False)
+    blind = [with_cached(p, inp.cached).describe(costs=False)
              for rule in RULES for p in rule(replace(inp, cached={}))]
     assert blind == knowing
 

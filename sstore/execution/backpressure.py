@@ -50,7 +50,6 @@ Bounds live in the program (like the dataflow), not in the state file.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import threading
 import time
@@ -67,9 +66,9 @@ from sstore.base.errors import (
     SStoreError,
 )
 from sstore.execution.interrupts import Stopped
+from sstore.execution.lag import Lag, Lags, is_over
 
 if TYPE_CHECKING:
-    from sstore.dataflow.graph import Graph
     from sstore.execution.runtime import Runtime
     from sstore.execution.sink_view import ObservableSink
     from sstore.storage.subscriptions import Subscription
@@ -78,7 +77,6 @@ DEFAULT_MAX_BATCHES = 10_000
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB (Arrow size estimate)
 DEFAULT_TIMEOUT = 60.0  # seconds an ingest waits for a running reader before giving up
 POLL = 0.1  # seconds between re-checks of a waiting ingest when nothing wakes it
-PER_ROW_REFRESH = 32  # a node's bytes per row is measured again after this many new batches
 
 
 def _limit(value: int | None, what: str) -> int | None:
@@ -145,23 +143,6 @@ class PressureReport:
         return asdict(self)
 
 
-@dataclass
-class _Lag:
-    batches: int
-    rows: int
-    bytes: int
-
-
-@dataclass
-class _Width:
-    """A node's Arrow bytes per row, measured on batch ``batch_id``; ``newer``: batches seen
-    since."""
-
-    batch_id: int
-    per_row: float
-    newer: int = 0
-
-
 class Backpressure:
     """The bounds of one engine's readers and the ingests waiting on them (see the module
     docstring). ``Engine.backpressure``; ``sinks`` lists the engine's registered sinks."""
@@ -185,9 +166,8 @@ class Backpressure:
         self._blocked_ingests = 0
         self._timeouts = 0
         self._stalls = 0
-        self._per_row: dict[str, _Width] = {}  # node -> its measured row width
-        self._downstream: dict[str, set[str]] = {}  # border stream -> nodes it reaches
-        self._ancestors: dict[str, list[str]] = {}  # node -> streams and windows upstream
+        #: what each reader leaves retained, and its caches (``sstore.execution.lag``)
+        self.lags = Lags()
 
     # ------------------------------------------------------------------ configuration
     def bound(self, consumer: str, bound: Bound) -> None:
@@ -287,51 +267,29 @@ class Backpressure:
 
     def _over(self, rt: Runtime, stream: str) -> list[Pressure]:
         """The readers downstream of ``stream`` at or past their bound (lock held)."""
-        reach = self._reach(rt, stream)
+        reach = self.lags.reach(rt, stream)
         out = []
         for name, kind, nodes in self._readers(rt):
             if not reach.intersection(nodes):
                 continue
             bound = self.bound_of(name)
             lag = self._lag_of(rt, name, kind, nodes, bound)
-            if _is_over(lag, bound):  # counted in full for the error and the report
+            if is_over(lag, bound):  # counted in full for the error and the report
                 out.append(self._pressure(rt, name, kind, nodes,
                                           self._lag_of(rt, name, kind, nodes, None), bound))
         return out
 
     def _lag_of(self, rt: Runtime, name: str, kind: str, nodes: Sequence[str],
-                bound: Bound | None) -> _Lag:
+                bound: Bound | None) -> Lag:
         if kind == "subscription":  # what waits in memory for its poll
             sub = self._subscription(rt, name)
-            return _Lag(*sub.queued()) if sub is not None else _Lag(0, 0, 0)
-        return self._lag(rt, name, nodes, bound)
+            return Lag(*sub.queued()) if sub is not None else Lag(0, 0, 0)
+        return self.lags.lag(rt, name, nodes, bound)
 
     @staticmethod
     def _subscription(rt: Runtime, name: str) -> Subscription | None:
         return next((s for s in rt.subscribers.pulls() if s.name == name), None)
 
-    def _reach(self, rt: Runtime, stream: str) -> set[str]:
-        """``stream`` and every stream and window downstream of it (the graph is fixed once
-        the engine has started, so this is computed once per stream)."""
-        known = self._downstream.get(stream)
-        if known is not None:
-            return known
-        graph = rt.graph
-        seen = {stream}
-        todo = [stream]
-        while todo:
-            node = todo.pop()
-            nxt = [w.name for w in graph.windows_on(node)]
-            for ew in _event_windows_on(graph, node):  # their two output streams
-                nxt.extend((ew.name, ew.late))
-            for proc in graph.consumers_of(node):
-                nxt.extend(graph.procedures[proc].outputs)
-            for n in nxt:
-                if n not in seen:
-                    seen.add(n)
-                    todo.append(n)
-        self._downstream[stream] = seen
-        return seen
 
     def _readers(self, rt: Runtime) -> list[tuple[str, str, list[str]]]:
         """(name, kind, nodes it reads) of every procedure and every external consumer."""
@@ -347,84 +305,13 @@ class Backpressure:
         out.extend((s.name, "subscription", [s.stream]) for s in rt.subscribers.pulls())
         return out
 
-    def _lag(self, rt: Runtime, reader: str, nodes: Sequence[str], bound: Bound | None
-             ) -> _Lag:
-        """Batches (stored for ``reader`` plus on their way), rows and estimated bytes
-        ``reader`` leaves retained. With ``bound``, stops counting exactly once the cheap
-        upper bound shows it is under the batch bound and no byte bound applies."""
-        ledger = rt.ledger
-        done = ledger.progress.get(reader, 0)
-        stored: list[tuple[str, int]] = []  # (node, index of the first batch above done)
-        count = 0
-        for node in nodes:
-            nb = ledger.batches.get(node)
-            if nb is None:
-                continue
-            i = _first_above(nb.ids, done)
-            stored.append((node, i))
-            count += len(nb.ids) - i
-        ahead: list[tuple[list[int], int]] = []
-        for node in nodes:
-            complete = ledger.frontier(node)
-            for up in self._upstream(rt, node):
-                nb = ledger.batches.get(up)
-                if nb is not None:
-                    i = _first_above(nb.ids, max(complete, done))
-                    if i < len(nb.ids):
-                        ahead.append((nb.ids, i))
-        upper = count + sum(len(ids) - i for ids, i in ahead)
-        if ahead and (bound is None or bound.batches is None or upper >= bound.batches):
-            ids: set[int] = set()
-            for node, i in stored:
-                ids.update(ledger.batches[node].ids[i:])
-            for up_ids, i in ahead:
-                ids.update(up_ids[i:])
-            count = len(ids)
-        elif ahead:
-            count = upper  # under the bound either way; an upper estimate is enough here
-        rows = 0
-        size = 0.0
-        if bound is None or bound.bytes is not None:
-            for node, i in stored:
-                if node in rt.graph.windows:
-                    continue  # a window's numbers are row positions, not counts
-                n = sum(ledger.batches[node].numbers[i:])
-                rows += n
-                size += n * self._bytes_per_row(rt, node)
-        return _Lag(count, rows, int(size))
 
-    def _upstream(self, rt: Runtime, node: str) -> list[str]:
-        known = self._ancestors.get(node)
-        if known is None:
-            known = self._ancestors[node] = _ancestors(rt.graph, node)
-        return known
-
-    def _bytes_per_row(self, rt: Runtime, node: str) -> float:
-        """Arrow bytes per row of ``node``'s newest batch (remembered across empty ones),
-        measured again once ``PER_ROW_REFRESH`` newer batches have come: ``nbytes`` of a
-        batch costs 0.1-0.2 ms (a slice of a larger table), and every ingest asks for each
-        node its readers leave retained, while a stream's row width hardly changes."""
-        latest = rt.latest.get(node)
-        known = self._per_row.get(node)
-        if latest is None:
-            return known.per_row if known is not None else 0.0
-        batch_id, table = latest
-        if known is not None:
-            if batch_id != known.batch_id:
-                known.batch_id, known.newer = batch_id, known.newer + 1
-            if known.newer < PER_ROW_REFRESH or not table.num_rows:
-                return known.per_row
-        if table.num_rows:
-            self._per_row[node] = _Width(batch_id, table.nbytes / table.num_rows)
-            return self._per_row[node].per_row
-        return 0.0
-
-    def _pressure(self, rt: Runtime, name: str, kind: str, nodes: list[str], lag: _Lag,
+    def _pressure(self, rt: Runtime, name: str, kind: str, nodes: list[str], lag: Lag,
                   bound: Bound) -> Pressure:
         halted, running = self._progressing(rt, name, kind, nodes)
         with self._mutex:
             return Pressure(name, kind, nodes, lag.batches, lag.rows, lag.bytes, bound.batches,
-                            bound.bytes, _is_over(lag, bound), running, halted,
+                            bound.bytes, is_over(lag, bound), running, halted,
                             self._waiting.get(name, 0), round(self._blocked.get(name, 0.0), 6),
                             self._refused.get(name, 0))
 
@@ -478,45 +365,6 @@ class Backpressure:
                 round(self._blocked_total + ongoing, 6), self._blocked_ingests,
                 self._timeouts, self._stalls, self.timeout, self.default.batches,
                 self.default.bytes, pressures)
-
-
-def _is_over(lag: _Lag, bound: Bound) -> bool:
-    return (bound.batches is not None and lag.batches >= bound.batches) or \
-        (bound.bytes is not None and lag.bytes >= bound.bytes)
-
-
-def _first_above(ids: list[int], batch_id: int) -> int:
-    return bisect.bisect_right(ids, batch_id)
-
-
-def _event_windows_on(graph: Graph, stream: str) -> list[Any]:
-    """Event-time windows over ``stream`` (``sstore.dataflow.event_windows``, where the graph has
-    them): each writes two streams in the transaction of the source batch."""
-    on = getattr(graph, "event_windows_on", None)
-    return list(on(stream)) if on is not None else []
-
-
-def _ancestors(graph: Graph, node: str) -> list[str]:
-    """Streams and windows upstream of ``node`` (through windows and procedures)."""
-    seen: list[str] = []
-    todo = [node]
-    while todo:
-        current = todo.pop()
-        ups: list[str] = []
-        event = getattr(graph, "event_outputs", {}).get(current)
-        if current in graph.windows:
-            ups.append(graph.windows[current].source)
-        elif event is not None:  # a stream written by an event-time window
-            ups.append(graph.event_windows[event].source)
-        else:
-            producer = graph.producer_of(current)
-            if producer is not None:
-                ups.extend(graph.procedures[producer].inputs)
-        for up in ups:
-            if up not in seen:
-                seen.append(up)
-                todo.append(up)
-    return seen
 
 
 P = ParamSpec("P")
