@@ -21,11 +21,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks.tpcdi_feed import EngineFeed
 from benchmarks.tpcdi_profile import EngineProfile
-from benchmarks.tpcdi_runs import EngineFeed
 from benchmarks.tpcdi_setup import TPCDI_BATCHES
 from sstore.coalesce import Coalesced, Coalescer
-from sstore.workloads.tpcdi.streaming.pipeline import INPUT_STREAM, engine_batch_id
+from sstore.workloads.tpcdi.streaming.batch_ids import engine_batch_id
+from sstore.workloads.tpcdi.streaming.pipeline import INPUT_STREAM
 
 #: at most this many trades per engine batch, by default (``--coalesce-trades``)
 COALESCE_TRADES = 200

@@ -238,6 +238,87 @@ def test_the_core_never_imports_observe() -> None:
         "Engine.view() from observe instead):\n" + "\n".join(found)
 
 
+def _type_only(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports that never run."""
+    return isinstance(node, ast.If) and _dotted(node.test) in ("TYPE_CHECKING",
+                                                               "typing.TYPE_CHECKING")
+
+
+def running_imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports when it runs (at import time or lazily in a
+    function); imports under ``TYPE_CHECKING`` are left out: an annotation may name a module
+    that imports this one without either waiting for the other."""
+    known = frozenset(modules)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if _type_only(node):
+                node.body = []
+        lines = {n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        found = set()
+        for line, target, _name in imports_of(module, path, known):
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if line in lines and target and target != module and \
+                    not module.startswith(target + "."):
+                found.add(target)
+        graph[module] = found
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles() -> None:
+    """No two modules need each other to run (lazily or not): a circle makes the two one
+    module in all but name, and the first of them to be imported sees the other half-made."""
+    found = circles(running_imports(module_files(ROOT)))
+    assert not found, "modules that import each other (move what both need into a third):\n" \
+        + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_a_lazy_circle_and_allows_annotations(tmp_path: Path) -> None:
+    modules = _tree(tmp_path, {
+        "sstore/__init__.py": "",
+        "sstore/a.py": "from sstore import b\n",
+        "sstore/b.py": "def f():\n    from sstore.a import x  # lazy, still a circle\n",
+        "sstore/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    from sstore.d import D\n",
+        "sstore/d.py": "from sstore.c import C\n",
+    }, ("sstore",))
+    assert circles(running_imports(modules)) == [["sstore.a", "sstore.b"]]
+
+
 def test_every_python_folder_is_checked_or_exempt_for_a_reason() -> None:
     folders = {p.relative_to(ROOT).parts[0] for p in ROOT.glob("*/**/*.py")
                if not p.relative_to(ROOT).parts[0].startswith(".")}

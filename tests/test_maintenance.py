@@ -21,7 +21,8 @@ from sstore.maintenance import (
     status_report,
 )
 from sstore.workloads.tpcdi import orchestration as etl
-from sstore.workloads.tpcdi.streaming.pipeline import ID_STRIDE, engine_batch_id, sinks
+from sstore.workloads.tpcdi.streaming.batch_ids import ID_STRIDE, engine_batch_id
+from sstore.workloads.tpcdi.streaming.pipeline import sinks
 
 TARGET = StreamTarget("readings", "public.readings")
 
