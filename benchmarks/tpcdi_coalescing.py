@@ -11,7 +11,8 @@ batch ahead of it). Each offer is still a batch of ``batch_trades`` trades, and 
 still its own: from its offer
 (arrival) to its rows visible in PostgreSQL, queueing included. The streaming DimTrade may be
 coalesced because its warehouse does not depend on how its input is cut
-(``tests/test_tpcdi_streaming.py``; every run here is checked identical to the others).
+(``tests/workloads/tpcdi/test_tpcdi_streaming.py``; every run here is checked identical to the
+others).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ engine keeps up, as Spark's micro-batches take every record that arrived since t
 
 **Only for a dataflow whose result does not depend on how its input is cut into batches**
 (its procedures are set-oriented over rows, as the streaming TPC-DI DimTrade is: the same
-warehouse at every batch size, ``tests/test_tpcdi_streaming.py``). The engine cannot check
+warehouse at every batch size, ``tests/workloads/tpcdi/test_tpcdi_streaming.py``). The engine
+cannot check
 this; choosing a coalescer declares it. What changes: several offers share one batch-id and
 one transaction (all of them or none), and procedures see them as one batch.
 

@@ -5,7 +5,7 @@ ledger, sinks, backpressure) and to be told of three things (each commit, each s
 registered, the engine closing). They get exactly that here, and nothing that writes: no
 ingest, no transaction, no SQL connection of their own. The dependency points one way:
 ``sstore.observe`` imports this module, the engine never imports ``sstore.observe``
-(``tests/test_layers.py`` checks it), so the engine works, and is tested, without it.
+(``tests/project/test_layers.py`` checks it), so the engine works, and is tested, without it.
 
 ``Engine.view()`` returns the engine's one view (the same object on every call), so a
 package above may key per-engine state on it (``sstore.observe.serving`` does, weakly).

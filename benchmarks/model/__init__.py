@@ -16,5 +16,5 @@ and started) through random programs and compares it with the model after every 
   restarts) and ``processes`` (SIGKILL, SIGTERM, SIGINT of a child); ``context``: the
   switches and counters.
 - ``run``: runs the machine for a time budget on a private PostgreSQL and reports
-  (``python -m benchmarks.chaos --model``); ``tests/test_model.py`` runs a CI budget.
+  (``python -m benchmarks.chaos --model``); ``tests/benchmarks/test_model.py`` runs a CI budget.
 """

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from sstore.base.errors import TerminalError
 
 # top-level import name -> (what people call it, the extra that installs it); keep in step
-# with [project.optional-dependencies] in pyproject.toml (tests/test_wheel.py checks it)
+# with [project.optional-dependencies] in pyproject.toml (tests/project/test_wheel.py checks it)
 OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "pyspark": ("PySpark", "spark"),
     "py4j": ("PySpark", "spark"),

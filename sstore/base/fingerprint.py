@@ -102,7 +102,7 @@ def _nullable_fast(h: hashlib._Hash, arr: pa.Array) -> bool:
     (Nexmark's events: 11 of 14 columns mostly null) and were a third of its ingest. Only for
     plain fixed-width and string columns; False (nothing fed) for any other, which takes the
     general path. The bytes are the same as that path's: a state file's recorded
-    fingerprints keep matching re-sends (tests/test_fingerprint.py compares both)."""
+    fingerprints keep matching re-sends (tests/engine/test_fingerprint.py compares both)."""
     kind = arr.type
     offsets_type = _OFFSETS.get(kind)
     width = 0 if offsets_type is not None else _byte_width(kind)

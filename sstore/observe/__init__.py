@@ -8,7 +8,7 @@ PORT`` on the commands that run a dataflow) starts a small HTTP server in the en
 - ``/``: a dashboard page (one file, no external assets) that draws the dataflow.
 
 This package reads the engine only through its read-only view (``Engine.view()``,
-``sstore.engine_view``); the engine never imports it (``tests/test_layers.py``).
+``sstore.engine_view``); the engine never imports it (``tests/project/test_layers.py``).
 
 Modules: ``serving`` (``serve``, ``metrics_of``, ``serving_url``: one engine's metrics and
 server), ``sinks`` (what a sink shows the engine, kept in the core: ``sstore.execution.sink_view``),

@@ -10,8 +10,8 @@ is a function of the *shape* (``shape_key``): the query text and dialect, the ca
 it names, the fragments' columns and growing columns, which fragments are left (an empty one is
 pruned before the rules run), which engines are read-only and the memory budget. So the
 proposals are kept by shape and, on a hit, re-stamped with the new counts (``with_rows``): the
-plans the rules would propose from the new input. tests/test_planner_golden.py checks that for
-every fixture; a step ``with_rows`` cannot trace to its fragment is a miss (the rules run).
+plans the rules would propose from the new input. tests/polystore/test_planner_golden.py checks
+that for every fixture; a step ``with_rows`` cannot trace to its fragment is a miss (the rules run).
 
 Nothing needs invalidating: a catalog change, a re-split object or a changed column gives
 another key. The rules stay pure; this is memoisation of a pure function, keyed by all it reads.
@@ -144,7 +144,7 @@ def propose(inp: PlanningInput) -> list[Plan]:
 def with_cached(plan: Plan, cached: Mapping[str, int]) -> Plan:
     """``plan`` with each cached move's ``cached_rows`` set: the same plan the rules propose
     from a ``PlanningInput`` whose ``cached`` is ``cached`` (rule ``migrate_then_run`` reads
-    it for that field only; tests/test_planner_golden.py checks the two agree), without
+    it for that field only; tests/polystore/test_planner_golden.py checks the two agree), without
     printing every plan's SQL again."""
     steps = tuple(replace(s, cached_rows=cached.get(s.cache_key, 0))
                   if isinstance(s, Move) and s.cache_key else s for s in plan.steps)

@@ -226,7 +226,7 @@ class StreamStore:
         Made FROM the rows, never empty-then-filled: DuckDB 2.0.0 reads a table created empty
         and filled in one transaction as empty in this process once it holds more than one
         row group (~122,880 rows), for that batch and every later one (see
-        tests/test_large_batches.py). No ``IF NOT EXISTS``: a table the engine did not know
+        tests/engine/test_large_batches.py). No ``IF NOT EXISTS``: a table the engine did not know
         about must fail loudly rather than silently keep its rows instead of these."""
         self.con.execute(f"CREATE TABLE {ident(stream)} AS "
                          f"SELECT ?::BIGINT AS _batch_id, * FROM {NEW_ROWS}", [batch_id])

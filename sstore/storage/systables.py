@@ -45,7 +45,7 @@ re-send of a compacted id is checked against moves, in the same statements, to
 ``ingested_prints(stream, batch_id, n_rows, fingerprint)``: without it such a re-send with
 other rows would be an unchecked no-op, its rows lost without a word. Four narrow columns that
 DuckDB compresses (the stream a dictionary, the ids a delta): about 10 bytes per border batch
-for good (``tests/test_resend_seams.py`` measures it).
+for good (``tests/seams/test_resend_seams.py`` measures it).
 """
 
 from __future__ import annotations
