@@ -1,0 +1,110 @@
+"""``sstore source ...``: feed a state file's border stream from an outside system, exactly once.
+
+The work lives in ``sstore.sources`` (the one feeding loop and each source); these commands
+open the state file as its only writer, run the loop until stopped (or caught up, with
+``--until-idle``) and print what was taken.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import click
+
+from sstore.cli.options import CONTEXT, json_option, state_file_errors
+
+if TYPE_CHECKING:
+    from sstore.sources import Source
+
+STATE = click.argument("state", type=click.Path(dir_okay=False))
+STREAM = click.option("--stream", required=True, help="The border stream to feed (declared "
+                      "in STATE by its program).")
+UNTIL_IDLE = click.option("--until-idle", is_flag=True,
+                          help="Exit once everything ready was taken (default: follow until "
+                               "stopped with Ctrl-C or SIGTERM).")
+POLL = click.option("--poll", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
+                    help="Seconds to wait for new input before looking again.")
+
+
+@click.group(name="source", context_settings=CONTEXT)
+def source() -> None:
+    """Feed a border stream from landing files or a message broker, exactly once.
+
+    Each batch is a contiguous range of the source (a file; a run of JetStream sequence
+    numbers) with a batch-id derived from its position; the position is committed in the
+    state file in the same transaction as the batch, and the source is acknowledged only
+    after that commit. Kill the command anywhere and run it again: nothing is lost or taken
+    twice. A fed stream has that source as its only feeder.
+
+    \b
+      sstore source files STATE --dir landing --pattern '*.csv' --stream trades --until-idle
+      sstore source nats STATE --url nats://127.0.0.1:4222 --js-stream ORDERS \\
+          --subject orders.new --stream orders
+      sstore source status STATE               every fed stream, its position, dead letters
+      sstore source drop STATE --stream trades forget the source (the batches stay)
+
+    STATE must exist and declare the stream (run its program once); it must not be open in
+    another process. The program's procedures run on the batches when it next runs.
+    See docs/sources.md.
+    """
+
+
+def _run(state: str, stream: str, make: Callable[[], Source], until_idle: bool, poll: float,
+         as_json: bool) -> None:
+    """Open STATE, feed ``stream`` from the source ``make`` builds, print the report. A
+    signal ends the loop between batches (exit 130 / 143)."""
+    from sstore.cli.format import to_json
+    from sstore.engine import Engine
+    from sstore.sources import feed
+    from sstore.stopping import STOPPED_MESSAGE, command_stops
+
+    if not os.path.exists(state):
+        raise click.ClickException(f"no state file at {state}: run its program once to "
+                                   f"declare {stream!r}")
+    with command_stops() as stop, state_file_errors(state):
+        with Engine.open_existing(state) as engine:
+            report = feed(engine, make(), stream, until_idle=until_idle, stop=stop.event,
+                          poll=poll)
+    if as_json:
+        click.echo(to_json({"state": state, "stream": stream, "batches": report.batches,
+                            "rows": report.rows, "dead_letters": report.dead_letters,
+                            "position": report.position,
+                            "seconds": round(report.seconds, 3)}))
+    else:
+        click.echo(f"{stream}: {report.batches} batch(es), {report.rows} row(s), "
+                   f"{report.dead_letters} dead letter(s); position {report.position}")
+    if stop.requested:
+        click.echo(STOPPED_MESSAGE, err=True)
+        raise SystemExit(stop.exit_status)
+
+
+@source.command(name="files", context_settings=CONTEXT)
+@STATE
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
+              help="The landing folder.")
+@click.option("--pattern", default="*.csv", show_default=True,
+              help="Which names to take (shell pattern; names starting with '.' never).")
+@STREAM
+@click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds a file's size and time must stay unchanged before it is taken.")
+@UNTIL_IDLE
+@POLL
+@json_option
+def files_command(state: str, directory: str, pattern: str, stream: str, settle: float,
+                  until_idle: bool, poll: float, as_json: bool) -> None:
+    """Take each complete CSV file of --dir matching --pattern once, in name order, one
+    batch per file.
+
+    A file is complete when no process has it open for writing (asked of the kernel on
+    Linux) and its size and time have not changed for --settle seconds; land files by
+    writing them under another name (x.csv.part, .x.csv) and renaming them into the pattern.
+    Its name, size and SHA-256 are recorded with its batch. A taken file that changes is an
+    error (exit 1), never a second batch; taken files may be moved away. The header names the
+    stream's columns; values are stored by the engine's input rule (an empty field is NULL).
+    """
+    from sstore.sources import FileSource
+
+    _run(state, stream, lambda: FileSource(directory, pattern, settle=settle), until_idle,
+         poll, as_json)
