@@ -108,3 +108,40 @@ def files_command(state: str, directory: str, pattern: str, stream: str, settle:
 
     _run(state, stream, lambda: FileSource(directory, pattern, settle=settle), until_idle,
          poll, as_json)
+
+
+@source.command(name="nats", context_settings=CONTEXT)
+@STATE
+@click.option("--url", default="nats://127.0.0.1:4222", show_default=True,
+              help="The NATS server.")
+@click.option("--js-stream", required=True, help="The JetStream stream to read.")
+@click.option("--subject", required=True, help="Its subject (or wildcard) to take.")
+@STREAM
+@click.option("--durable", default=None,
+              help="The durable consumer's name (default: sstore_STREAM). It is recreated "
+                   "at each start, from the position STATE committed.")
+@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Messages per fetch, at most one batch each.")
+@click.option("--ack-wait", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds the broker waits for an acknowledgement before delivering again.")
+@UNTIL_IDLE
+@POLL
+@json_option
+def nats_command(state: str, url: str, js_stream: str, subject: str, stream: str,
+                 durable: str | None, batch: int, ack_wait: float, until_idle: bool,
+                 poll: float, as_json: bool) -> None:
+    """Take the messages of --subject in the JetStream stream --js-stream exactly once.
+
+    A batch is the run of sequence numbers one fetch returned; its batch-id is the last
+    sequence number. Messages are acknowledged only after the batch committed; a message
+    given again (an ack timeout, a crash before the ack) is skipped. Each message is a JSON
+    object naming the stream's columns (an absent key is NULL), stored by the engine's input
+    rule; one that is not, or whose values are refused, is a dead letter (kept in STATE's
+    sstore_sources.dead_letters with the batch that skipped it; `sstore source status`).
+    Never purge the JetStream stream below what was taken: a start that finds a gap refuses.
+    """
+    from sstore.sources.jetstream import NatsSource
+
+    _run(state, stream, lambda: NatsSource(url, js_stream, subject, durable=durable,
+                                           batch=batch, ack_wait=ack_wait),
+         until_idle, poll, as_json)

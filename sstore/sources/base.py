@@ -203,8 +203,8 @@ def feed(engine: Engine, source: Source, stream: str, *, until_idle: bool = Fals
     began = time.perf_counter()
     position = prepare(engine, stream, source.kind, source.origin)
     report = FeedReport(position=position)
-    source.start(engine, stream, position)
     try:
+        source.start(engine, stream, position)
         while stop is None or not stop.is_set():
             chunk = source.read(poll)
             if chunk is None:
