@@ -50,7 +50,7 @@ def test_help_lists_every_command_the_root_options_and_the_environment() -> None
     done = sstore("--help")
     assert done.returncode == 0, done.stderr
     for command in ("demo", "status", "resume", "query", "migrate", "consumers", "polystore",
-                    "tpcdi", "dead-letters", "postgres", "backfill"):
+                    "tpcdi", "dead-letters", "postgres", "backfill", "source"):
         assert f"\n  {command} " in done.stdout, command
     for option in ("-v, --verbose", "--log-level", "--log-format [text|json]"):
         assert option in done.stdout

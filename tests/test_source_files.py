@@ -246,3 +246,28 @@ def test_cli_errors_are_one_line(tmp_path: Path, state_path: str) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and b"no border stream 'trades'" in err
     assert b"Traceback" not in err
+
+
+def test_source_status_and_drop(tmp_path: Path, state_path: str) -> None:
+    from click.testing import CliRunner
+
+    from sstore.cli.app import main
+
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    land(folder, "b1.csv", [(1, "a", "2024-01-01")])
+    with program(state_path) as eng:
+        eng.run_until_idle()
+    runner = CliRunner()
+    assert "no stream is fed by a source" in runner.invoke(
+        main, ["source", "status", state_path]).output
+    done = runner.invoke(main, ["source", "files", state_path, "--dir", str(folder),
+                                "--stream", "trades", "--settle", "0", "--until-idle"])
+    assert done.exit_code == 0 and "1 batch(es), 1 row(s)" in done.output, done.output
+    shown = runner.invoke(main, ["source", "status", state_path, "--json"])
+    assert '"position": 1' in shown.output and '"kind": "files"' in shown.output
+    dropped = runner.invoke(main, ["source", "drop", state_path, "--stream", "trades"])
+    assert dropped.exit_code == 0 and "dropped the source of 'trades'" in dropped.output
+    assert "no stream is fed" in runner.invoke(main, ["source", "status", state_path]).output
+    assert taken(state_path) == []
+    assert stored(state_path) == [(1, 1)]  # the batches stay

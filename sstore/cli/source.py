@@ -145,3 +145,49 @@ def nats_command(state: str, url: str, js_stream: str, subject: str, stream: str
     _run(state, stream, lambda: NatsSource(url, js_stream, subject, durable=durable,
                                            batch=batch, ack_wait=ack_wait),
          until_idle, poll, as_json)
+
+
+@source.command(name="status", context_settings=CONTEXT)
+@STATE
+@json_option
+def status_command(state: str, as_json: bool) -> None:
+    """Every stream fed by a source: its kind, where it reads, its committed position, the
+    batches taken and the dead letters kept. Reads STATE read-only."""
+    import duckdb
+
+    from sstore.cli.format import to_json
+    from sstore.sources.base import STATUS_SQL
+    from sstore.statefile import query_file
+
+    with state_file_errors(state):
+        try:
+            rows = query_file(state, STATUS_SQL).to_pylist()
+        except duckdb.CatalogException:  # no source ever fed this state
+            rows = []
+    if as_json:
+        click.echo(to_json(rows))
+        return
+    if not rows:
+        click.echo(f"{state}: no stream is fed by a source")
+    for r in rows:
+        click.echo(f"{r['stream']}: {r['kind']} {r['origin']}, position {r['position']}, "
+                   f"{r['batches']} batch(es), {r['dead_letters']} dead letter(s), last at "
+                   f"{r['updated'] or 'never'}")
+
+
+@source.command(name="drop", context_settings=CONTEXT)
+@STATE
+@STREAM
+def drop_command(state: str, stream: str) -> None:
+    """Forget the source of --stream: its position (and, for landing files, which files it
+    took). The stream's batches stay. A source started afterwards begins at its start, and is
+    refused while the stream holds batch-ids it would take (a stream has one feeder, whose
+    positions are its batch-ids). A NATS source's durable consumer is left to delete with
+    `nats consumer rm` (it holds no messages back)."""
+    from sstore.engine import Engine
+    from sstore.sources import forget
+
+    with state_file_errors(state), Engine.open_existing(state) as engine:
+        dropped = forget(engine, stream)
+    click.echo(f"dropped the source of {stream!r}" if dropped
+               else f"{stream!r} has no source; nothing to drop")

@@ -69,6 +69,12 @@ TABLES = (
 )
 
 
+#: ``sstore source status``: every fed stream, with its dead letters counted
+STATUS_SQL = (f"SELECT p.stream, p.kind, p.origin, p.position, p.batches, p.updated, "
+              f"(SELECT count(*) FROM {SCHEMA}.dead_letters d WHERE d.stream = p.stream) "
+              f"AS dead_letters FROM {SCHEMA}.positions p ORDER BY p.stream")
+
+
 class SourceError(TerminalError):
     """A source cannot go on without a person: its position disagrees with the stream, an
     item it took changed, the stream has another feeder."""
