@@ -75,8 +75,10 @@ def test_every_warehouse_command_has_the_same_postgres_option() -> None:
     with_postgres = {}
     for path, command in commands(main).items():
         for param in command.params:
-            if "--postgres" in getattr(param, "opts", ()):
+            if "--postgres" in getattr(param, "opts", ()) and path[0] != "source":
                 with_postgres[path] = param
+            elif "--postgres" in getattr(param, "opts", ()):  # a source's server, not the
+                assert param.envvar is None, path  # warehouse: never taken from its variable
     assert set(with_postgres) == WAREHOUSE_COMMANDS
     for path, param in with_postgres.items():
         assert (param.name, param.envvar, param.default, param.required) == \

@@ -147,6 +147,35 @@ def nats_command(state: str, url: str, js_stream: str, subject: str, stream: str
          until_idle, poll, as_json)
 
 
+@source.command(name="postgres", context_settings=CONTEXT)
+@STATE
+@click.option("--postgres", "url", required=True, metavar="URL",
+              help="The source PostgreSQL (wal_level = logical), not the warehouse.")
+@click.option("--table", required=True, help="The table to capture, SCHEMA.TABLE.")
+@STREAM
+@click.option("--batch", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Changes per read (whole transactions; a batch may hold more).")
+@UNTIL_IDLE
+@POLL
+@json_option
+def postgres_command(state: str, url: str, table: str, stream: str, batch: int,
+                     until_idle: bool, poll: float, as_json: bool) -> None:
+    """Capture --table: its snapshot, then its changes, exactly once.
+
+    The first run creates the replication slot sstore_STREAM (and a publication of that
+    name) and takes the table's snapshot as of the slot's start (one batch, _op 'snapshot');
+    then each batch is the transactions of one read of the slot, batch-id the LSN of the
+    last. The stream has the table's columns plus _op ('snapshot', 'insert', 'update',
+    'delete', 'truncate') and _lsn. The slot advances only after the batch committed. Needs
+    wal_level = logical. Never drop or advance the slot by hand: `sstore source drop STATE
+    --stream S --postgres URL` removes it.
+    """
+    from sstore.sources.postgres_cdc import PostgresSource
+
+    _run(state, stream, lambda: PostgresSource(url, table, batch=batch), until_idle, poll,
+         as_json)
+
+
 @source.command(name="status", context_settings=CONTEXT)
 @STATE
 @json_option
@@ -178,16 +207,28 @@ def status_command(state: str, as_json: bool) -> None:
 @source.command(name="drop", context_settings=CONTEXT)
 @STATE
 @STREAM
-def drop_command(state: str, stream: str) -> None:
+@click.option("--postgres", "url", default=None, metavar="URL",
+              help="A PostgreSQL source's server: its slot and publication are dropped too "
+                   "(required for such a source: a slot left behind keeps WAL for ever).")
+def drop_command(state: str, stream: str, url: str | None) -> None:
     """Forget the source of --stream: its position (and, for landing files, which files it
-    took). The stream's batches stay. A source started afterwards begins at its start, and is
-    refused while the stream holds batch-ids it would take (a stream has one feeder, whose
-    positions are its batch-ids). A NATS source's durable consumer is left to delete with
-    `nats consumer rm` (it holds no messages back)."""
+    took; for PostgreSQL, its replication slot). The stream's batches stay. A source started
+    afterwards begins at its start, and is refused while the stream holds batch-ids it would
+    take (a stream has one feeder, whose positions are its batch-ids). A NATS source's durable
+    consumer is left to delete with `nats consumer rm` (it holds no messages back)."""
     from sstore.engine import Engine
     from sstore.sources import forget
+    from sstore.sources.base import kind_of
 
     with state_file_errors(state), Engine.open_existing(state) as engine:
+        if kind_of(engine, stream) == "postgres":
+            if url is None:
+                raise click.ClickException(
+                    f"{stream!r} is fed by a PostgreSQL source: give --postgres URL so that "
+                    f"its replication slot is dropped too (left behind, it keeps WAL)")
+            from sstore.sources.postgres_cdc import drop_slot
+            drop_slot(url, stream)
         dropped = forget(engine, stream)
     click.echo(f"dropped the source of {stream!r}" if dropped
                else f"{stream!r} has no source; nothing to drop")
+

@@ -187,6 +187,14 @@ def prepare(engine: Engine, stream: str, kind: str, origin: str) -> int:
     return int(row["position"])
 
 
+def kind_of(engine: Engine, stream: str) -> str | None:
+    """The kind of source that feeds ``stream`` ("files", "nats", "postgres"), or None."""
+    for statement in TABLES:
+        engine.execute(statement)
+    rows = select(engine, f"SELECT kind FROM {SCHEMA}.positions WHERE stream = ?", stream)
+    return str(rows[0]["kind"]) if rows else None
+
+
 def forget(engine: Engine, stream: str) -> bool:
     """Remove what the state file remembers of ``stream``'s source (its position, and for
     landing files the files it took); True if there was one. The stream's batches stay."""
