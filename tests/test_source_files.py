@@ -271,3 +271,36 @@ def test_source_status_and_drop(tmp_path: Path, state_path: str) -> None:
     assert "no stream is fed" in runner.invoke(main, ["source", "status", state_path]).output
     assert taken(state_path) == []
     assert stored(state_path) == [(1, 1)]  # the batches stay
+
+
+def test_following_until_ctrl_c_stops_cleanly(tmp_path: Path, state_path: str) -> None:
+    """Without --until-idle the command follows the folder; SIGINT ends it between batches
+    (exit 130), and a file landed while it follows is taken."""
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    with program(state_path) as eng:
+        eng.run_until_idle()
+    land(folder, "b1.csv", [(1, "a", "2024-01-01")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sstore.cli", "-v", "source", "files", state_path, "--dir",
+         str(folder), "--stream", "trades", "--settle", "0", "--poll", "0.05"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    seen = b""
+
+    def wait_for(expected: bytes) -> None:
+        nonlocal seen
+        while expected not in seen:
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            assert line, seen.decode()
+            seen += line
+
+    wait_for(b"batch 1 committed")
+    land(folder, "b2.csv", [(2, "b", "2024-01-02")])  # lands while it follows
+    wait_for(b"batch 2 committed")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    err = seen + err
+    assert proc.returncode == 130, err.decode()
+    assert b"every committed batch is safe" in err and b"Traceback" not in err
+    assert stored(state_path) == [(1, 1), (2, 2)]

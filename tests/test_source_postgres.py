@@ -199,11 +199,18 @@ def test_wal_level_is_checked(pg_url: str, state_path: str) -> None:
                         until_idle=True).rows == 5
 
 
-def test_drop_removes_the_slot(source_url: str, state_path: str) -> None:
+def test_slot_status_alert_and_drop(source_url: str, state_path: str) -> None:
     make_table(source_url)
     with program(state_path) as eng:
         feed(eng, PostgresSource(source_url, "orders"), "orders", until_idle=True, poll=0.05)
     runner = CliRunner()
+    shown = runner.invoke(main, ["source", "status", state_path, "--postgres", source_url])
+    assert shown.exit_code == 0 and "slot sstore_orders: retains" in shown.output, shown.output
+    sql(source_url, "INSERT INTO orders SELECT i, repeat('x', 500), 1, '2024-01-01' "
+                    "FROM generate_series(100, 2100) i")  # not taken: the slot keeps it
+    shown = runner.invoke(main, ["source", "status", state_path, "--postgres", source_url,
+                                 "--max-retained", "100000", "--json"])
+    assert shown.exit_code == 1 and '"alert": true' in shown.output, shown.output
     refused = runner.invoke(main, ["source", "drop", state_path, "--stream", "orders"])
     assert refused.exit_code == 1 and "give --postgres URL" in refused.output
     assert slot_lsn(source_url) is not None

@@ -30,10 +30,11 @@ POLL = click.option("--poll", type=click.FloatRange(min=0.01), default=0.5, show
 
 @click.group(name="source", context_settings=CONTEXT)
 def source() -> None:
-    """Feed a border stream from landing files or a message broker, exactly once.
+    """Feed a border stream from landing files, a message broker or PostgreSQL, exactly once.
 
     Each batch is a contiguous range of the source (a file; a run of JetStream sequence
-    numbers) with a batch-id derived from its position; the position is committed in the
+    numbers; whole transactions of a replication slot) with a batch-id derived from its
+    position; the position is committed in the
     state file in the same transaction as the batch, and the source is acknowledged only
     after that commit. Kill the command anywhere and run it again: nothing is lost or taken
     twice. A fed stream has that source as its only feeder.
@@ -42,6 +43,7 @@ def source() -> None:
       sstore source files STATE --dir landing --pattern '*.csv' --stream trades --until-idle
       sstore source nats STATE --url nats://127.0.0.1:4222 --js-stream ORDERS \\
           --subject orders.new --stream orders
+      sstore source postgres STATE --postgres URL --table public.orders --stream orders
       sstore source status STATE               every fed stream, its position, dead letters
       sstore source drop STATE --stream trades forget the source (the batches stay)
 
@@ -178,10 +180,17 @@ def postgres_command(state: str, url: str, table: str, stream: str, batch: int,
 
 @source.command(name="status", context_settings=CONTEXT)
 @STATE
+@click.option("--postgres", "url", default=None, metavar="URL",
+              help="A PostgreSQL source's server: show its slot's retained WAL and lag too.")
+@click.option("--max-retained", type=click.IntRange(min=0), default=1 << 30,
+              show_default=True,
+              help="Retained WAL (bytes) above which a slot is an ALERT (exit status 1).")
 @json_option
-def status_command(state: str, as_json: bool) -> None:
+def status_command(state: str, url: str | None, max_retained: int, as_json: bool) -> None:
     """Every stream fed by a source: its kind, where it reads, its committed position, the
-    batches taken and the dead letters kept. Reads STATE read-only."""
+    batches taken and the dead letters kept. Reads STATE read-only. With --postgres, each
+    PostgreSQL source's slot too: the WAL it keeps on the server and how far behind it is;
+    a slot past --max-retained (or missing) is an ALERT, and the exit status is 1."""
     import duckdb
 
     from sstore.cli.format import to_json
@@ -193,15 +202,31 @@ def status_command(state: str, as_json: bool) -> None:
             rows = query_file(state, STATUS_SQL).to_pylist()
         except duckdb.CatalogException:  # no source ever fed this state
             rows = []
+    if url is not None:
+        from sstore.sources.postgres_cdc import slot_status
+
+        with state_file_errors(state):
+            for r in rows:
+                if r["kind"] == "postgres":
+                    r["slot"] = slot_status(url, r["stream"], max_retained)
+    alert = any(r.get("slot", {}).get("alert") for r in rows)
     if as_json:
         click.echo(to_json(rows))
-        return
-    if not rows:
-        click.echo(f"{state}: no stream is fed by a source")
-    for r in rows:
-        click.echo(f"{r['stream']}: {r['kind']} {r['origin']}, position {r['position']}, "
-                   f"{r['batches']} batch(es), {r['dead_letters']} dead letter(s), last at "
-                   f"{r['updated'] or 'never'}")
+    else:
+        if not rows:
+            click.echo(f"{state}: no stream is fed by a source")
+        for r in rows:
+            click.echo(f"{r['stream']}: {r['kind']} {r['origin']}, position {r['position']}, "
+                       f"{r['batches']} batch(es), {r['dead_letters']} dead letter(s), last at "
+                       f"{r['updated'] or 'never'}")
+            slot = r.get("slot")
+            if slot is not None:
+                click.echo(f"  slot {slot['slot']}: " + (
+                    f"retains {slot['retained_bytes']:,} bytes of WAL, {slot['lag_bytes']:,} "
+                    f"behind, {'active' if slot['active'] else 'idle'}" if slot["exists"]
+                    else "MISSING (dropped by hand?)") + (" ALERT" if slot["alert"] else ""))
+    if alert:
+        raise SystemExit(1)
 
 
 @source.command(name="drop", context_settings=CONTEXT)

@@ -233,6 +233,9 @@ def feed(engine: Engine, source: Source, stream: str, *, until_idle: bool = Fals
             if not engine.foreign:
                 engine.run_until_idle()
             source.acknowledge(chunk)
+            log.info("stream %s: batch %s committed (positions %s..%s, %s rows, %s dead "
+                     "letters)", stream, chunk.batch_id, chunk.first, chunk.last,
+                     chunk.rows.num_rows, len(chunk.dead))
             position = chunk.last
             report.batches += 1
             report.rows += chunk.rows.num_rows

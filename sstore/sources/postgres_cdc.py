@@ -285,3 +285,26 @@ def drop_slot(url: str, stream: str) -> bool:
             con.execute("SELECT pg_drop_replication_slot(%s)", (name,))
         con.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
     return found is not None
+
+
+#: retained WAL above which `sstore source status` raises an alert for a slot (1 GiB)
+MAX_RETAINED = 1 << 30
+
+
+def slot_status(url: str, stream: str, max_retained: int = MAX_RETAINED) -> dict[str, Any]:
+    """Slot hygiene of ``stream``'s source: whether its slot exists, the WAL it makes the
+    server keep (``retained_bytes``: from its restart LSN), how far its committed position
+    is behind the server (``lag_bytes``), and ``alert`` when the retained WAL passes
+    ``max_retained`` (a source that stopped following keeps WAL until the disk fills)."""
+    name = slot_name(stream)
+    with connect(url) as con:
+        row = con.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, active "
+            "FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone()
+    if row is None:
+        return {"slot": name, "exists": False, "retained_bytes": None, "lag_bytes": None,
+                "active": False, "alert": True}
+    retained, lag, active = int(row[0] or 0), int(row[1] or 0), bool(row[2])
+    return {"slot": name, "exists": True, "retained_bytes": retained, "lag_bytes": lag,
+            "active": active, "alert": retained > max_retained}
