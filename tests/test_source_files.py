@@ -304,3 +304,29 @@ def test_following_until_ctrl_c_stops_cleanly(tmp_path: Path, state_path: str) -
     assert proc.returncode == 130, err.decode()
     assert b"every committed batch is safe" in err and b"Traceback" not in err
     assert stored(state_path) == [(1, 1), (2, 2)]
+
+
+def test_headerless_pipe_separated_files_as_tpcdi_lands_them(tmp_path: Path,
+                                                             state_path: str) -> None:
+    """TPC-DI's incremental Trade.txt: '|'-separated, no header, CDC_FLAG and CDC_DSN first."""
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    (folder / ".batch002_trade.txt").write_text(
+        "I|1|7|2017-07-12 10:00:01|SBMT|TMB|1|BIG|100|12.50|3||||\n"
+        "U|2|5|2017-07-12 10:00:02|CMPT|TLS|0|SML|20|9.75|4|10.00|1.25|0.20|3.10\n")
+    os.rename(folder / ".batch002_trade.txt", folder / "batch002_trade.txt")
+    eng = Engine(state_path)
+    eng.stream("trade", {"cdc_flag": "VARCHAR", "cdc_dsn": "BIGINT", "t_id": "BIGINT",
+                         "t_dts": "TIMESTAMP", "t_st_id": "VARCHAR", "t_tt_id": "VARCHAR",
+                         "t_is_cash": "TINYINT", "t_s_symb": "VARCHAR", "t_qty": "INTEGER",
+                         "t_bid_price": "DECIMAL(8,2)", "t_ca_id": "BIGINT",
+                         "t_exec_name": "VARCHAR", "t_trade_price": "DECIMAL(8,2)",
+                         "t_chrg": "DECIMAL(10,2)", "t_comm": "DECIMAL(10,2)"})
+    with eng:
+        feed(eng, FileSource(str(folder), "batch*_trade.txt", settle=0, delimiter="|",
+                             header=False), "trade", until_idle=True, poll=0.05)
+        rows = eng.query("SELECT t_id, t_is_cash, t_bid_price, t_exec_name, t_comm "
+                         "FROM trade ORDER BY t_id").to_pylist()
+    assert [(r["t_id"], r["t_is_cash"], str(r["t_bid_price"]), r["t_exec_name"],
+             r["t_comm"] and str(r["t_comm"])) for r in rows] == [
+        (5, 0, "9.75", "10.00", "3.10"), (7, 1, "12.50", None, None)]

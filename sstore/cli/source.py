@@ -91,11 +91,17 @@ def _run(state: str, stream: str, make: Callable[[], Source], until_idle: bool, 
 @STREAM
 @click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds a file's size and time must stay unchanged before it is taken.")
+@click.option("--delimiter", default=",", show_default=True,
+              help="The field separator, one character (TPC-DI's files: '|').")
+@click.option("--header/--no-header", default=True, show_default=True,
+              help="Whether the first line names the columns; without, the fields are the "
+                   "stream's columns in their declared order.")
 @UNTIL_IDLE
 @POLL
 @json_option
 def files_command(state: str, directory: str, pattern: str, stream: str, settle: float,
-                  until_idle: bool, poll: float, as_json: bool) -> None:
+                  delimiter: str, header: bool, until_idle: bool, poll: float,
+                  as_json: bool) -> None:
     """Take each complete CSV file of --dir matching --pattern once, in name order, one
     batch per file.
 
@@ -104,12 +110,16 @@ def files_command(state: str, directory: str, pattern: str, stream: str, settle:
     writing them under another name (x.csv.part, .x.csv) and renaming them into the pattern.
     Its name, size and SHA-256 are recorded with its batch. A taken file that changes is an
     error (exit 1), never a second batch; taken files may be moved away. The header names the
-    stream's columns; values are stored by the engine's input rule (an empty field is NULL).
+    stream's columns (--no-header: the fields are the stream's columns in order); values are
+    stored by the engine's input rule (an empty field is NULL).
     """
     from sstore.sources import FileSource
 
-    _run(state, stream, lambda: FileSource(directory, pattern, settle=settle), until_idle,
-         poll, as_json)
+    if len(delimiter) != 1:
+        raise click.BadParameter("one character", param_hint="--delimiter")
+    _run(state, stream, lambda: FileSource(directory, pattern, settle=settle,
+                                           delimiter=delimiter, header=header),
+         until_idle, poll, as_json)
 
 
 @source.command(name="nats", context_settings=CONTEXT)

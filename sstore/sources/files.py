@@ -24,8 +24,9 @@ modification time moved) the source stops with ``FileChangedError``: a rewritten
 is an upstream mistake that must be looked at, not a second batch. Taken files may be moved
 away or deleted; their names stay taken.
 
-Rows: a CSV file with a header naming the stream's columns (any order); every value is read as
-text and stored by the engine's input value rule (``sstore.rows``: exactly as written in the
+Rows: a CSV file with a header naming the stream's columns (any order), or without a header
+(``header=False``: the stream's columns in their declared order; TPC-DI's ``|``-separated
+files, ``delimiter="|"``); every value is read as text and stored by the engine's input value rule (``sstore.rows``: exactly as written in the
 column's type, or the file is refused); an empty unquoted field is NULL, ``""`` is the empty
 string. A file that cannot be read is not taken: the source stops and names it (fix it, or
 move it away, then run again).
@@ -100,10 +101,17 @@ class FileSource:
     kind = "files"
 
     def __init__(self, directory: str, pattern: str = "*.csv", *,
-                 settle: float = SETTLE) -> None:
+                 settle: float = SETTLE, delimiter: str = ",", header: bool = True) -> None:
+        if len(delimiter) != 1:
+            raise ValueError(f"the delimiter is one character, not {delimiter!r}")
         self.directory = os.path.abspath(directory)
         self.pattern = pattern
         self.settle = settle
+        #: CSV field separator (TPC-DI's files: ``|``)
+        self.delimiter = delimiter
+        #: whether the first line names the columns; without, the fields are the stream's
+        #: columns in their declared order
+        self.header = header
         self.origin = os.path.join(self.directory, pattern)
         self._stream = ""
         self._schema: pa.Schema | None = None
@@ -207,10 +215,14 @@ class FileSource:
         """The file's rows as text columns (the engine converts them by its value rule)."""
         assert self._schema is not None
         types = {column: pa.string() for column in self._schema.names}
+        names = None if self.header else self._schema.names
         try:
-            table = pacsv.read_csv(io.BytesIO(data), convert_options=pacsv.ConvertOptions(
-                column_types=types, strings_can_be_null=True, null_values=[""],
-                quoted_strings_can_be_null=False))
+            table = pacsv.read_csv(
+                io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=names),
+                parse_options=pacsv.ParseOptions(delimiter=self.delimiter),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=types, strings_can_be_null=True, null_values=[""],
+                    quoted_strings_can_be_null=False))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise SourceError(f"{os.path.join(self.directory, name)}: not a CSV file with a "
                               f"header this source can read ({exc}); it was not taken: fix "
