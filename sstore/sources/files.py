@@ -26,10 +26,11 @@ away or deleted; their names stay taken.
 
 Rows: a CSV file with a header naming the stream's columns (any order), or without a header
 (``header=False``: the stream's columns in their declared order; TPC-DI's ``|``-separated
-files, ``delimiter="|"``); every value is read as text and stored by the engine's input value rule (``sstore.rows``: exactly as written in the
-column's type, or the file is refused); an empty unquoted field is NULL, ``""`` is the empty
-string. A file that cannot be read is not taken: the source stops and names it (fix it, or
-move it away, then run again).
+files, ``delimiter="|"``); every value is read as text and stored by the engine's input
+value rule (``sstore.rows``: exactly as written in the column's type, or the file is
+refused); an empty unquoted field is NULL, ``""`` is the empty string. A file that cannot
+be read is not taken: the source stops and names it (fix it, or move it away, then run
+again).
 """
 
 from __future__ import annotations
