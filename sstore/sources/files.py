@@ -191,9 +191,13 @@ class FileSource:
         return True
 
     def _take(self, name: str, path: str, st: os.stat_result) -> Chunk | None:
-        with open(path, "rb") as f:
-            data = f.read()
-        after = os.stat(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            after = os.stat(path)
+        except FileNotFoundError:  # moved away between the listing and the read
+            self._seen.pop(name, None)
+            return None
         if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns) \
                 or len(data) != st.st_size:
             self._seen.pop(name, None)  # written to while read: settle again
