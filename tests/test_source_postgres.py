@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from migrators.embedded_postgres import PrivatePostgres
-from sstore import Engine
+from sstore import DeclarationError, Engine
 from sstore.cli.app import main
 from sstore.sources import SourceError, feed
 from sstore.sources.pgoutput import lsn_int
@@ -147,6 +147,43 @@ def test_snapshot_then_changes_each_once_slot_after_commit(source_url: str,
     rows = captured(state_path)
     assert [(r["_op"], r["id"]) for r in rows[-2:]] == [("truncate", None), ("insert", 8)]
     assert replay(rows) == current(source_url) == {8: ("e", 1, datetime.date(2024, 3, 1))}
+
+
+def test_several_tables_from_one_slot(source_url: str, state_path: str) -> None:
+    """One snapshot of both tables as of one instant, then their changes in commit order; a
+    transaction over both is one batch; rows carry their table in _table."""
+    sql(source_url, "CREATE TABLE orders (id int PRIMARY KEY, name text)",
+        "CREATE TABLE lines (line int PRIMARY KEY, id int, qty int)",
+        "INSERT INTO orders VALUES (1, 'a')", "INSERT INTO lines VALUES (10, 1, 3)")
+    eng = Engine(state_path)
+    eng.stream("changes", {"_table": "VARCHAR", "id": "INTEGER", "name": "VARCHAR",
+                           "line": "INTEGER", "qty": "INTEGER", "_op": "VARCHAR",
+                           "_lsn": "BIGINT"})
+    with eng:
+        with pytest.raises(DeclarationError, match="_table VARCHAR"):
+            eng2 = Engine(state_path + ".b")
+            eng2.stream("changes", {"id": "INTEGER", "name": "VARCHAR", "line": "INTEGER",
+                                    "qty": "INTEGER", "_op": "VARCHAR", "_lsn": "BIGINT"})
+            with eng2:
+                feed(eng2, PostgresSource(source_url, ["orders", "lines"]), "changes",
+                     until_idle=True, poll=0.05)
+        feed(eng, PostgresSource(source_url, ["public.orders", "public.lines"]), "changes",
+             until_idle=True, poll=0.05)
+        sql(source_url, "BEGIN; INSERT INTO orders VALUES (2, 'b'); INSERT INTO lines VALUES "
+                        "(20, 2, 5); COMMIT", "DELETE FROM lines WHERE line = 10")
+        report = feed(eng, PostgresSource(source_url, ["public.orders", "public.lines"],
+                                          batch=1), "changes", until_idle=True, poll=0.05)
+        assert report.batches == 2
+        rows = eng.query("SELECT _batch_id, _table, _op, id, name, line, qty FROM changes "
+                         "ORDER BY _batch_id, _lsn").to_pylist()
+    snapshot, first, second = sorted({r["_batch_id"] for r in rows})
+    assert [tuple(r.values())[1:] for r in rows] == [
+        ("public.orders", "snapshot", 1, "a", None, None),
+        ("public.lines", "snapshot", 1, None, 10, 3),
+        ("public.orders", "insert", 2, "b", None, None),
+        ("public.lines", "insert", 2, None, 20, 5),
+        ("public.lines", "delete", None, None, 10, None)]
+    assert [r["_batch_id"] for r in rows] == [snapshot, snapshot, first, first, second]
 
 
 def test_a_table_without_key_is_refused_until_replica_identity_full(

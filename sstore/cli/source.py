@@ -163,16 +163,23 @@ def nats_command(state: str, url: str, js_stream: str, subject: str, stream: str
 @STATE
 @click.option("--postgres", "url", required=True, metavar="URL",
               help="The source PostgreSQL (wal_level = logical), not the warehouse.")
-@click.option("--table", required=True, help="The table to capture, SCHEMA.TABLE.")
+@click.option("--table", "tables", required=True, multiple=True,
+              help="The table to capture, SCHEMA.TABLE; repeat for several tables from one "
+                   "slot (the stream then has their columns and _table).")
 @STREAM
 @click.option("--batch", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Changes per read (whole transactions; a batch may hold more).")
 @UNTIL_IDLE
 @POLL
 @json_option
-def postgres_command(state: str, url: str, table: str, stream: str, batch: int,
+def postgres_command(state: str, url: str, tables: tuple[str, ...], stream: str, batch: int,
                      until_idle: bool, poll: float, as_json: bool) -> None:
     """Capture --table: its snapshot, then its changes, exactly once.
+
+    Several --table options capture several tables from one slot into one stream: one
+    snapshot of all of them as of the same instant, then their changes in commit order, a
+    transaction that touches several tables in one batch; the stream has the union of their
+    columns (NULL where a row's table has none) plus _table ('schema.table').
 
     The first run creates the replication slot sstore_STREAM (and a publication of that
     name) and takes the table's snapshot as of the slot's start (one batch, _op 'snapshot');
@@ -184,8 +191,8 @@ def postgres_command(state: str, url: str, table: str, stream: str, batch: int,
     """
     from sstore.sources.postgres_cdc import PostgresSource
 
-    _run(state, stream, lambda: PostgresSource(url, table, batch=batch), until_idle, poll,
-         as_json)
+    _run(state, stream, lambda: PostgresSource(url, list(tables), batch=batch), until_idle,
+         poll, as_json)
 
 
 @source.command(name="status", context_settings=CONTEXT)

@@ -53,6 +53,8 @@ log = logging.getLogger("sstore.sources")
 #: changes per peek (whole transactions: a batch may hold more)
 BATCH = 10_000
 EXTRA = ("_op", "_lsn")
+#: the column that names a row's table (``SCHEMA.TABLE``): required with several tables
+TABLE_COLUMN = "_table"
 
 
 def slot_name(stream: str) -> str:
@@ -65,10 +67,14 @@ class PostgresSource:
 
     kind = "postgres"
 
-    def __init__(self, url: str, table: str, *, batch: int = BATCH) -> None:
+    def __init__(self, url: str, table: str | list[str], *, batch: int = BATCH) -> None:
         self.url = url
-        self.schema_name, self.table = split_name(table)
-        self.origin = f"{self.schema_name}.{self.table}"
+        #: (schema, table) of each captured table, in the order given
+        self.tables = [split_name(t) for t in ([table] if isinstance(table, str) else table)]
+        if not self.tables or len(set(self.tables)) != len(self.tables):
+            raise DeclarationError(f"a PostgreSQL source captures one or more distinct "
+                                   f"tables, not {table!r}")
+        self.origin = ",".join(f"{s}.{t}" for s, t in self.tables)
         self.batch = batch
         self.slot = ""
         self._con: psycopg.Connection | None = None
@@ -89,9 +95,9 @@ class PostgresSource:
         self._con = connect(self.url)
         self._con.autocommit = True
         self._check_server()
-        self._columns = [n for n in self._schema.names if n not in EXTRA] \
+        self._columns = [n for n in self._schema.names if n not in (*EXTRA, TABLE_COLUMN)] \
             if self._schema is not None else []
-        self._check_table()
+        self._check_tables()
         slot = self._con.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                  "WHERE slot_name = %s", (self.slot,)).fetchone()
         if position == 0:
@@ -123,42 +129,51 @@ class PostgresSource:
                 f"change data capture needs logical: ALTER SYSTEM SET wal_level = logical; "
                 f"then restart the server")
 
-    def _check_table(self) -> None:
-        """The table exists, says which row a change is about, and (for a snapshot) has the
-        stream's columns. Later, each change is checked against the columns it came with
-        (``_check_relation``): a change of the table's shape stops the source at the first
-        change with the new shape, not at a start before it."""
-        assert self._con is not None and self._schema is not None
+    def _check_tables(self) -> None:
+        """Each table exists and says which row a change is about; the stream has ``_op``,
+        ``_lsn`` (and ``_table`` with several tables) and, for a snapshot, exactly the
+        tables' columns (their union). Later, each change is checked against the columns it
+        came with (``_check_relation``): a change of a table's shape stops the source at the
+        first change with the new shape, not at a start before it."""
+        assert self._schema is not None
+        union: list[str] = []
+        for schema, table in self.tables:
+            union += [c for c in self._check_table(schema, table) if c not in union]
+        extras = [*EXTRA, *([TABLE_COLUMN] if len(self.tables) > 1 else [])]
+        wanted = [*union, *extras]
+        names = [n for n in self._schema.names if n != TABLE_COLUMN or len(self.tables) > 1]
+        if any(extra not in self._schema.names for extra in extras) or (
+                self._position == 0 and sorted(names) != sorted(wanted)):
+            raise DeclarationError(
+                f"stream {self._stream!r} has columns {self._schema.names}; a source of "
+                f"{self.origin} feeds {wanted}: declare the tables' columns plus _op VARCHAR "
+                f"and _lsn BIGINT" + (" and _table VARCHAR" if len(self.tables) > 1 else ""))
+
+    def _check_table(self, schema: str, table: str) -> list[str]:
+        assert self._con is not None
         found = self._con.execute(
             "SELECT a.attname, c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE "
             "i.indrelid = c.oid AND i.indisprimary) FROM pg_attribute a JOIN pg_class c ON "
             "c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE "
             "n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
-            "ORDER BY a.attnum", (self.schema_name, self.table)).fetchall()
+            "ORDER BY a.attnum", (schema, table)).fetchall()
         if not found:
-            raise DeclarationError(f"no table {self.origin} at {shown(self.url)}")
-        columns = [row[0] for row in found]
+            raise DeclarationError(f"no table {schema}.{table} at {shown(self.url)}")
         if found[0][1] != "f" and not found[0][2]:
             raise SourceError(
-                f"{self.origin} has no primary key, so a DELETE or UPDATE would not say which "
-                f"row it was: run ALTER TABLE {self.origin} REPLICA IDENTITY FULL (or add a "
-                f"primary key), then start again")
-        wanted = [*columns, *EXTRA]
-        if any(extra not in self._schema.names for extra in EXTRA) or (
-                self._position == 0 and sorted(self._schema.names) != sorted(wanted)):
-            raise DeclarationError(
-                f"stream {self._stream!r} has columns {self._schema.names}; a source of "
-                f"{self.origin} feeds {wanted}: declare the table's columns plus _op VARCHAR "
-                f"and _lsn BIGINT")
+                f"{schema}.{table} has no primary key, so a DELETE or UPDATE would not say "
+                f"which row it was: run ALTER TABLE {schema}.{table} REPLICA IDENTITY FULL "
+                f"(or add a primary key), then start again")
+        return [row[0] for row in found]
 
     def _ensure_publication(self) -> None:
         assert self._con is not None
         exists = self._con.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
                                    (self.slot,)).fetchone()
         if exists is None:
-            self._con.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}.{}").format(
-                sql.Identifier(self.slot), sql.Identifier(self.schema_name),
-                sql.Identifier(self.table)))
+            self._con.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(self.slot), sql.SQL(", ").join(
+                    sql.Identifier(schema, table) for schema, table in self.tables)))
 
     def _take_snapshot(self) -> Chunk:
         """Step 1 of the module docstring: the slot and the table as of its consistent point."""
@@ -170,18 +185,31 @@ class PostgresSource:
                 sql.Identifier(self.slot))).fetchone()
             assert answer is not None
             consistent, snapshot = lsn_int(answer[1]), answer[2]
+            rows = []
             with connect(self.url) as reader:
                 reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
                     sql.Literal(snapshot)))
-                cur = reader.execute(sql.SQL("SELECT {} FROM {}.{}").format(
-                    sql.SQL(", ").join(map(sql.Identifier, self._columns)),
-                    sql.Identifier(self.schema_name), sql.Identifier(self.table)))
-                rows = [{**dict(zip(self._columns, row, strict=True)), "_op": "snapshot",
-                         "_lsn": consistent} for row in cur.fetchall()]
+                for schema, table in self.tables:  # every table as of the same instant
+                    cur = reader.execute(sql.SQL("SELECT * FROM {}").format(
+                        sql.Identifier(schema, table)))
+                    names = [d.name for d in cur.description or ()]
+                    rows += [self._row(f"{schema}.{table}", dict(zip(names, row, strict=True)),
+                                       "snapshot", consistent) for row in cur.fetchall()]
                 reader.rollback()
         log.info("%s: snapshot of %s rows at %s", self.origin, len(rows), lsn_text(consistent))
         return Chunk(consistent, consistent, self._table(rows), token=consistent)
+
+    def _row(self, table: str, values: dict[str, Any], op: str, lsn: int) -> dict[str, Any]:
+        """A stream row: the stream's columns (NULL where the table has none), ``_op``,
+        ``_lsn`` and, with several tables, ``_table``."""
+        row: dict[str, Any] = dict.fromkeys(self._columns)
+        row.update(values)
+        row["_op"], row["_lsn"] = op, lsn
+        if len(self.tables) > 1 or (self._schema is not None
+                                    and TABLE_COLUMN in self._schema.names):
+            row[TABLE_COLUMN] = table
+        return row
 
     def _table(self, rows: list[dict[str, Any]]) -> pa.Table:
         assert self._schema is not None
@@ -220,26 +248,25 @@ class PostgresSource:
         for change in txn.changes:
             relation = self._decoder.relations[change.relation]
             self._check_relation(relation)
+            table = f"{relation.schema}.{relation.name}"
             if change.op == "truncate":
-                out.append({**dict.fromkeys(self._columns), "_op": "truncate",
-                            "_lsn": change.lsn})
+                out.append(self._row(table, {}, "truncate", change.lsn))
                 continue
             values = change.new if change.new is not None else change.old
             assert values is not None
-            row: dict[str, Any] = dict.fromkeys(self._columns)  # a column it lacks: NULL
+            row: dict[str, Any] = {}
             for i, (name, type_oid) in enumerate(relation.columns):
                 value = value_of(values[i], type_oid)
                 if value is UNCHANGED:
                     old = change.old[i] if change.old is not None else UNCHANGED
                     if old is UNCHANGED:
                         raise SourceError(
-                            f"{self.origin}: the {change.op} at {lsn_text(change.lsn)} did not "
-                            f"send column {name!r} (an unchanged TOASTed value): run ALTER "
-                            f"TABLE {self.origin} REPLICA IDENTITY FULL")
+                            f"{table}: the {change.op} at {lsn_text(change.lsn)} did not send "
+                            f"column {name!r} (an unchanged TOASTed value): run ALTER TABLE "
+                            f"{table} REPLICA IDENTITY FULL")
                     value = value_of(old, type_oid)
                 row[name] = value
-            row["_op"], row["_lsn"] = change.op, change.lsn
-            out.append(row)
+            out.append(self._row(table, row, change.op, change.lsn))
         return out
 
     def _check_relation(self, relation: Relation) -> None:
@@ -248,7 +275,8 @@ class PostgresSource:
         new = [name for name, _ in relation.columns if name not in self._columns]
         if new:
             raise SourceError(
-                f"{self.origin} has new column(s) {new} that stream {self._stream!r} lacks: "
+                f"{relation.schema}.{relation.name} has new column(s) {new} that stream "
+                f"{self._stream!r} lacks: "
                 f"evolve the stream (a redeclaration with the new columns appended, or "
                 f"Engine.evolve) in its program and start the source again; nothing after "
                 f"{lsn_text(self._position)} was taken")
