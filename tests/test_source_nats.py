@@ -89,22 +89,25 @@ def test_poison_messages_are_dead_letters_and_the_stream_goes_on(
     url = broker.url
     publish(url, "SHOP", "SHOP.orders", [
         orders(1, 1)[0], b"not json", [1, 2], {"id": "seven", "name": "x", "day": None},
-        {"id": 5, "colour": "red"}, {"id": 6, "name": "no day"}, orders(7, 1)[0]],
+        {"id": 5, "colour": "red"}, {"id": 6, "name": "no day"}, orders(7, 1)[0],
+        orders(8, 2), [orders(10, 1)[0], {"id": "x"}]],  # an array: its rows, all or none
         create=True)
     with program(state_path) as eng:
         report = feed(eng, NatsSource(url, "SHOP", "SHOP.orders"), "orders", until_idle=True,
                       poll=0.2)
-        assert (report.batches, report.rows, report.dead_letters) == (1, 3, 4)
+        assert (report.batches, report.rows, report.dead_letters) == (1, 5, 5)
         dead = dead_letters(eng, "orders")
-    assert [(d["position"], d["batch_id"], d["payload"]) for d in dead] == [
-        (2, 7, b"not json"), (3, 7, b"[1, 2]"),
-        (4, 7, b'{"id": "seven", "name": "x", "day": null}'),
-        (5, 7, b'{"id": 5, "colour": "red"}')]
+    assert [(d["position"], d["batch_id"]) for d in dead] == [
+        (2, 9), (3, 9), (4, 9), (5, 9), (9, 9)]
+    assert [d["payload"] for d in dead][:4] == [
+        b"not json", b"[1, 2]", b'{"id": "seven", "name": "x", "day": null}',
+        b'{"id": 5, "colour": "red"}']
     reasons = [d["error"] for d in dead]
     assert reasons[0].startswith("not JSON") and "not a JSON object" in reasons[1]
     assert "column 'id'" in reasons[2] and "unknown column" in reasons[3]
-    assert stored(state_path) == [(7, 1), (7, 6), (7, 7)]  # an absent key is NULL
-    assert consumer_acks(url, "SHOP", "sstore_orders") == (7, 0)  # acknowledged: not stuck
+    assert "column 'id'" in reasons[4]
+    assert stored(state_path) == [(9, 1), (9, 6), (9, 7), (9, 8), (9, 9)]  # absent key: NULL
+    assert consumer_acks(url, "SHOP", "sstore_orders") == (9, 0)  # acknowledged: not stuck
 
 
 class LosesFirstAck(NatsSource):

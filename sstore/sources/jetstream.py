@@ -20,8 +20,9 @@ between them), and its batch-id is ``last``. The state file's position is the tr
 - Acknowledgements (explicit, one per message) are sent only after the engine committed the
   batch; a lost ack only means a redelivery, skipped as above.
 
-Each message is a JSON object naming the stream's columns (an absent key is NULL) and is
-stored by the engine's input value rule (``sstore.rows``). A message that is not such an
+Each message is a JSON object naming the stream's columns (an absent key is NULL), or an
+array of such objects (several rows, all or none), and is stored by the engine's input value
+rule (``sstore.rows``). A message that is not such an
 object, or whose values the rule refuses, is a **dead letter**: recorded (payload and reason)
 in ``sstore_sources.dead_letters`` in the same transaction as the batch that skips it, and
 acknowledged with it. It never blocks the stream and is never lost.
@@ -208,50 +209,54 @@ class NatsSource:
         time.sleep(0.1)
 
     def _chunk(self, msgs: list[Msg]) -> Chunk:
-        """Decode the messages by the input value rule; the ones it refuses are dead letters."""
+        """Decode the messages by the input value rule; the ones it refuses are dead letters
+        (a message is the unit: one row, or the rows of an array, all or none)."""
         assert self._schema is not None
-        rows: list[dict[str, Any]] = []
+        decoded: list[tuple[Msg, list[dict[str, Any]]]] = []
         dead: list[DeadLetter] = []
         for msg in msgs:
-            seq = msg.metadata.sequence.stream
-            row, error = self._decode(msg.data)
+            rows, error = self._decode(msg.data)
             if error is not None:
-                dead.append(DeadLetter(seq, error, msg.data, msg.subject))
+                dead.append(DeadLetter(msg.metadata.sequence.stream, error, msg.data,
+                                       msg.subject))
             else:
-                rows.append(row)
+                decoded.append((msg, rows))
         what = f"stream {self._stream!r}"
         try:
-            table = to_arrow(rows, self._schema, what)
-        except SchemaError:  # find the rows the rule refuses, one by one
+            table = to_arrow([row for _, rows in decoded for row in rows], self._schema, what)
+        except SchemaError:  # find the messages the rule refuses, one by one
             good = []
-            for msg in msgs:
-                seq = msg.metadata.sequence.stream
-                if any(d.position == seq for d in dead):
-                    continue
-                row, _ = self._decode(msg.data)
+            for msg, rows in decoded:
                 try:
-                    to_arrow([row], self._schema, what)
+                    to_arrow(rows, self._schema, what)
                 except SchemaError as exc:
-                    dead.append(DeadLetter(seq, str(exc), msg.data, msg.subject))
+                    dead.append(DeadLetter(msg.metadata.sequence.stream, str(exc), msg.data,
+                                           msg.subject))
                 else:
-                    good.append(row)
+                    good += rows
             table = to_arrow(good, self._schema, what)
         dead.sort(key=lambda d: d.position)
         return Chunk(msgs[0].metadata.sequence.stream, msgs[-1].metadata.sequence.stream,
                      table, dead=dead, token=msgs)
 
-    def _decode(self, data: bytes) -> tuple[dict[str, Any], str | None]:
+    def _decode(self, data: bytes) -> tuple[list[dict[str, Any]], str | None]:
+        """A message's rows: a JSON object is one row, an array of objects its rows."""
         assert self._schema is not None
         try:
             value = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
-            return {}, f"not JSON: {exc}"
-        if not isinstance(value, dict):
-            return {}, f"not a JSON object but {type(value).__name__}"
-        unknown = sorted(set(value) - set(self._schema.names))
-        if unknown:
-            return {}, f"unknown column(s) {unknown}; the stream has {self._schema.names}"
-        return {name: value.get(name) for name in self._schema.names}, None
+            return [], f"not JSON: {exc}"
+        values = value if isinstance(value, list) else [value]
+        rows = []
+        for item in values:
+            if not isinstance(item, dict):
+                return [], (f"not a JSON object (or an array of objects) but "
+                            f"{type(item).__name__}")
+            unknown = sorted(set(item) - set(self._schema.names))
+            if unknown:
+                return [], f"unknown column(s) {unknown}; the stream has {self._schema.names}"
+            rows.append({name: item.get(name) for name in self._schema.names})
+        return rows, None
 
     def caught_up(self) -> bool:
         return self._pending == 0
