@@ -135,6 +135,24 @@ def test_a_redelivery_after_the_ack_timeout_is_skipped(broker: NatsServer,
     assert consumer_acks(url, "SHOP", "sstore_orders") == (6, 0)
 
 
+def test_a_consumer_the_source_did_not_make_is_left_alone(broker: NatsServer,
+                                                         state_path: str) -> None:
+    url = broker.url
+    publish(url, "SHOP", "SHOP.orders", orders(1, 1), create=True)
+
+    async def theirs() -> None:
+        from nats.js.api import ConsumerConfig
+        nc = await nats.connect(url)
+        await nc.jetstream().add_consumer("SHOP", ConsumerConfig(durable_name="billing"))
+        await nc.close()
+
+    asyncio.run(theirs())
+    with program(state_path) as eng, pytest.raises(SourceError, match="did not make"):
+        feed(eng, NatsSource(url, "SHOP", "SHOP.orders", durable="billing"), "orders",
+             until_idle=True, poll=0.2)
+    assert consumer_acks(url, "SHOP", "billing") == (0, 0)  # still there
+
+
 def test_a_gap_in_the_broker_is_refused(broker: NatsServer, state_path: str) -> None:
     url = broker.url
     publish(url, "SHOP", "SHOP.orders", orders(1, 2), create=True)

@@ -13,8 +13,9 @@ When a file is complete (the rule, in this order; all must hold):
 3. Its size and modification time have not changed for ``settle`` seconds, and are the same
    before and after it is read (a writer that reopens it in between is seen).
 
-Files are taken in name order: a file that is not complete yet holds back the names after it
-(batches keep the order the names say, as TPC-DI's ``Batch1``, ``Batch2``... need).
+Files are taken in name order (code point order, as ``sorted`` gives it: zero-pad numbers,
+``batch10`` sorts before ``batch2``): a file that is not complete yet holds back the names
+after it (batches keep the order the names say, as TPC-DI's batches need).
 
 Exactly once: a taken file's name, size, modification time and SHA-256 digest are recorded in
 ``sstore_sources.files`` in the same transaction as its batch (``sstore.sources.base``); its

@@ -8,9 +8,10 @@ between them), and its batch-id is ``last``. The state file's position is the tr
 (``sstore.sources.base``); the broker's consumer is only how messages are delivered:
 
 - At every start the durable pull consumer (``sstore_<stream>`` unless named) is deleted and
-  created again to deliver from the committed position + 1. Messages handed to a process that
-  died are therefore not waited for (no gap while their ack timeout runs), and nothing before
-  the position comes back.
+  created again to deliver from the committed position + 1 (only a consumer this source made,
+  marked by its description: another one of that name is refused, never deleted). Messages
+  handed to a process that died are therefore not waited for (no gap while their ack timeout
+  runs), and nothing before the position comes back.
 - Deliveries are checked to be contiguous (the consumer's own delivery sequence has no hole);
   a hole (a delivery lost on a broken connection, a broker restart) drops the range read so
   far and recreates the consumer at the committed position + 1. So a range never skips a
@@ -146,12 +147,21 @@ class NatsSource:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
+        mark = f"sstore source of stream {self._stream}"
         try:
-            await self._js.delete_consumer(self.js_stream, self.durable)
+            info = await self._js.consumer_info(self.js_stream, self.durable)
         except nats.js.errors.NotFoundError:
             pass
+        else:
+            if info.config.description != mark:
+                raise SourceError(
+                    f"JetStream stream {self.js_stream!r} has a consumer {self.durable!r} that "
+                    f"this source did not make (its description is "
+                    f"{info.config.description!r}): it is not deleted; name another one "
+                    f"with --durable")
+            await self._js.delete_consumer(self.js_stream, self.durable)
         config = ConsumerConfig(
-            durable_name=self.durable, filter_subject=self.subject,
+            durable_name=self.durable, description=mark, filter_subject=self.subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._position + 1,
             ack_policy=AckPolicy.EXPLICIT, ack_wait=self.ack_wait, max_ack_pending=-1)
         await self._js.add_consumer(self.js_stream, config)

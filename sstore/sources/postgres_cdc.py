@@ -170,10 +170,11 @@ class PostgresSource:
         assert self._con is not None
         exists = self._con.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
                                    (self.slot,)).fetchone()
-        if exists is None:
-            self._con.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                sql.Identifier(self.slot), sql.SQL(", ").join(
-                    sql.Identifier(schema, table) for schema, table in self.tables)))
+        tables = sql.SQL(", ").join(sql.Identifier(schema, table)
+                                    for schema, table in self.tables)
+        self._con.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}" if exists is None else
+                                  "ALTER PUBLICATION {} SET TABLE {}").format(
+            sql.Identifier(self.slot), tables))  # a new source: exactly its tables
 
     def _take_snapshot(self) -> Chunk:
         """Step 1 of the module docstring: the slot and the table as of its consistent point."""
