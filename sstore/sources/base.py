@@ -44,6 +44,7 @@ from sstore.errors import (
     OutOfOrderBatchError,
     ResendMismatchError,
     TerminalError,
+    TransientError,
 )
 from sstore.faults import crash_point
 from sstore.transaction import Transaction
@@ -228,7 +229,11 @@ def feed(engine: Engine, source: Source, stream: str, *, until_idle: bool = Fals
             if chunk.first <= position:
                 raise SourceError(f"source {source.origin!r} gave positions {chunk.first}.."
                                   f"{chunk.last}, but {position} is committed already")
-            _commit(engine, stream, chunk)
+            while not _commit(engine, stream, chunk):  # a reader's backpressure: wait
+                if stop is None:
+                    time.sleep(poll)
+                elif stop.wait(poll):
+                    return report
             crash_point("source.after_commit")
             if not engine.foreign:
                 engine.run_until_idle()
@@ -249,9 +254,10 @@ def feed(engine: Engine, source: Source, stream: str, *, until_idle: bool = Fals
     return report
 
 
-def _commit(engine: Engine, stream: str, chunk: Chunk) -> None:
+def _commit(engine: Engine, stream: str, chunk: Chunk) -> bool:
     """Step 2: the rows, the position, the dead letters and the source's records in one
-    transaction."""
+    transaction. False when a transient refusal (a reader downstream past its backpressure
+    bound, ``IngestTimeoutError``) left nothing written: the same chunk is sent again."""
     def along(tx: Transaction) -> None:
         tx.execute(f"UPDATE {SCHEMA}.positions SET position = ?, batches = batches + 1, "
                    "updated = now() WHERE stream = ?", chunk.last, stream)
@@ -270,10 +276,15 @@ def _commit(engine: Engine, stream: str, chunk: Chunk) -> None:
         ingested = engine.ingest(stream, chunk.rows, batch_id=chunk.batch_id, along=along)
     except (OutOfOrderBatchError, ResendMismatchError) as exc:
         raise SourceError(f"{another} ({exc})") from exc
+    except TransientError as exc:
+        log.warning("stream %s: batch %s not taken yet (%s); trying again", stream,
+                    chunk.batch_id, exc)
+        return False
     if ingested.duplicate:
         raise SourceError(another)
     for dead in chunk.dead:
         log.warning("stream %s position %s: dead letter (%s)", stream, dead.position, dead.error)
+    return True
 
 
 def select(engine: Engine, sql: str, *args: Any) -> list[dict[str, Any]]:
