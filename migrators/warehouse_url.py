@@ -71,8 +71,10 @@ def home(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def private_server(environ: Mapping[str, str] | None = None) -> PrivatePostgres:
-    """The private server of this directory (``home()/postgres``), running or not."""
-    return PrivatePostgres(home(environ) / "postgres")
+    """The private server of this directory (``home()/postgres``), running or not; with
+    ``wal_level = logical``, so that `sstore source postgres` can capture its tables
+    (docs/sources.md; applied at its next start)."""
+    return PrivatePostgres(home(environ) / "postgres", settings={"wal_level": "logical"})
 
 
 def answers(url: str, timeout: float = PROBE_SECONDS) -> bool:

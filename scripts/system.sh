@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Debian packages the suite needs beside Python's: Java for Spark, Spark's PostgreSQL JDBC
-# driver, jemalloc (sstore/base/allocator.py) and Chromium (the dashboard test drives it headless).
+# driver, jemalloc (sstore/base/allocator.py), Chromium (the dashboard test drives it headless) and
+# nats-server (tests/sources/test_source_nats.py starts private ones with JetStream).
 # Installs what is missing in one apt-get, as root or through password-less sudo; otherwise it
 # lists what is missing and how to install it, and goes on (the tests that need a missing
 # package then fail saying which).
@@ -12,6 +13,7 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
   || need+=(libjemalloc2)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
   || need+=(chromium)
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ]; then
   sudo=()

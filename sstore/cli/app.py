@@ -426,6 +426,7 @@ def _attach_workloads() -> None:
     from sstore.cli.icu import icu
     from sstore.cli.polystore import polystore
     from sstore.cli.postgres import postgres
+    from sstore.cli.source import source
     from sstore.cli.tpcdi import tpcdi
     main.add_command(tpcdi)
     main.add_command(icu)
@@ -433,6 +434,7 @@ def _attach_workloads() -> None:
     main.add_command(dead_letters)
     main.add_command(postgres)
     main.add_command(backfill)
+    main.add_command(source)
 
 
 _attach_workloads()

@@ -50,7 +50,7 @@ def test_help_lists_every_command_the_root_options_and_the_environment() -> None
     done = sstore("--help")
     assert done.returncode == 0, done.stderr
     for command in ("demo", "status", "resume", "query", "migrate", "consumers", "polystore",
-                    "tpcdi", "dead-letters", "postgres", "backfill"):
+                    "tpcdi", "dead-letters", "postgres", "backfill", "source"):
         assert f"\n  {command} " in done.stdout, command
     for option in ("-v, --verbose", "--log-level", "--log-format [text|json]"):
         assert option in done.stdout
@@ -75,8 +75,10 @@ def test_every_warehouse_command_has_the_same_postgres_option() -> None:
     with_postgres = {}
     for path, command in commands(main).items():
         for param in command.params:
-            if "--postgres" in getattr(param, "opts", ()):
+            if "--postgres" in getattr(param, "opts", ()) and path[0] != "source":
                 with_postgres[path] = param
+            elif "--postgres" in getattr(param, "opts", ()):  # a source's server, not the
+                assert param.envvar is None, path  # warehouse: never taken from its variable
     assert set(with_postgres) == WAREHOUSE_COMMANDS
     for path, param in with_postgres.items():
         assert (param.name, param.envvar, param.default, param.required) == \

@@ -58,6 +58,9 @@ LAYERS: dict[str, int] = {
     # is StreamToPostgres.run_once for every target, a migrator's job over the core; it
     # uses the migrators, nothing above them.
     "sstore.maintenance": MIGRATORS,
+    # Sources (landing files, NATS JetStream, PostgreSQL CDC): feed the core's ingest path from
+    # outside systems; they use the migrators' PostgreSQL helpers, nothing above them.
+    "sstore.sources": MIGRATORS,
     "sstore.polystore": POLYSTORE,
     "sstore.workloads": WORKLOADS,
     "sstore.cli": CLI,              # the CLI package (sstore/cli/) or module (sstore/cli.py)

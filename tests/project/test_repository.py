@@ -45,7 +45,8 @@ def test_the_architecture_is_in_the_repository() -> None:
     for heading in ("## Layers", "## One home per guarantee", "## Commit protocols"):
         assert heading in text
     assert "docs/architecture.md" in (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "docs/architecture.md" in (ROOT / "tests" / "project" / "test_layers.py").read_text("utf-8")
+    layers = ROOT / "tests" / "project" / "test_layers.py"
+    assert "docs/architecture.md" in layers.read_text("utf-8")
 
 
 #: Each folder of tests/ and what it tests: a package (tests mirror the packages) or, for the
@@ -55,6 +56,7 @@ TEST_FOLDERS = {
     "migrators": "migrators/ and sstore.maintenance",
     "polystore": "sstore.polystore",
     "observe": "sstore.observe",
+    "sources": "sstore.sources",
     "cli": "sstore.cli",
     "workloads": "sstore.workloads (tpcdi in its own folder)",
     "workloads/tpcdi": "sstore.workloads.tpcdi",
