@@ -55,38 +55,49 @@ class Phase:
 
 
 # The sstore function whose frame on the stack says what a DuckDB call is for.
-CONTEXTS = {"TE": "group._run_group", "ingest": "ingest.apply_ingest", "GC": "gc.collect"}
+CONTEXTS = {"TE": "execution.group._run_group", "ingest": "execution.ingest.apply_ingest", "GC":
+"execution.gc.collect"}
 
 PHASES: tuple[Phase, ...] = (
     # engine_step feeds with Engine.ingest_and_run: the ingest leads its batch's group commit
     Phase("ingest_and_run (whole call)", 0, "py", "engine.ingest_and_run"),
-    Phase("conform rows to the stream schema", 1, "py", "streams.conform", "ingest.ingest_batch"),
-    Phase("backpressure check", 1, "py", "backpressure.admit", "ingest.ingest_batch"),
+    Phase("conform rows to the stream schema", 1, "py", "storage.streams.conform",
+          "execution.ingest.ingest_batch"),
+    Phase("backpressure check", 1, "py", "execution.backpressure.admit",
+          "execution.ingest.ingest_batch"),
     # weak durability: ingest_and_run is a plain ingest, then run_until_idle's groups
-    Phase("plain ingest (weak durability)", 1, "py", "ingest.apply_ingest", optional=True),
-    Phase("group commit led by the ingest (every TE of the batch)", 1, "py",
-          "group.ingest_and_run", optional=True),
-    Phase("BEGIN", 2, "db", "begin", "group._run_group", "TE"),
-    Phase("append rows to the border stream", 2, "py", "streams.append", "group._append_lead",
+    Phase("plain ingest (weak durability)", 1, "py", "execution.ingest.apply_ingest",
           optional=True),
-    Phase("scheduler.next", 2, "py", "scheduler.next"),
-    Phase("read input batch (not the lead's: in memory)", 2, "py", "runtime.input_batch",
-          "group._run_member", optional=True),
-    Phase("register input relation", 2, "py", "executor.register_inputs", "group._run_member"),
+    Phase("group commit led by the ingest (every TE of the batch)", 1, "py",
+          "execution.group.ingest_and_run", optional=True),
+    Phase("BEGIN", 2, "db", "begin", "execution.group._run_group", "TE"),
+    Phase("append rows to the border stream", 2, "py", "storage.streams.append",
+          "execution.group._append_lead",
+          optional=True),
+    Phase("scheduler.next", 2, "py", "execution.scheduler.next"),
+    Phase("read input batch (not the lead's: in memory)", 2, "py", "execution.runtime.input_batch",
+          "execution.group._run_member", optional=True),
+    Phase("register input relation", 2, "py", "execution.executor.register_inputs",
+          "execution.group._run_member"),
     Phase("procedure body", 2, "proc"),
-    Phase("tx.sql (bind, run, to Arrow)", 3, "py", "transaction.sql"),
-    Phase("tx.execute", 3, "py", "transaction.execute"),
-    Phase("check output schema", 2, "py", "executor.check_outputs", "group._run_member"),
-    Phase("append output stream", 2, "py", "streams.append", "group._run_member"),
-    Phase("store held-back rows", 2, "py", "group._store_held_back", "group._run_group"),
-    Phase("insert commit records", 2, "py", "systables.insert_commits", "group._run_group"),
-    Phase("COMMIT", 2, "db", "commit", "group._run_group", "TE"),
-    Phase("apply to memory (finish)", 2, "py", "runtime.finish", "group._apply"),
-    Phase("commit observers (this benchmark's probe)", 2, "py", "runtime.observe",
-          "group._apply"),
+    Phase("tx.sql (bind, run, to Arrow)", 3, "py", "execution.transaction.sql"),
+    Phase("tx.execute", 3, "py", "execution.transaction.execute"),
+    Phase("check output schema", 2, "py", "execution.executor.check_outputs",
+          "execution.group._run_member"),
+    Phase("append output stream", 2, "py", "storage.streams.append", "execution.group._run_member"),
+    Phase("store held-back rows", 2, "py", "execution.group._store_held_back",
+          "execution.group._run_group"),
+    Phase("insert commit records", 2, "py", "storage.systables.insert_commits",
+          "execution.group._run_group"),
+    Phase("COMMIT", 2, "db", "commit", "execution.group._run_group", "TE"),
+    Phase("apply to memory (finish)", 2, "py", "execution.runtime.finish",
+          "execution.group._apply"),
+    Phase("commit observers (this benchmark's probe)", 2, "py", "execution.runtime.observe",
+          "execution.group._apply"),
     Phase("run_until_idle after the group (finds nothing)", 1, "py", "engine.run_until_idle"),
-    Phase("garbage collection (own txn)", 1, "py", "gc.collect", optional=True),
-    Phase("publish to subscribers", 1, "py", "subscriptions.publish", "ingest.ingest_batch"),
+    Phase("garbage collection (own txn)", 1, "py", "execution.gc.collect", optional=True),
+    Phase("publish to subscribers", 1, "py", "storage.subscriptions.publish",
+          "execution.ingest.ingest_batch"),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +127,9 @@ def _functions(module: ModuleType) -> dict[str, list[CodeType]]:
 
 
 def find(qualname: str) -> tuple[list[CodeType], str]:
-    """The code objects of ``sstore.<module>.<function>``, or ([], why not)."""
-    module_name, _, function = qualname.partition(".")
+    """The code objects of ``sstore.<module>.<function>`` (``<module>`` may be dotted: a wing's
+    module, ``execution.group``), or ([], why not)."""
+    module_name, _, function = qualname.rpartition(".")
     try:
         module = importlib.import_module(f"sstore.{module_name}")
     except ImportError:

@@ -19,9 +19,10 @@ def test_every_phase_names_code_that_exists() -> None:
 
 
 @pytest.mark.parametrize("phase, why", [
-    (Phase("renamed", 0, "py", "executor._attempt_renamed"), "has no function"),
-    (Phase("moved", 0, "py", "streams.append", "executor.run_te"), "no longer calls append"),
-    (Phase("dropped call", 0, "db", "unregister", "executor._attempt", "TE"),
+    (Phase("renamed", 0, "py", "execution.executor._attempt_renamed"), "has no function"),
+    (Phase("moved", 0, "py", "storage.streams.append", "execution.executor.run_te"),
+     "no longer calls append"),
+    (Phase("dropped call", 0, "db", "unregister", "execution.executor._attempt", "TE"),
      "no longer calls unregister"),
     (Phase("no module", 0, "py", "nosuchmodule.f"), "no module"),
 ])
@@ -32,7 +33,7 @@ def test_a_vanished_name_is_reported(phase: Phase, why: str) -> None:
 def test_profile_shows_missing_phases_and_restores_duckdb(tmp_path: object,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     original = duckdb.DuckDBPyConnection.__dict__["commit"]
-    gone = Phase("a phase whose function was renamed", 1, "py", "executor._gone")
+    gone = Phase("a phase whose function was renamed", 1, "py", "execution.executor._gone")
     monkeypatch.setattr(engine_profile, "PHASES", PHASES + (gone,))
     profile = profile_phases(CHAIN, "full", 10, 3, make_events(100, 1), str(tmp_path))
     rows = {p["phase"]: p for p in profile["phases"]}
