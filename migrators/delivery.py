@@ -317,12 +317,16 @@ def _watermark_columns(con: psycopg.Connection) -> set[str]:
 
 
 def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None = None,
-         shared_target: bool = False, drained_target: bool = False) -> Watermark:
+         shared_target: bool = False, drained_target: bool = False,
+         missing_ok: bool = False) -> Watermark:
     """Steps 1 and 2 in the caller's open transaction: the locked, checked watermark. A
     target emptied by hand (``TRUNCATE``) starts over like a dropped one, unless
     ``drained_target`` (another process takes the rows out of it on purpose). The
     watermark row is the one of the target's canonical name (``canonical_target``; a row
-    under another spelling is adopted), and the answer carries that name (``target``)."""
+    under another spelling is adopted), and the answer carries that name (``target``).
+    ``missing_ok`` (without ``prepare_target``): a missing target is no error, the row is
+    locked (made) all the same and bound to no table; the first delivery creates the table
+    and binds it (a sink claiming its fence before its stream has rows, ``claim``)."""
     key = _adopt(cur, key, canonical_target(cur, key.target))
     row = _select_for_update(cur, key)
     new = row is None
@@ -341,6 +345,8 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
             f"both commit; if this one should be the writer, start it again (it then fences "
             f"the other)")
     if current_oid is None:
+        if prepare_target is None and missing_ok:
+            return _unbound(cur, key, batch_id, stored_oid)
         if prepare_target is None:
             raise TargetMissingError(f"{key}: table {key.target} does not exist")
         prepare_target(cur)
@@ -353,7 +359,8 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
         if stored_oid is not None:
             _log_reset(key, "dropped or recreated", batch_id)
             watermark = Watermark(0, reset=True, previous=batch_id, target=key.target)
-        _claim(cur, key, current_oid, shared_target, fresh=new or watermark.reset)
+        _claim(cur, key, current_oid, shared_target,
+               fresh=new or watermark.reset or stored_oid is None)
     elif not drained_target and _emptied(cur, key, batch_id, rows_total):
         log.warning("%s: the target was emptied (TRUNCATE?) since batch %d was delivered; its "
                     "watermark starts over", key, batch_id)
@@ -363,6 +370,20 @@ def lock(cur: psycopg.Cursor, key: SinkKey, prepare_target: PrepareTarget | None
                     f"WHERE source = %s AND stream = %s AND target = %s",
                     (key.source, key.stream, key.target))
     return watermark
+
+
+def _unbound(cur: psycopg.Cursor, key: SinkKey, batch_id: int, stored_oid: int | None
+             ) -> Watermark:
+    """``lock``'s answer for a target that does not exist (``missing_ok``): the watermark as
+    it stands, or, when the table it was written for was dropped since, started over at 0
+    and bound to no table (as ``lock`` with ``prepare_target`` would before creating it)."""
+    if stored_oid is None:
+        return Watermark(batch_id, target=key.target)
+    _log_reset(key, "dropped", batch_id)
+    cur.execute(f"UPDATE {WATERMARKS} SET batch_id = 0, rows_total = 0, target_oid = NULL, "
+                f"updated_at = now() WHERE source = %s AND stream = %s AND target = %s",
+                (key.source, key.stream, key.target))
+    return Watermark(0, reset=True, previous=batch_id, target=key.target)
 
 
 def _log_reset(key: SinkKey, how: str, batch_id: int) -> None:
@@ -529,21 +550,25 @@ def refuse_replaced_target(cur: psycopg.Cursor, stream: str, target: str,
 
 def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget | None = None,
           shared_target: bool = False, drained_target: bool = False,
-          fingerprint: Fingerprint | None = None, writer: str | None = None) -> Watermark:
+          fingerprint: Fingerprint | None = None, writer: str | None = None,
+          missing_ok: bool = False) -> Watermark:
     """Steps 1-2 on their own, committed: where a writer stands before it plans (a sink's
-    start). Creates the target through ``prepare_target`` if it is missing. Records the
+    start). Creates the target through ``prepare_target`` if it is missing (``missing_ok``
+    without it: a missing target is left to the first delivery, ``lock``). Records the
     writer's ``merge_key`` (a row made before it was recorded, or a writer whose mode
     changed). Takes the fence: the row's ``epoch`` is bumped and returned in the answer, and
     a writer that claimed before (another process) is fenced at its next delivery
-    (``FencedError``): pass the answer's ``epoch`` in this writer's ``SinkKey``.
+    (``FencedError``): pass the answer's ``epoch`` in this writer's ``SinkKey``. A ``key``
+    that carries an epoch already keeps it: checked under the row's lock (``FencedError``
+    when another writer claimed since), not taken anew (a sink preparing its target when its
+    stream's first rows came, after a start that had none).
     ``fingerprint``: the drift check (``migrators.drift``), given the fingerprint the last
     claim recorded; what it returns is recorded, in the same transaction. ``writer``: who
     claims (a token per engine object, ``engine_to_postgres``): a claim by the writer that
     holds the fence already keeps it, so two sinks of one engine on one target queue on the
     row lock as before instead of fencing each other."""
     with con.cursor() as cur:
-        watermark = lock(cur, replace(key, epoch=None), prepare_target, shared_target,
-                         drained_target)
+        watermark = lock(cur, key, prepare_target, shared_target, drained_target, missing_ok)
         now = None
         if fingerprint is not None:
             stored = one_value(cur.execute(

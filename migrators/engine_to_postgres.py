@@ -42,7 +42,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 import pyarrow as pa
@@ -78,7 +78,7 @@ from sstore.engine import Engine
 from sstore.errors import DeclarationError, GapError, SStoreError
 from sstore.observe.sinks import SinkSnapshot
 from sstore.retry import first_line
-from sstore.sql import ident, qualified
+from sstore.sql import ident
 from sstore.streams import BATCH_COLUMN
 
 log = logging.getLogger("sstore.migrators")
@@ -171,6 +171,9 @@ class StreamToPostgres:
     #: the same stream and target (another process) makes its next delivery fail, writing
     #: nothing (``delivery.FencedError``)
     _epoch: int | None = field(default=None, init=False)
+    #: whether the last start had the stream's schema (the target made or checked, the
+    #: fingerprint recorded); False: ``plan`` does it at the stream's first rows
+    _prepared: bool = field(default=False, init=False)
     _session: Session | None = field(default=None, init=False)
     _port: ConsumerPort | None = field(default=None, init=False)
     # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
@@ -261,8 +264,10 @@ class StreamToPostgres:
         return bool(self._unacked)
 
     # ------------------------------------------------------------------ setup
-    def start(self) -> int:
-        """Step 2 of the module docstring; returns the batch the sink continues after."""
+    def start(self, *, keep_fence: bool = False) -> int:
+        """Step 2 of the module docstring; returns the batch the sink continues after.
+        ``keep_fence``: check the fence this sink took (``FencedError`` if another writer
+        took it since) instead of taking it anew (``plan``, at the stream's first rows)."""
         engine = self.engine
         halted = self.port.halted()
         if halted is not None:
@@ -277,7 +282,7 @@ class StreamToPostgres:
         if missing:
             raise DeclarationError(f"key column(s) {missing} are not columns of stream "
                                    f"{self.stream!r} ({schema.names if schema else []})")
-        claimed = self.session.run(lambda con: self._claim(con, schema),
+        claimed = self.session.run(lambda con: self._claim(con, schema, keep_fence),
                                    f"prepare {self.table}")
         watermark, self._epoch = claimed.batch_id, claimed.epoch
         new_hold = self.port.hold()
@@ -320,20 +325,25 @@ class StreamToPostgres:
                 f"emptied, or its watermark reset, it holds batches up to {claimed.batch_id} "
                 f"only")) from None
 
-    def _claim(self, con: psycopg.Connection, schema: pa.Schema | None) -> delivery.Watermark:
-        """The target created or checked, and the checked watermark (one transaction). The
-        target's canonical name is resolved first: the table is created under it."""
+    def _claim(self, con: psycopg.Connection, schema: pa.Schema | None, keep_fence: bool
+               ) -> delivery.Watermark:
+        """The target created or checked, and the checked watermark with the fence (one
+        transaction). The target's canonical name is resolved first: the table is created
+        under it. A stream with no rows yet (an output not produced) has nothing to create,
+        check or fingerprint, but the fence is taken all the same, at the start, so that a
+        writer started later fences this one before its first delivery; ``plan`` prepares
+        the target (``start(keep_fence=True)``) once the stream has rows."""
         delivery.ensure_watermarks(con)
         with con.cursor() as cur:
             self._target = delivery.canonical_target(cur, self.table).name
-        if schema is None:  # no rows yet: nothing to create or compare
-            if not _exists(con, self.target):
-                return delivery.Watermark(0, target=self.target)
-            return delivery.claim(con, self.sink_key, None, self.shared_target,
-                                  self.drained_target)
+        key = self.sink_key if keep_fence else replace(self.sink_key, epoch=None)
+        self._prepared = schema is not None
+        if schema is None:
+            return delivery.claim(con, key, None, self.shared_target, self.drained_target,
+                                  writer=_writer(self.engine), missing_ok=True)
         with con.cursor() as cur:
             self._prepare_target(cur)
-        return delivery.claim(con, self.sink_key, self._prepare_target, self.shared_target,
+        return delivery.claim(con, key, self._prepare_target, self.shared_target,
                               self.drained_target, self._fingerprint, _writer(self.engine))
 
     def _fingerprint(self, cur: psycopg.Cursor, stored: str | None,
@@ -488,7 +498,12 @@ class StreamToPostgres:
 
     # ------------------------------------------------------------------ what to write
     def plan(self) -> list[Chunk]:
-        """Step 3's chunks after where the target stands (``after``, set by ``start``)."""
+        """Step 3's chunks after where the target stands (``after``, set by ``start``). The
+        first plan after the stream's first rows, when the sink started without any,
+        prepares the target (created or checked, fingerprint recorded) under the fence its
+        start took, before any delivery (every delivery path plans first)."""
+        if not self._prepared and self.engine.schema(self.stream) is not None:
+            self.start(keep_fence=True)
         assert self._after is not None
         return self._chunks(self._after)
 
@@ -679,12 +694,6 @@ def _writer(engine: Engine) -> str:
     if token is None:
         token = _WRITERS[engine] = f"{os.getpid()}:{uuid.uuid4().hex}"
     return token
-
-
-def _exists(con: psycopg.Connection, table: str) -> bool:
-    row = con.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)).fetchone()
-    con.rollback()
-    return bool(row and row[0])
 
 
 def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",

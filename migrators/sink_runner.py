@@ -411,9 +411,9 @@ class SinkRunner:
         nothing changed, the sinks must deliver one by one."""
         plans: list[tuple[StreamToPostgres, Chunk]] = []
         for sink in live:
+            chunks = sink.plan()  # first: it may start the sink again (``plan``)
             after = sink.after
             assert after is not None
-            chunks = sink.plan()
             if len(chunks) > 1:
                 return False  # a backlog: each sink moves it with its own read-ahead
             if chunks:
