@@ -495,16 +495,18 @@ def _advance(con: psycopg.Connection, key: SinkKey, after: int, last: int, rows:
     exactly so in ``pg_class``, and its OID must be the row's ``target_oid``."""
     still_full = "" if drained_target else (
         f" AND (rows_total = 0 OR EXISTS (SELECT 1 FROM {qualified(key.target)}))")
-    if key.epoch is not None:  # fenced by a newer claim: no match, and ``lock`` says why
-        still_full += f" AND epoch = {int(key.epoch)}"
     with psycopg.ClientCursor(con) as cur:
         try:
+            # epoch: fenced by a newer claim, no match (and ``lock`` says why); NULL: a
+            # writer that does not claim, never fenced
             cur.execute(
                 f"{'BEGIN; ' if begin else ''}UPDATE {WATERMARKS} SET batch_id = %s, "
                 f"rows_total = rows_total + %s, updated_at = now() WHERE source = %s AND "
                 f"stream = %s AND target = %s AND batch_id = %s AND "
-                f"target_oid = to_regclass(%s)::oid{still_full} RETURNING batch_id",
-                (last, rows, key.source, key.stream, key.target, after, qualified(key.target)))
+                f"target_oid = to_regclass(%s)::oid{still_full} AND "
+                f"(%s::bigint IS NULL OR epoch = %s) RETURNING batch_id",
+                (last, rows, key.source, key.stream, key.target, after, qualified(key.target),
+                 key.epoch, key.epoch))
             return (not begin or bool(cur.nextset())) and cur.fetchone() is not None
         except psycopg.errors.UndefinedTable:  # no target yet (or dropped): the full path
             return False
