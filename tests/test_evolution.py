@@ -106,6 +106,20 @@ def test_other_changes_are_refused_naming_engine_evolve(state_path: str, declare
     assert columns(state_path) == before
 
 
+def test_a_varchar_of_a_length_becomes_a_varchar(state_path: str) -> None:
+    """VARCHAR(n) -> VARCHAR widens: DuckDB keeps no length (both are VARCHAR in its catalog),
+    so the redeclaration is the same stream, no version; and back again too."""
+    for declared, value in (("VARCHAR(4)", "abcd"), ("VARCHAR", "longer than four"),
+                            ("VARCHAR(8)", "x")):
+        with Engine(state_path) as engine:
+            engine.stream("tags", {"tag": declared})
+            engine.ingest("tags", [(value,)])
+            assert engine.stream_versions() == []
+    with Engine.open_existing(state_path) as engine:
+        assert rows(engine, "SELECT tag FROM tags ORDER BY _batch_id") == [
+            ("abcd",), ("longer than four",), ("x",)]
+
+
 def test_a_real_column_is_not_widened_to_double(state_path: str) -> None:
     """REAL -> DOUBLE is refused: 0.1 stored as REAL would read 0.10000000149011612."""
     with Engine(state_path) as engine:
