@@ -566,9 +566,9 @@ def claim(con: psycopg.Connection, key: SinkKey, prepare_target: PrepareTarget |
     stream's first rows came, after a start that had none).
     ``fingerprint``: the drift check (``migrators.drift``), given the fingerprint the last
     claim recorded; what it returns is recorded, in the same transaction. ``writer``: who
-    claims (a token per engine object, ``engine_to_postgres``): a claim by the writer that
-    holds the fence already keeps it, so two sinks of one engine on one target queue on the
-    row lock as before instead of fencing each other."""
+    claims (a token per engine object, ``sink_target.writer_token``): a claim by the writer
+    that holds the fence already keeps it, so two sinks of one engine on one target queue on
+    the row lock as before instead of fencing each other."""
     with con.cursor() as cur:
         watermark = lock(cur, key, prepare_target, shared_target, drained_target, missing_ok)
         now = None

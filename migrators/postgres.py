@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from pgpq import ArrowToPostgresBinaryEncoder
 
 from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
@@ -219,6 +220,17 @@ def target_columns(con: psycopg.Connection, table: str) -> TargetColumns:
                         "datetime_precision, character_maximum_length), numeric_scale "
                         "FROM information_schema.columns WHERE table_schema = %s AND "
                         "table_name = %s", (pg_schema, name)).fetchall()}
+
+
+def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """Within one chunk a key may change several times; its last row (in batch order) wins,
+    as it would have if every batch had been merged on its own."""
+    if rows.num_rows < 2:
+        return rows
+    numbered = rows.append_column("__pos", pa.array(range(rows.num_rows), pa.int64()))
+    last = numbered.group_by(list(key), use_threads=False).aggregate([("__pos", "max")])
+    positions = last["__pos_max"].combine_chunks()
+    return rows.take(positions.take(pc.array_sort_indices(positions)))
 
 
 def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[str]) -> None:

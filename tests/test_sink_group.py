@@ -285,7 +285,7 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
     with Engine(str(tmp_path / "s.duckdb")) as eng:
         declare(eng)
         members = sinks(eng, pg_url)
-        convert = members[1].rows_for_target
+        convert = members[1].side.rows_for_target
 
         def failing(rows: pa.Table, watermark: int, types: object = None) -> pa.Table:
             # any row of batch 3 or later: on a busy machine one chunk can hold batches 1-5
@@ -293,7 +293,7 @@ def test_rows_one_member_cannot_convert_halt_that_member_only(tmp_path: Path,
                 raise IncompatibleSchemaError("column 'id': values do not fit (test)")
             return convert(rows, watermark, types)  # type: ignore[arg-type]
 
-        members[1].rows_for_target = failing  # type: ignore[method-assign]
+        members[1].side.rows_for_target = failing  # type: ignore[method-assign]
         group = SinkGroup(members)
         group.attach()
         try:
