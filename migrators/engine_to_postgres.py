@@ -47,7 +47,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import backfill, delivery
+from migrators import backfill, delivery, watermarks
 from migrators.delivery import SinkKey
 from migrators.errors import MigrationError
 from migrators.postgres import RetryPolicy, Session, parse_name, with_retries
@@ -285,21 +285,21 @@ class StreamToPostgres:
     def reset(self) -> int:
         """Forget what the target was given, so that every batch the engine still has is
         delivered again (``sstore migrate --reset``): the target's watermarks of the stream
-        (every source's: ``delivery.reset``), then this consumer's acknowledgement. Returns
+        (every source's: ``watermarks.reset``), then this consumer's acknowledgement. Returns
         the watermarks forgotten.
 
         Refused (``ResetRefused``), nothing forgotten, while the target holds rows that the
-        batches delivered again would not merge into (an append: ``delivery.reset``), or
+        batches delivered again would not merge into (an append: ``watermarks.reset``), or
         rows of intervals sealed by a stream or replaced by a backfill
         (``backfill.check_reset``). The intervals are looked up under the table's canonical
         name (as a backfill records it) and the spelling given. One transaction."""
         def forget(con: psycopg.Connection) -> int:
-            delivery.ensure_watermarks(con)
+            watermarks.ensure_watermarks(con)
             with con.cursor() as cur:
-                canonical = delivery.canonical_target(cur, self.table).name
+                canonical = watermarks.canonical_target(cur, self.table).name
             for name in dict.fromkeys((canonical, self.table)):
                 backfill.check_reset(con, name)
-            return delivery.reset(con, self.stream, self.table,
+            return watermarks.reset(con, self.stream, self.table,
                                   self.key if self.mode == "merge" else ())
 
         with self.mutex:

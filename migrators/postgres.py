@@ -326,7 +326,7 @@ def parse_name(table: str) -> tuple[str | None, str]:
     one is taken as written (sstore never folds case: ``Orders`` is the table ``"Orders"``).
 
     Why one parser: the watermark of a delivery is keyed on the table's canonical name
-    (``delivery.canonical_target``), so every spelling a user may give (``x``, ``public.x``,
+    (``watermarks.canonical_target``), so every spelling a user may give (``x``, ``public.x``,
     ``"public"."x"``) must name the same parts. A part holding a dot cannot be written in the
     canonical ``schema.table`` form, so it is refused with the malformed names."""
     bad = DeclarationError(f"target table must be TABLE or SCHEMA.TABLE, not {table!r}")

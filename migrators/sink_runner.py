@@ -59,8 +59,7 @@ import psycopg
 import pyarrow as pa
 
 from migrators import delivery
-from migrators.delivery import TargetBehind
-from migrators.errors import MigrationError
+from migrators.errors import MigrationError, TargetBehind
 from migrators.postgres import RetryPolicy, Session
 from migrators.read_ahead import Chunk, ReadAhead
 from sstore import interrupts

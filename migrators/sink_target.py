@@ -6,7 +6,7 @@ hold, its acknowledgements, its plan); everything it knows of the table is here,
 ``SinkTarget`` it makes with itself:
 
 - at each start (``claim``, one PostgreSQL transaction): the target's canonical name
-  (``delivery.canonical_target``), the table created or checked for the stream's rows
+  (``watermarks.canonical_target``), the table created or checked for the stream's rows
   (``prepare``: ``migrators.follow`` plans what an evolved stream needs, run later with the
   first rows), the drift check and its fingerprint (``fingerprint``, ``migrators.drift``)
   and the fence (``delivery.claim``: ``epoch``). A stream with no rows yet has nothing to
@@ -30,7 +30,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import delivery, drift, follow
+from migrators import delivery, drift, follow, watermarks
 from migrators.delivery import SinkKey
 from migrators.errors import IncompatibleSchemaError
 from migrators.postgres import (
@@ -81,7 +81,7 @@ class SinkTarget:
     detect_batch_column: bool
     shared_target: bool
     drained_target: bool
-    #: the target's canonical name (``delivery.canonical_target``), learnt at each claim:
+    #: the target's canonical name (``watermarks.canonical_target``), learnt at each claim:
     #: the watermark's key and the name every statement of the sink uses
     name: str | None = None
     #: the target's column types the rows are converted to, learnt at each claim
@@ -117,9 +117,9 @@ class SinkTarget:
         transaction). The canonical name is resolved first: the table is created under it.
         ``keep_fence``: check the fence taken before (``FencedError`` when another writer
         took it since) instead of taking it anew."""
-        delivery.ensure_watermarks(con)
+        watermarks.ensure_watermarks(con)
         with con.cursor() as cur:
-            self.name = delivery.canonical_target(cur, self.table).name
+            self.name = watermarks.canonical_target(cur, self.table).name
         key = self.sink_key if keep_fence else replace(self.sink_key, epoch=None)
         self.prepared = schema is not None
         if schema is None:

@@ -123,7 +123,7 @@ class ChangeRules(WarehouseRules):
     @rule()
     def second_writer(self) -> None:
         from migrators import StreamToPostgres
-        from migrators.delivery import FencedError
+        from migrators.errors import FencedError
         if self.lowprec or self.gap_expected(reset=False) or self.hand_pending:
             return  # a delivery that must refuse for its own reason: not this rule's case
         self.step("second_writer")
