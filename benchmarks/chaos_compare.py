@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from sstore.sql import ident
+from sstore.base.sql import ident
 
 #: table -> the columns that name a row in reports
 KEYS = {"dimtrade": ("tradeid",), "dimessages": ("batchid", "messagetext", "messagedata"),

@@ -40,8 +40,8 @@ import psycopg
 
 from benchmarks.chaos_procs import ROOT, admin, backends, child_env, in_copy, watermarks
 from migrators.watermarks import lock_rows
+from sstore.base.sql import ident, qualified
 from sstore.maintenance import StreamTarget
-from sstore.sql import ident, qualified
 
 KINDS = ("engine_kill", "migrator_kill", "pg_restart", "backend_terminate", "target_reset")
 #: How often each kind is drawn beyond the one of each that every plan has. Resets are rarer:

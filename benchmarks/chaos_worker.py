@@ -51,7 +51,7 @@ def dimensions_installed(url: str, schema: str, batch: int) -> bool:
     import psycopg
 
     from benchmarks.tpcdi_setup import BUILD_SCHEMA, DIMENSION_TABLES
-    from sstore.sql import ident
+    from sstore.base.sql import ident
 
     counts = " UNION ALL ".join(
         f"SELECT {i}, (SELECT count(*) FROM {ident(schema)}.{ident(t)}) = "
@@ -82,8 +82,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> None:
     from migrators import pg_errors  # noqa: F401 - PostgreSQL's errors in the retry rules
-    from sstore import retry
-    from sstore.retry import RetryPolicy
+    from sstore.base import retry
+    from sstore.base.retry import RetryPolicy
     from sstore.workloads.tpcdi.streaming.events import (
         BatchEvents,
         batch1_events,

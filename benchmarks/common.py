@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sstore import allocator
-from sstore.extras import MissingExtraError, require
+from sstore.base import allocator
+from sstore.base.extras import MissingExtraError, require
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -69,7 +69,7 @@ def fresh_database(base: str, name: str) -> str:
     import psycopg
 
     from migrators.urls import with_database
-    from sstore.sql import ident
+    from sstore.base.sql import ident
     with psycopg.connect(base, autocommit=True) as con:
         con.execute(f"DROP DATABASE IF EXISTS {ident(name)}")
         con.execute(f"CREATE DATABASE {ident(name)}")

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 MODES = ("full", "weak")
 LABELS = {"chain": "sstore chain", "voter": "sstore voter", "baseline": "chain by hand (DuckDB)",

@@ -55,7 +55,7 @@ from benchmarks.engine_workloads import (
     lookup_rows,
 )
 from benchmarks.sss_batches import BatchBoard
-from sstore.files import parquet_bytes, write_atomically
+from sstore.base.files import parquet_bytes, write_atomically
 
 MASTER = "local[2]"
 RAW_SCHEMA = "event_id BIGINT, user_id BIGINT, amount DOUBLE, kind STRING"

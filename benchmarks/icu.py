@@ -47,8 +47,8 @@ from rich.table import Table
 
 from benchmarks.common import fresh_database, machine_info, percentile, write_results
 from migrators.sink_runner import SinkGroup
+from sstore.base.extras import needs
 from sstore.engine import Engine
-from sstore.extras import needs
 from sstore.workloads.icu import dataflow, rules, run
 from sstore.workloads.icu.generator import Generated, generate
 

@@ -37,8 +37,8 @@ from pyspark.sql import functions as F
 
 from migrators import delivery, watermarks
 from migrators.postgres import Session, copy_arrow, merge_rows
-from sstore.files import parquet_bytes, write_atomically
-from sstore.sql import ident
+from sstore.base.files import parquet_bytes, write_atomically
+from sstore.base.sql import ident
 from sstore.workloads.icu import rules
 from sstore.workloads.icu.dataflow import REASON_SQL
 from sstore.workloads.icu.generator import READING_SCHEMA

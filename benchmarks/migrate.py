@@ -43,7 +43,7 @@ from migrators.postgres import copy_arrow
 from migrators.typemap import for_copy, postgres_columns
 from migrators.urls import default_url
 from sstore import Engine
-from sstore.sql import ident
+from sstore.base.sql import ident
 
 BATCH_ROWS = 1_000
 CHUNKS = (1_000, 10_000, 100_000)

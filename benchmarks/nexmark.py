@@ -48,7 +48,7 @@ from rich.table import Table
 
 from benchmarks.common import fresh_database, machine_info, percentile, write_results
 from benchmarks.peak_rss import PeakRss
-from sstore.extras import needs
+from sstore.base.extras import needs
 from sstore.workloads.nexmark import generator, reference
 
 SEED = 1

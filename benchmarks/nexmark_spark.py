@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sstore.files import write_atomically
+from sstore.base.files import write_atomically
 
 SCHEMA = ("event_type TINYINT, date_time BIGINT, p_id BIGINT, p_name STRING, p_email STRING, "
           "p_credit_card STRING, p_city STRING, p_state STRING, p_extra STRING, a_id BIGINT, "

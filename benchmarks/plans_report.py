@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from benchmarks.common import RESULTS
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 TOLERANCE = 1.10
 

@@ -24,10 +24,10 @@ import pyarrow as pa
 
 from migrators.engine_to_postgres import StreamToPostgres
 from sstore import Engine
+from sstore.base.sql import ident as quote_identifier
+from sstore.base.sql import literal as quote_literal
 from sstore.polystore import Polystore
 from sstore.polystore.cost import CostModel
-from sstore.sql import ident as quote_identifier
-from sstore.sql import literal as quote_literal
 
 EV_COLUMNS = {"id": "INTEGER", "k": "INTEGER", "amt": "DECIMAL(8,2)", "name": "VARCHAR",
               "d": "DATE", "flag": "BOOLEAN", "ts": "TIMESTAMPTZ"}

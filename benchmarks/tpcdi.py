@@ -96,7 +96,7 @@ from benchmarks.tpcdi_setup import (
     drop_schema,
     make_data,
 )
-from sstore import allocator
+from sstore.base import allocator
 
 SYSTEMS = ("spark-bulk", "sstore", "sstore-coalescing", "reference", "spark-sss")
 WHOLE = 0  # batch size: every TPC-DI batch as one chunk (sstore and reference)

@@ -11,7 +11,8 @@ batch ahead of it). Each offer is still a batch of ``batch_trades`` trades, and 
 still its own: from its offer
 (arrival) to its rows visible in PostgreSQL, queueing included. The streaming DimTrade may be
 coalesced because its warehouse does not depend on how its input is cut
-(``tests/test_tpcdi_streaming.py``; every run here is checked identical to the others).
+(``tests/workloads/tpcdi/test_tpcdi_streaming.py``; every run here is checked identical to the
+others).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks.tpcdi_feed import EngineFeed
 from benchmarks.tpcdi_profile import EngineProfile
-from benchmarks.tpcdi_runs import EngineFeed
 from benchmarks.tpcdi_setup import TPCDI_BATCHES
 from sstore.coalesce import Coalesced, Coalescer
-from sstore.workloads.tpcdi.streaming.pipeline import INPUT_STREAM, engine_batch_id
+from sstore.workloads.tpcdi.streaming.batch_ids import engine_batch_id
+from sstore.workloads.tpcdi.streaming.pipeline import INPUT_STREAM
 
 #: at most this many trades per engine batch, by default (``--coalesce-trades``)
 COALESCE_TRADES = 200

@@ -5,7 +5,8 @@ Why: the streaming DimTrade procedures (``sstore.workloads.tpcdi.streaming.proce
 cost the same per batch however much DimTrade state has piled up; this shows whether a TE's
 time grows from the first tenth of Batch1 to the last. No Spark, no PostgreSQL: the lookups are
 stand-ins (one always-valid row per symbol and account the Trade files use, as in
-``tests/test_tpcdi_streaming.py``), the outputs are collected from the engine, and every version
+``tests/workloads/tpcdi/test_tpcdi_streaming.py``), the outputs are collected from the engine, and
+every version
 must produce the same DimTrade state, changes, alerts and rejects (a SHA-256 over each).
 
     python -m benchmarks.tpcdi_procs --sf 1 --batch 1000 \
@@ -29,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sstore import Engine
-from sstore.runtime import CommitEvent
+from sstore.execution.runtime import CommitEvent
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.sources import (
     read_status_type,

@@ -36,8 +36,8 @@ import duckdb
 from rich.table import Table
 
 from benchmarks.common import percentile
-from sstore.runtime import CommitEvent
-from sstore.transaction import Transaction
+from sstore.execution.runtime import CommitEvent
+from sstore.execution.transaction import Transaction
 
 OUTSIDE = "engine outside transactions (scheduling, input reads)"
 SINKS = "sinks: last commit -> visible in PostgreSQL"

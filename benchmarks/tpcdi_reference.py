@@ -22,7 +22,7 @@ commit records, no scheduler, no sink threads. Per chunk (a batch of trade event
    rejects, advance the watermark, COMMIT.
 3. COMMIT the DuckDB transaction (rolled back if PostgreSQL failed or skipped the chunk).
 
-Exactly once on re-run: a chunk's id is ``streaming.pipeline.engine_batch_id(tpcdi_batch,
+Exactly once on re-run: a chunk's id is ``streaming.batch_ids.engine_batch_id(tpcdi_batch,
 last line)``, so ids grow with the data whatever the chunk size; ``resume`` rebuilds the
 DuckDB DimTrade from PostgreSQL (the source of truth: the DuckDB copy is a cache, kept in
 memory) and ``lines_done`` says which lines the warehouse already has. A crash between the
@@ -54,14 +54,14 @@ from benchmarks.tpcdi_setup import (
 from migrators import delivery, watermarks
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.postgres_to_engine import read_postgres
-from sstore.duck import LARGE_ROWS, arrow
-from sstore.sql import ident, qualified
+from sstore.base.duck import LARGE_ROWS, arrow
+from sstore.base.sql import ident, qualified
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMESSAGES as DIMESSAGES_ARROW
 from sstore.workloads.tpcdi.dimtrade_spark_rules import DIMTRADE as DIMTRADE_ARROW
 from sstore.workloads.tpcdi.sources import REJECT_SCHEMA
+from sstore.workloads.tpcdi.streaming.batch_ids import ID_STRIDE, engine_batch_id
 from sstore.workloads.tpcdi.streaming.events import BatchEvents
 from sstore.workloads.tpcdi.streaming.parse import PARSE_SQL
-from sstore.workloads.tpcdi.streaming.pipeline import ID_STRIDE, engine_batch_id
 from sstore.workloads.tpcdi.streaming.procedures import (
     ALERTS_SQL,
     APPEND_SQL,

@@ -16,7 +16,7 @@ from rich.table import Table
 from benchmarks.common import percentile
 from benchmarks.tpcdi_runs import Run, series
 from benchmarks.tpcdi_setup import DataSet
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 LABELS = {"sstore": "sstore streaming", "sstore-coalescing": "sstore, coalescing",
           "reference": "hand-written DuckDB + PG", "spark-sss": "Spark Structured Streaming",

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from migrators import watermarks
 from migrators.urls import with_database
-from sstore.sql import ident
+from sstore.base.sql import ident
 from sstore.workloads.tpcdi.generator import generate
 from sstore.workloads.tpcdi.streaming.events import (
     BatchEvents,

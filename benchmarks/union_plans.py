@@ -55,7 +55,7 @@ from benchmarks.common import (
 )
 from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine
-from sstore.extras import needs
+from sstore.base.extras import needs
 from sstore.polystore import Polystore
 from sstore.polystore.calibrate import calibrate
 from sstore.polystore.plan import Move, Plan

@@ -21,10 +21,10 @@ import pyarrow as pa
 
 from migrators.postgres import RetryPolicy, copy_arrow, with_retries
 from migrators.postgres_to_engine import copy_into_engine, read_postgres
+from sstore.base.errors import DeclarationError
+from sstore.base.readonly import check_query
+from sstore.base.sql import ident, qualified
 from sstore.engine import Engine
-from sstore.errors import DeclarationError
-from sstore.readonly import check_query
-from sstore.sql import ident, qualified
 
 
 def cross_system_query(url: str, sql: str, *params: Any,
@@ -32,7 +32,7 @@ def cross_system_query(url: str, sql: str, *params: Any,
     """Run ``sql`` in PostgreSQL now (parameters ``$1, $2, ...``); nothing is kept. A server
     that is away is tried again by ``retry`` (default ``RetryPolicy()``): a read, so safe.
     It runs as the reader role (``read_postgres``); a query that is not a plain one is refused
-    before that, with a friendlier error (``sstore.readonly``)."""
+    before that, with a friendlier error (``sstore.base.readonly``)."""
     check_query(sql, "postgres")
     return read_postgres(url, sql, params, policy=retry)
 

@@ -56,8 +56,8 @@ import pyarrow as pa
 
 from migrators.errors import ResetRefused
 from migrators.postgres import Session, copy_arrow
-from sstore.errors import TerminalError
-from sstore.sql import ident, qualified
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident, qualified
 
 INTERVALS = "sstore.intervals"
 INTERVALS_DDL = (

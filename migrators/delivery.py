@@ -78,7 +78,7 @@ from migrators.watermarks import (
     refuse_replaced_target,
     spellings,
 )
-from sstore.sql import one_value, qualified
+from sstore.base.sql import one_value, qualified
 
 log = logging.getLogger("sstore.migrators")
 

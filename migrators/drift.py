@@ -3,7 +3,8 @@
 Each sink records, with its watermark (``sstore.watermarks.fingerprint``, written by
 ``delivery.claim`` at every start), a fingerprint of three things:
 
-- its stream's **schema version** (``sstore.evolution``: the version number and its columns);
+- its stream's **schema version** (``sstore.storage.evolution``: the version number and its
+columns);
 - its **query**: how it writes (mode, merge key, batch column);
 - its target's **layout**: each column's name, type and position (``attnum``).
 
@@ -34,7 +35,7 @@ from typing import Any
 import psycopg
 
 from migrators.errors import IncompatibleSchemaError
-from sstore.sql import qualified
+from sstore.base.sql import qualified
 
 
 class DriftError(IncompatibleSchemaError):

@@ -58,7 +58,7 @@ from urllib.parse import quote
 
 from migrators import private_auth
 from migrators.private_auth import READER, SUPERUSER
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 
 SERVER_USER_AS_ROOT = "embedded_postgres"
 STOP_MODES = ("smart", "fast", "immediate")
@@ -183,7 +183,7 @@ class PrivatePostgres:
         import psycopg
         from psycopg import sql
 
-        from sstore.files import replace_durably
+        from sstore.base.files import replace_durably
         if not self.is_running:
             raise PrivatePostgresError(f"the private PostgreSQL on {self.data_dir} is not "
                                        "running; start it first (sstore postgres start)")
@@ -203,7 +203,7 @@ class PrivatePostgres:
         file goes)."""
         import psycopg
 
-        from sstore.files import replace_durably
+        from sstore.base.files import replace_durably
         pending = private_auth.pending_path(self.passfile)
         if not pending.exists():
             return
@@ -244,7 +244,7 @@ class PrivatePostgres:
         """Create database ``name`` (dropped first when ``fresh``); return its URL."""
         import psycopg
 
-        from sstore.sql import ident
+        from sstore.base.sql import ident
         with psycopg.connect(self.url, autocommit=True) as con:
             if fresh:
                 con.execute(f"DROP DATABASE IF EXISTS {ident(name)} WITH (FORCE)")

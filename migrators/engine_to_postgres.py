@@ -55,13 +55,13 @@ from migrators.read_ahead import Chunk, Converted, in_batch_order, in_chunks
 from migrators.recent_batches import RecentBatches
 from migrators.sink_runner import MigrationReport, SinkRunner
 from migrators.sink_target import SinkTarget
-from sstore.backpressure import Bound
-from sstore.consumer_port import ConsumerPort
+from sstore.base.errors import DeclarationError, GapError, SStoreError
+from sstore.base.retry import first_line
+from sstore.base.sql import ident
 from sstore.engine import Engine
-from sstore.errors import DeclarationError, GapError, SStoreError
+from sstore.execution.backpressure import Bound
+from sstore.execution.consumer_port import ConsumerPort
 from sstore.observe.sinks import SinkSnapshot
-from sstore.retry import first_line
-from sstore.sql import ident
 
 log = logging.getLogger("sstore.migrators")
 
@@ -107,7 +107,7 @@ class StreamToPostgres:
     on).
     ``max_lag``: this sink's backpressure bound (``sstore.Bound``: batches and bytes it may
     leave retained before ingests upstream wait); None: the engine's default
-    (``Engine(max_lag=...)``; see ``sstore.backpressure``).
+    (``Engine(max_lag=...)``; see ``sstore.execution.backpressure``).
     """
 
     engine: Engine
@@ -195,9 +195,9 @@ class StreamToPostgres:
 
     @property
     def port(self) -> ConsumerPort:
-        """Everything this sink asks of the engine about its stream, each call checked against
-        what the stream committed (``sstore.consumer_port``); made when first used, after the
-        engine started."""
+        """Everything this sink asks of the engine about its stream, each call checked
+        against what the stream committed (``sstore.execution.consumer_port``); made when first
+        used, after the engine started."""
         if self._port is None:
             self._port = self.engine.port(self.stream, self.consumer)
         return self._port

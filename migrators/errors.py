@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sstore.errors import TerminalError, TransientError
+from sstore.base.errors import TerminalError, TransientError
 
 if TYPE_CHECKING:
     from migrators.delivery import SinkKey, Watermark

@@ -1,6 +1,7 @@
 """The warehouse follows an evolved stream, in the same transaction as the rows that need it.
 
-A stream that gained a column or widened one (``sstore.evolution``) sends rows its PostgreSQL
+A stream that gained a column or widened one (``sstore.storage.evolution``) sends rows its
+PostgreSQL
 target cannot take yet. Every writer (a sink, ``sstore migrate``, a table copy) asks here what
 the target lacks (``plan``) before it writes, and the answer, a ``Follow``, is run by the
 writer inside the PostgreSQL transaction that writes the first rows needing it (``apply``, in
@@ -38,7 +39,7 @@ import pyarrow as pa
 from migrators.errors import IncompatibleSchemaError
 from migrators.postgres import TargetColumns, ensure_table, target_columns
 from migrators.typemap import check_compatible, mapping_for
-from sstore.sql import ident, qualified
+from sstore.base.sql import ident, qualified
 
 #: relkinds that take ALTER TABLE ... ADD COLUMN / ALTER COLUMN TYPE: tables, partitioned
 _ALTERABLE = ("r", "p")

@@ -1,5 +1,5 @@
 """Which PostgreSQL failures are worth retrying: a declarative table, registered with the one
-retry helper (``sstore.retry``) when the migrators load, and used for every client we have
+retry helper (``sstore.base.retry``) when the migrators load, and used for every client we have
 (psycopg, ADBC, and Spark's JDBC driver through ``classify_sqlstate``).
 
 A server's errors carry a SQLSTATE; its class (the first two characters) mostly decides. A
@@ -14,7 +14,7 @@ from __future__ import annotations
 import adbc_driver_manager as adbc
 import psycopg
 
-from sstore.retry import Kind, register_rule
+from sstore.base.retry import Kind, register_rule
 
 #: SQLSTATEs (or their two-character classes) that may succeed when tried again.
 TRANSIENT_SQLSTATES: dict[str, str] = {
@@ -76,7 +76,7 @@ def classify_connect_failure(message: str) -> Kind:
 
 
 def classify(exc: BaseException) -> Kind | None:
-    """``sstore.retry`` rule for psycopg's and ADBC's errors (None: neither)."""
+    """``sstore.base.retry`` rule for psycopg's and ADBC's errors (None: neither)."""
     if isinstance(exc, psycopg.Error):
         if exc.sqlstate == "23505" and exc.diag.constraint_name in CATALOG_RACES:
             return Kind.TRANSIENT

@@ -1,6 +1,6 @@
 """PostgreSQL plumbing shared by the migrators: connections, retries, binary COPY from Arrow.
 
-Retries go through ``sstore.retry`` (the one retry helper) and act only on the terminal /
+Retries go through ``sstore.base.retry`` (the one retry helper) and act only on the terminal /
 transient distinction, which ``migrators.pg_errors`` defines for PostgreSQL: a dropped or
 refused connection, a terminated backend or a restarting server is transient and retried with
 exponential backoff on a fresh connection; a constraint, a type error, a missing table or a
@@ -30,11 +30,11 @@ from migrators.errors import (
 )
 from migrators.typemap import check_compatible, postgres_columns
 from migrators.urls import shown, with_connect_timeout
-from sstore import retry
-from sstore.errors import DeclarationError
-from sstore.redact import mask_secrets
-from sstore.retry import GaveUp, Kind, RetryPolicy, first_line, kind_of
-from sstore.sql import ident, qualified
+from sstore.base import retry
+from sstore.base.errors import DeclarationError
+from sstore.base.redact import mask_secrets
+from sstore.base.retry import GaveUp, Kind, RetryPolicy, first_line, kind_of
+from sstore.base.sql import ident, qualified
 
 log = logging.getLogger("sstore.migrators")
 
@@ -78,7 +78,7 @@ class Session:
 
     ``run(work)`` hands ``work`` the connection (no transaction open); ``work`` commits what it
     wants kept. Transient failures roll back, drop the connection and try again on a new one
-    (``sstore.retry.call``); terminal ones roll back and raise ``MigrationError`` (psycopg's
+    (``sstore.base.retry.call``); terminal ones roll back and raise ``MigrationError`` (psycopg's
     errors) or the error as it is (sstore's own).
     """
 

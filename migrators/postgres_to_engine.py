@@ -25,12 +25,12 @@ from migrators.errors import (
     UnsupportedTypeError,
 )
 from migrators.urls import parse, with_connect_timeout
-from sstore import retry
+from sstore.base import retry
+from sstore.base.errors import DeclarationError
+from sstore.base.readonly import check_query
+from sstore.base.retry import RetryPolicy
+from sstore.base.sql import ident, qualified
 from sstore.engine import Engine
-from sstore.errors import DeclarationError
-from sstore.readonly import check_query
-from sstore.retry import RetryPolicy
-from sstore.sql import ident, qualified
 
 
 def read_postgres(url: str, sql: str, params: Sequence[Any] = (), *,

@@ -34,7 +34,7 @@ import re
 import secrets
 from pathlib import Path
 
-from sstore.files import write_atomically
+from sstore.base.files import write_atomically
 
 SUPERUSER = "postgres"
 READER = "sstore_reader"

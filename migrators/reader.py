@@ -2,7 +2,7 @@
 
 Why: a READ ONLY transaction stops INSERT and DDL, but not every function with side effects
 (``lo_create``, ``pg_terminate_backend``, ``pg_logical_emit_message``, ``COPY ... TO`` a server
-file inside a user's function, ...), and a denylist of such functions (``sstore.readonly``) has
+file inside a user's function, ...), and a denylist of such functions (``sstore.base.readonly``) has
 a hole for every function it does not name, including the next release's. A role without the
 privilege to write closes them all, whatever the function is called.
 
@@ -42,8 +42,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from migrators.urls import parse, passfile_password, shown
-from sstore.errors import TerminalError
-from sstore.sql import ident
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident
 
 ROLE_ENV = "SSTORE_POSTGRES_READER_ROLE"
 DEFAULT_ROLE = "sstore_reader"

@@ -62,10 +62,10 @@ from migrators import delivery
 from migrators.errors import MigrationError, TargetBehind
 from migrators.postgres import RetryPolicy, Session
 from migrators.read_ahead import Chunk, ReadAhead
-from sstore import interrupts
-from sstore.errors import DeclarationError
-from sstore.retry import Kind, call, first_line, kind_of
-from sstore.subscriptions import Subscription
+from sstore.base.errors import DeclarationError
+from sstore.base.retry import Kind, call, first_line, kind_of
+from sstore.execution import interrupts
+from sstore.storage.subscriptions import Subscription
 
 if TYPE_CHECKING:
     from migrators.engine_to_postgres import StreamToPostgres

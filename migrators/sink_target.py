@@ -50,7 +50,7 @@ from migrators.typemap import (
     for_target,
 )
 from sstore.engine import Engine
-from sstore.streams import BATCH_COLUMN
+from sstore.storage.streams import BATCH_COLUMN
 
 log = logging.getLogger("sstore.migrators")
 

@@ -23,7 +23,8 @@ instant interpreted in some session's zone.
 | TIMESTAMP | timestamp[us] | timestamp_ntz | timestamp |
 | TIMESTAMPTZ | timestamp[us, tz] | timestamp (UTC session) | timestamptz |
 
-Values are never formatted into SQL: identifiers are quoted (``sstore.sql.ident``/``qualified``),
+Values are never formatted into SQL: identifiers are quoted
+(``sstore.base.sql.ident``/``qualified``),
 and PostgreSQL ``numeric`` without a precision reads back as Spark's ``decimal(38,18)``.
 """
 
@@ -41,7 +42,7 @@ from typing import Any, Literal, TypeVar
 import duckdb
 import pyarrow as pa
 
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 with needs("spark"):
     from py4j.protocol import Py4JError
@@ -63,12 +64,12 @@ from migrators.postgres import connect, target_columns
 from migrators.spark_session import get_spark
 from migrators.typemap import check_compatible, check_duckdb_types
 from migrators.urls import PgUrl, parse
-from sstore import retry
+from sstore.base import retry
+from sstore.base.errors import DeclarationError, SchemaError
+from sstore.base.retry import Kind, RetryPolicy
+from sstore.base.rows import conform_columns
+from sstore.base.sql import ident, qualified
 from sstore.engine import Engine
-from sstore.errors import DeclarationError, SchemaError
-from sstore.retry import Kind, RetryPolicy
-from sstore.rows import conform_columns
-from sstore.sql import ident, qualified
 
 Bound = int | float | decimal.Decimal | datetime.date | datetime.datetime | str
 

@@ -27,9 +27,9 @@ import tempfile
 import threading
 from collections.abc import Mapping
 
-from sstore.errors import TerminalError
-from sstore.extras import needs
-from sstore.files import write_atomically
+from sstore.base.errors import TerminalError
+from sstore.base.extras import needs
+from sstore.base.files import write_atomically
 
 with needs("spark"):
     from pyspark.sql import SparkSession

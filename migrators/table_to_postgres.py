@@ -25,9 +25,9 @@ from migrators.postgres import (
     merge_rows,
 )
 from migrators.typemap import check_engine_table, check_sendable, for_copy, for_target
+from sstore.base.errors import DeclarationError
+from sstore.base.sql import ident, one_value, qualified
 from sstore.engine import Engine
-from sstore.errors import DeclarationError
-from sstore.sql import ident, one_value, qualified
 
 
 def copy_table_to_postgres(engine: Engine, url: str, source_table: str, table: str,

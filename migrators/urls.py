@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from migrators.errors import MigrationError
-from sstore.redact import mask_secrets
+from sstore.base.redact import mask_secrets
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 

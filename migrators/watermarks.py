@@ -3,8 +3,9 @@ every question asked of it outside a delivery.
 
 One row per (source, stream, target) says which batches a target holds
 (``migrators.delivery`` has the protocol that writes it, with the rows). This module and that
-one are the only code that names the table in SQL (``tests/test_watermark_owner.py``): how a
-row is matched to a table is decided here once.
+one are the only code that names the table in SQL
+(``tests/migrators/test_watermark_owner.py``): how a row is matched to a table is decided here
+once.
 
 - the table's DDL and ``ensure_watermarks``, which adds the columns later releases added;
 - a target's canonical name (``canonical_target``: ``x``, ``public.x`` and ``"public"."x"``
@@ -30,7 +31,7 @@ from migrators.errors import (
     TargetReplacedError,
 )
 from migrators.postgres import parse_name
-from sstore.sql import ident, literal, qualified
+from sstore.base.sql import ident, literal, qualified
 
 WATERMARKS = "sstore.watermarks"
 WATERMARK_DDL = (

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian packages the suite needs beside Python's: Java for Spark, Spark's PostgreSQL JDBC
-# driver, jemalloc (sstore/allocator.py) and Chromium (the dashboard test drives it headless).
+# driver, jemalloc (sstore/base/allocator.py) and Chromium (the dashboard test drives it headless).
 # Installs what is missing in one apt-get, as root or through password-less sudo; otherwise it
 # lists what is missing and how to install it, and goes on (the tests that need a missing
 # package then fail saying which).

@@ -4,10 +4,10 @@ terminal ones fail the task at once.
 Why: Airflow retries every failure of a task that has ``retries``. Retrying a task whose data
 set is missing, whose audit failed or whose declaration is wrong only delays the alert (and
 may repeat side effects); retrying one whose PostgreSQL restarted is exactly right. sstore
-already knows which is which (``sstore.retry.kind_of``), so every task of ``dags/`` is wrapped
+already knows which is which (``sstore.base.retry.kind_of``), so every task of ``dags/`` is wrapped
 in ``airflow_errors``:
 
-- a transient error (``kind_of`` is ``TRANSIENT``: ``sstore.retry.GaveUp``,
+- a transient error (``kind_of`` is ``TRANSIENT``: ``sstore.base.retry.GaveUp``,
   ``PostgresUnavailable``, a lost connection) is raised unchanged: the try fails and Airflow
   retries it after ``retry_delay``, up to the task's ``retries`` (``TASK_DEFAULTS``);
 - any other ``Exception`` (terminal) becomes ``AirflowFailException`` with the error's type
@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sstore.retry import Kind, kind_of
+from sstore.base.retry import Kind, kind_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,7 +13,8 @@ engine keeps up, as Spark's micro-batches take every record that arrived since t
 
 **Only for a dataflow whose result does not depend on how its input is cut into batches**
 (its procedures are set-oriented over rows, as the streaming TPC-DI DimTrade is: the same
-warehouse at every batch size, ``tests/test_tpcdi_streaming.py``). The engine cannot check
+warehouse at every batch size, ``tests/workloads/tpcdi/test_tpcdi_streaming.py``). The engine
+cannot check
 this; choosing a coalescer declares it. What changes: several offers share one batch-id and
 one transaction (all of them or none), and procedures see them as one batch.
 
@@ -34,7 +35,7 @@ What a user can get wrong here, and what happens:
   batch is ingested (that would reorder the stream).
 - **A producer faster than the engine waits** in ``offer`` while ``max_pending`` offers are
   pending (backpressure), so memory stays bounded; the engine's own backpressure
-  (``sstore.backpressure``) acts on the coalesced batches as on any.
+  (``sstore.execution.backpressure``) acts on the coalesced batches as on any.
 - **``close`` without ``drain``** still ingests what is pending before it returns, and so does
   **a program that ends without ``close``**: the thread is not a daemon; once the main thread
   has ended it ingests what is pending and stops. If that fails, or an engine batch failed
@@ -73,10 +74,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from sstore import systables
+from sstore.base.errors import SchemaError, TerminalError
 from sstore.engine import Engine
-from sstore.errors import SchemaError, TerminalError
-from sstore.runtime import Runtime
+from sstore.execution.runtime import Runtime
+from sstore.storage import systables
 
 log = logging.getLogger("sstore")
 

@@ -47,13 +47,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from sstore.errors import TerminalError
-from sstore.faults import crash_point
-from sstore.sql import ident
+from sstore.base.errors import TerminalError
+from sstore.base.faults import crash_point
+from sstore.base.sql import ident
 
 if TYPE_CHECKING:
     from sstore.engine import Engine
-    from sstore.transaction import Transaction
+    from sstore.execution.transaction import Transaction
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ ledger, sinks, backpressure) and to be told of three things (each commit, each s
 registered, the engine closing). They get exactly that here, and nothing that writes: no
 ingest, no transaction, no SQL connection of their own. The dependency points one way:
 ``sstore.observe`` imports this module, the engine never imports ``sstore.observe``
-(``tests/test_layers.py`` checks it), so the engine works, and is tested, without it.
+(``tests/project/test_layers.py`` checks it), so the engine works, and is tested, without it.
 
 ``Engine.view()`` returns the engine's one view (the same object on every call), so a
 package above may key per-engine state on it (``sstore.observe.serving`` does, weakly).
@@ -22,14 +22,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sstore.status import EngineStatus, read_status
+from sstore.storage.status import EngineStatus, read_status
 
 if TYPE_CHECKING:
-    from sstore.backpressure import PressureReport
+    from sstore.dataflow.graph import Graph
     from sstore.engine import Engine
-    from sstore.graph import Graph
-    from sstore.runtime import CommitEvent, Runtime
-    from sstore.sink_view import ObservableSink
+    from sstore.execution.backpressure import PressureReport
+    from sstore.execution.runtime import CommitEvent, Runtime
+    from sstore.execution.sink_view import ObservableSink
 
 
 class EngineView:
@@ -90,7 +90,7 @@ class EngineView:
         return self._engine.sinks()
 
     def pressure(self, rt: Runtime) -> PressureReport:
-        """Readers' lag against their bounds (``sstore.backpressure``); caller holds
+        """Readers' lag against their bounds (``sstore.execution.backpressure``); caller holds
         ``lock``."""
         return self._engine.backpressure.report(rt)
 

@@ -7,7 +7,8 @@ The ``sstore_maintenance`` Airflow DAG runs these every few minutes; they are pl
   ``sstore migrate`` does): every committed batch not yet in PostgreSQL goes there, exactly
   once (binary COPY + watermark row per PostgreSQL transaction). A program whose sinks are
   attached keeps its targets current itself; this catches up after it stopped or crashed.
-- ``status_report``: the state file's status (``sstore.status``) next to the PostgreSQL side:
+- ``status_report``: the state file's status (``sstore.storage.status``) next to the PostgreSQL
+side:
   per target, the stream's last batch, the watermark, whether the target lags, its rows.
 
 DuckDB lets one process open a state file for writing and nobody else read it meanwhile: while
@@ -25,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from sstore.errors import DeclarationError
+from sstore.base.errors import DeclarationError
 
 BUSY_MARKERS = ("Conflicting lock", "Could not set lock", "already open")
 
@@ -141,7 +142,7 @@ def status_report(state_path: str, url: str, targets: Sequence[StreamTarget] = (
 
     ``status``: "ok", "busy" (the state file is open elsewhere: the PostgreSQL side is still
     reported) or "missing"."""
-    from sstore.status import status_of_file
+    from sstore.storage.status import status_of_file
 
     report: dict[str, Any] = {"state": state_path, "status": "ok", "detail": "",
                               "engine": None, "targets": []}
@@ -200,7 +201,7 @@ def _watermarks(url: str, targets: Sequence[StreamTarget], engine_id: str | None
         return {}
     from migrators import watermarks
     from migrators.postgres import connect
-    from sstore.sql import one_value, qualified
+    from sstore.base.sql import one_value, qualified
 
     out: dict[tuple[str, str], tuple[int, int | None]] = {}
     with connect(url) as con:

@@ -1,5 +1,5 @@
 """A process that streams rows 1..N through a ``Coalescer`` into a fresh or existing state
-file, resuming after ``last_ingested()``; ``tests/test_coalesce.py`` kills it with
+file, resuming after ``last_ingested()``; ``tests/engine/test_coalesce.py`` kills it with
 ``SSTORE_CRASH_AT`` and runs it again. Usage: ``python -m tests.coalesce_worker STATE N``."""
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def declare(engine: Engine) -> None:
     def sum_window(tx, batch):
         tx.execute("INSERT INTO window_sums SELECT ?, count(*), sum(n) FROM batch", tx.batch_id)
 
-    # a chain of SQL procedures: from batch 2 on, one statement per batch (sstore.fusion)
+    # a chain of SQL procedures: from batch 2 on, one statement per batch (sstore.dataflow.fusion)
     engine.stream("b_scaled", {"x": "BIGINT", "y": "BIGINT"})
     engine.stream("b_offset", {"x": "BIGINT", "y": "BIGINT"})
     engine.execute("CREATE TABLE IF NOT EXISTS chain_sums (batch_id BIGINT, n BIGINT, s BIGINT)")

@@ -1,5 +1,5 @@
 """A row-at-a-time model of event-time windows (docs/engine.md, "Event-time windows"), written
-independently of ``sstore.event_windows`` (which is set-oriented SQL) to check it against.
+independently of ``sstore.dataflow.event_windows`` (which is set-oriented SQL) to check it against.
 
 Times are integers. ``run`` takes batches of (key, t, v) rows and returns, per batch, the
 windows that fired (key, start, end, revision, count, sum) and the late rows.

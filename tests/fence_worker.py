@@ -1,4 +1,4 @@
-"""A writer process for the fenced-writer tests (``tests/test_fenced_writers.py``).
+"""A writer process for the fenced-writer tests (``tests/migrators/test_fenced_writers.py``).
 
     python -m tests.fence_worker STATE URL [--output]
 

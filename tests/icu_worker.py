@@ -1,4 +1,4 @@
-"""The ICU workload as a child process for the crash tests (tests/test_icu_crash.py).
+"""The ICU workload as a child process for the crash tests (tests/workloads/test_icu_crash.py).
 
     python -m tests.icu_worker full|weak PATH POSTGRES_URL
 

@@ -10,11 +10,11 @@ and started) through random programs and compares it with the model after every 
   comparison with the real system's.
 - ``system``: the real system: the engine in either durability mode, the PostgreSQL target.
 - ``child``: the crash child, SIGKILLed (or stopped by SIGTERM / SIGINT) at a named crash
-  point (``sstore.faults``).
+  point (``sstore.base.faults``).
 - ``machine``: the rules of the engine (one per operation and misuse); its mixins
   ``warehouse`` (sinks, ``sstore migrate``, the target by hand), ``outages`` (PostgreSQL
   restarts) and ``processes`` (SIGKILL, SIGTERM, SIGINT of a child); ``context``: the
   switches and counters.
 - ``run``: runs the machine for a time budget on a private PostgreSQL and reports
-  (``python -m benchmarks.chaos --model``); ``tests/test_model.py`` runs a CI budget.
+  (``python -m benchmarks.chaos --model``); ``tests/benchmarks/test_model.py`` runs a CI budget.
 """

@@ -1,7 +1,7 @@
 """Issue 34's "What was seen", each as a short fixed program of the model's own rules: proof that
 the model can reach every case (it has the operations and the checks that notice it), and a
-regression test of each (``tests/test_model.py``). The random programs reach the same cases;
-these are their shrunk form, written down.
+regression test of each (``tests/benchmarks/test_model.py``). The random programs reach the same
+cases; these are their shrunk form, written down.
 
 A case is (durability mode, steps); a step is (rule method of ``ModelMachine``, arguments).
 Running one compares the system with the model after every step, as the random run does.

@@ -42,7 +42,7 @@ from benchmarks.model.dataflow import declare
 from benchmarks.model.system import Program
 from benchmarks.model.warehouse import WarehouseRules, quick_retry
 from sstore import Engine
-from sstore.errors import SStoreError
+from sstore.base.errors import SStoreError
 
 
 class ChangeRules(WarehouseRules):

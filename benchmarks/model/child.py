@@ -1,8 +1,8 @@
 """The crash child: opens the model's system in a process of its own, runs a few operations, and
-is SIGKILLed by ``sstore.faults`` at the crash point its environment names
+is SIGKILLed by ``sstore.base.faults`` at the crash point its environment names
 (``SSTORE_CRASH_AT=te.before_commit:1``), or finishes and prints DONE. With
 ``SSTORE_CRASH_SIGNAL=TERM`` (or ``INT``) it gets that signal there instead and stops cleanly,
-as a CLI command does (``sstore.stopping.command_stops``: exit 143 or 130, the "stopped"
+as a CLI command does (``sstore.execution.stopping.command_stops``: exit 143 or 130, the "stopped"
 message); ``"sink": true`` attaches a continuous sink to the target first (detached on the way
 out, as a program's ``finally`` would).
 
@@ -36,7 +36,7 @@ def decode(rows: list[list[Any]]) -> list[Record]:
 
 
 def main(spec_path: str) -> None:
-    from sstore.stopping import command_stops
+    from sstore.execution.stopping import command_stops
     with open(spec_path) as f:
         spec = json.load(f)
     system = System(spec["mode"], Path(spec["workdir"]), spec["url"], spec["table"])

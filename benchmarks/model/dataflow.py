@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from sstore import Engine
-from sstore.faults import crash_point
+from sstore.base.faults import crash_point
 
 ORDERS = {"rec": "BIGINT", "k": "INTEGER", "amt": "DECIMAL(10,2)", "ts": "TIMESTAMP"}
 #: redeclarations of ``orders`` with other column types (issue 34 item 3): each must be refused
@@ -88,7 +88,7 @@ def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
     consumer name of the PostgreSQL sink (``migrator:<table>``), declared with the dataflow
     so that ``enriched`` is kept for it from the first batch on. ``evolved``: with the
     widened columns (``EVOLVED_ORDERS``); ``enrich_version``: the version the enrich
-    procedure is declared with (``sstore.upgrades``; each version computes the same rows);
+    procedure is declared with (``sstore.storage.upgrades``; each version computes the same rows);
     ``appended``: ``orders`` and ``enriched`` with the ``APPENDED`` columns at their end."""
     more = APPENDED if appended else {}
     engine.stream("orders", orders_types or {**(EVOLVED_ORDERS if evolved else ORDERS), **more})

@@ -36,7 +36,7 @@ from benchmarks.model.inputs import SHAPES, shaped
 from benchmarks.model.outages import OutageRules
 from benchmarks.model.processes import RECORDS, ProcessRules
 from benchmarks.model.system import NOTE_BYTES, WAL_LIMIT, WAL_SLACK, Program, System
-from sstore.errors import (
+from sstore.base.errors import (
     InputLogError,
     OutOfOrderBatchError,
     ResendMismatchError,

@@ -1,7 +1,7 @@
 """PostgreSQL going away and coming back, as a rule of the model (issue 34: "PostgreSQL
 restarts"). Only with a private server (``Context.server``: ``migrators.embedded_postgres``),
 never the machine's shared one; ``python -m benchmarks.chaos --model`` and
-``tests/test_model.py`` start one of their own.
+``tests/benchmarks/test_model.py`` start one of their own.
 
 One step stops the server (``fast``: clients disconnected, a checkpoint; ``immediate``: a
 crash, recovered from the WAL at the next start), does something while it is away, and starts
@@ -31,7 +31,7 @@ from hypothesis.stateful import precondition, rule
 
 from benchmarks.model.context import Violation, ctx, on
 from benchmarks.model.warehouse import WarehouseRules, quick_retry
-from sstore.errors import SStoreError, TransientError
+from sstore.base.errors import SStoreError, TransientError
 
 DURING = ("sink", "migrate", "ingest", "before_commit", "after_commit")
 

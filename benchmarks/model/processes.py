@@ -3,13 +3,13 @@ point (``crash``), and a clean stop by SIGTERM or SIGINT at one (``stop_by_signa
 
 Both run the operations in a child process (``benchmarks.model.child``), which opens the
 system, ingests a new batch, runs, collects garbage (and checkpoints, weak durability), and
-gets the signal at the ``hit``-th pass of a crash point (``sstore.faults``:
+gets the signal at the ``hit``-th pass of a crash point (``sstore.base.faults``:
 ``SSTORE_CRASH_AT``, ``SSTORE_CRASH_SIGNAL``). Then this process opens the system again and
 sends the batch again, as a client that does not know whether it got in would, and runs.
 
 One rule (``crash``) draws the signal: SIGKILL (switch ``crash``) or SIGTERM / SIGINT
 (switch ``signal_stop``). A SIGKILL is a crash: the state must open and hold every committed batch
-once. A signal asks for a clean stop (``sstore.stopping.command_stops``, as the CLI runs a
+once. A signal asks for a clean stop (``sstore.execution.stopping.command_stops``, as the CLI runs a
 dataflow): the child must end with 0 (the stop came after its last step) or 128 + the signal's
 number and the "stopped" message, never a traceback or a halt; a continuous sink it had attached
 (when the target holds rows) detaches after its chunk in flight, and what it had not delivered is
@@ -144,7 +144,7 @@ class ProcessRules(WarehouseRules):
     def judge_exit(self, proc: subprocess.CompletedProcess[bytes], sig: str, point: str,
                    hit: int) -> None:
         """The child's end: killed (SIGKILL), stopped cleanly (a signal), or done."""
-        from sstore.stopping import STOPPED_MESSAGE
+        from sstore.execution.stopping import STOPPED_MESSAGE
         stderr = proc.stderr.decode(errors="replace")
         if sig == "KILL" and proc.returncode == -signal.SIGKILL:
             self.ctx.fault("sigkill")

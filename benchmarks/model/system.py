@@ -21,7 +21,7 @@ import psycopg
 from benchmarks.model.dataflow import APPENDED, ENRICH_NAMES, declare
 from benchmarks.model.expected import Observed, by_batch
 from sstore import Engine
-from sstore.sql import ident
+from sstore.base.sql import ident
 
 #: the engine's checkpoint bound in the model (small, so that a few ad hoc writes pass it)
 WAL_LIMIT = 64 << 10

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from benchmarks.model.context import Violation, on
-from sstore.errors import GapError, SStoreError
+from sstore.base.errors import GapError, SStoreError
 
 if TYPE_CHECKING:
     from benchmarks.model.context import Context
@@ -290,12 +290,12 @@ class WarehouseRules(RuleBasedStateMachine):
 def quick_retry() -> Any:
     """Few, short retries for a one-shot delivery: while the model's PostgreSQL is away it
     must fail loudly and soon; a restart within a delivery is over before the second try."""
-    from sstore.retry import RetryPolicy
+    from sstore.base.retry import RetryPolicy
     return RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.5)
 
 
 def sink_retry() -> Any:
     """The continuous sink's delays (its thread retries without limit): short, so that it
     finds PostgreSQL back soon after a restart."""
-    from sstore.retry import RetryPolicy
+    from sstore.base.retry import RetryPolicy
     return RetryPolicy(attempts=3, first_delay=0.05, max_delay=0.5)

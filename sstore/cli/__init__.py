@@ -1,6 +1,6 @@
 """The ``sstore`` command line, one package: ``main`` is the click group; ``run`` is the console
 script (``sstore.cli:run``) and ``python -m sstore.cli``: it first puts the process under
-jemalloc where the machine has it (``sstore.allocator``), then runs ``main``. ``main`` is
+jemalloc where the machine has it (``sstore.base.allocator``), then runs ``main``. ``main`` is
 loaded on first use, so that choosing the allocator happens before DuckDB is loaded."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def run() -> None:
     """The ``sstore`` command: the allocator first (it may re-execute the process), then the
     click group. A misconfigured ``SSTORE_MALLOC`` is a one-line error, exit status 2."""
-    from sstore.allocator import AllocatorError, use_jemalloc
+    from sstore.base.allocator import AllocatorError, use_jemalloc
 
     try:
         use_jemalloc()

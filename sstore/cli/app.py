@@ -1,7 +1,7 @@
 """The ``sstore`` command line: one click group, one small function per subcommand.
 
 Commands only parse options, call the library and hand results to ``sstore.cli.format``; what
-they do lives in the library (``sstore.workloads``, ``sstore.statefile``) so that tests and
+they do lives in the library (``sstore.workloads``, ``sstore.storage.statefile``) so that tests and
 benchmarks call the same code. Library errors become one-line ``Error: ...`` messages with
 exit status 1 instead of tracebacks.
 """
@@ -26,7 +26,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from sstore import __version__, allocator
+from sstore import __version__
+from sstore.base import allocator
+from sstore.base.errors import SStoreError
+from sstore.base.readonly import ReadOnlyQueryError
+from sstore.base.retry import RetryPolicy
 from sstore.cli.environment import epilog
 from sstore.cli.format import (
     arrow_table,
@@ -46,13 +50,10 @@ from sstore.cli.options import (
     warehouse,
 )
 from sstore.engine import Engine
-from sstore.errors import SStoreError
+from sstore.execution.stopping import command_stops
 from sstore.observe.live import file_status
 from sstore.observe.options import serve_options, start_serving
-from sstore.readonly import ReadOnlyQueryError
-from sstore.retry import RetryPolicy
-from sstore.statefile import explain, query_file
-from sstore.stopping import command_stops
+from sstore.storage.statefile import explain, query_file
 
 
 @click.group(context_settings=CONTEXT, epilog=epilog())

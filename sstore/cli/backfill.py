@@ -74,7 +74,7 @@ def run_command(data_dir: str, batches: tuple[int, ...], batch_range: str | None
     ("dates D1..D2"); an interval that overlaps a recorded one with other bounds is refused.
     Spark's master: $SSTORE_SPARK_MASTER, else local[*].
     """
-    from sstore.errors import SStoreError
+    from sstore.base.errors import SStoreError
     from sstore.workloads.tpcdi import backfill as tpcdi
 
     first, last = _choose(batches, batch_range, from_date, to_date)
@@ -149,7 +149,7 @@ def status_command(schema: str | None, url: str | None, as_json: bool) -> None:
     """The intervals recorded in sstore.intervals: version, who wrote it last, rows."""
     from migrators import backfill as intervals
     from migrators.postgres import connect
-    from sstore.errors import SStoreError
+    from sstore.base.errors import SStoreError
 
     try:
         with connect(warehouse(url)) as con:

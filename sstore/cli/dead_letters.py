@@ -48,7 +48,7 @@ def list_command(state: str, as_json: bool) -> None:
 
     from sstore import dead_letters as dl
     from sstore.cli.format import TABLE_STYLE, to_json
-    from sstore.statefile import StateFileReader
+    from sstore.storage.statefile import StateFileReader
 
     with state_file_errors(state):
         reader = StateFileReader(state)
@@ -82,7 +82,7 @@ def show_command(state: str, input_name: str, batches: tuple[int, ...], as_json:
 
     from sstore import dead_letters as dl
     from sstore.cli.format import arrow_table, to_json
-    from sstore.statefile import StateFileReader
+    from sstore.storage.statefile import StateFileReader
 
     with state_file_errors(state):
         reader = StateFileReader(state)

@@ -1,5 +1,5 @@
 """Every environment variable sstore reads, in one table: ``sstore --help`` prints it and the
-README's "Configuration" table must list the same names (tests/test_cli_commands.py checks
+README's "Configuration" table must list the same names (tests/cli/test_cli_commands.py checks
 both, and that no module reads a variable missing here)."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ VARIABLES = (
     Variable("SSTORE_TEST_WORKERS", "pytest-xdist workers of `scripts/test.sh` (0: one "
              "process)", "`2`"),
     Variable("SSTORE_DIGEN_DIR", "test-only: real DIGen SF 3 output that "
-             "`tests/test_tpcdi_digen.py` reads in place",
+             "`tests/workloads/tpcdi/test_tpcdi_digen.py` reads in place",
              "unset: those tests do not run, and the run says so"),
     Variable("SSTORE_REQUIRE_EXTERNAL_DATA", "test-only: `1` makes absent external data "
              "(`SSTORE_DIGEN_DIR`) a failure, not a banner (`.ci/run` sets it)", "unset"),

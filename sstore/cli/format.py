@@ -20,8 +20,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from sstore.consumers import ConsumerStatus
-from sstore.status import EngineStatus
+from sstore.storage.consumers import ConsumerStatus
+from sstore.storage.status import EngineStatus
 
 TABLE_STYLE = {"title_justify": "left", "title_style": "bold", "header_style": "bold",
                "box": box.SIMPLE_HEAD, "pad_edge": False}
@@ -217,7 +217,8 @@ def sinks_view(sinks: Sequence[Mapping[str, Any]]) -> RenderableType:
 
 
 def backpressure_view(report: Mapping[str, Any]) -> RenderableType:
-    """Readers' lag against their bounds (``sstore.backpressure``) and whether ingest waits."""
+    """Readers' lag against their bounds (``sstore.execution.backpressure``) and whether ingest
+    waits."""
     def bound(c: Mapping[str, Any]) -> str:
         parts = [f"{c['bound_batches']:,} batches" if c["bound_batches"] is not None else "",
                  _bytes(c["bound_bytes"]) if c["bound_bytes"] is not None else ""]

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from sstore.cli.options import CONTEXT, postgres_option, warehouse
+from sstore.execution.stopping import command_stops
 from sstore.observe.options import serve_options, start_serving
-from sstore.stopping import command_stops
 
 KIND_STYLE = {"low_pap": "bold magenta", "tachycardia": "bold red",
               "bradycardia": "bold blue", "irregular_rhythm": "bold yellow"}
@@ -55,7 +55,7 @@ def demo_command(url: str | None, patients: int, seconds: int, speed: float, see
     from rich.console import Console
     from rich.table import Table
 
-    from sstore.errors import SStoreError
+    from sstore.base.errors import SStoreError
     from sstore.workloads.icu.demo import run_demo
 
     console = Console(highlight=False)

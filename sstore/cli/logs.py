@@ -11,7 +11,7 @@ command. Records go to stderr, so stdout keeps the command's result (a table, ``
   ``exception`` when there is one. For log collectors: nothing else is written to stderr as a
   log line.
 
-Every line is passed through ``sstore.redact.mask_secrets`` last, tracebacks and extra fields
+Every line is passed through ``sstore.base.redact.mask_secrets`` last, tracebacks and extra fields
 included: a password in a URL that reached a message (a driver's exception, user code) is
 shown as ``***``.
 
@@ -27,7 +27,7 @@ import logging
 import sys
 from typing import Any, TextIO
 
-from sstore.redact import mask_secrets
+from sstore.base.redact import mask_secrets
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sstore.errors import SStoreError
+from sstore.base.errors import SStoreError
 
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -67,7 +67,7 @@ def state_file_errors(state: str) -> Iterator[None]:
     (``statefile.explain``), sstore's own as they are."""
     import duckdb
 
-    from sstore.statefile import explain
+    from sstore.storage.statefile import explain
 
     try:
         yield

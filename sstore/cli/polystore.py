@@ -10,11 +10,11 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
+from sstore.base.errors import SStoreError
+from sstore.base.extras import require
 from sstore.cli.logs import progress_bars
 from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
 from sstore.cli.options import catalog_option as CATALOG
-from sstore.errors import SStoreError
-from sstore.extras import require
 
 
 @click.group(context_settings=CONTEXT)
@@ -141,7 +141,7 @@ def list_command(catalog: str, as_json: bool) -> None:
     missing = cat.missing()
     if missing:
         raise click.ClickException(missing)
-    from sstore.redact import mask_secrets  # a URL stored as given may hold a password
+    from sstore.base.redact import mask_secrets  # a URL stored as given may hold a password
 
     if as_json:
         from sstore.cli.format import to_json

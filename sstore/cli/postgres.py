@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
+from sstore.base.errors import SStoreError
 from sstore.cli.options import CONTEXT, json_option
-from sstore.errors import SStoreError
 
 
 @click.group(context_settings=CONTEXT)

@@ -14,8 +14,8 @@ import click
 from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
 from sstore.cli.tpcdi_audit import audit_command
 from sstore.cli.tpcdi_generate import generate_command
+from sstore.execution.stopping import StopSignal, command_stops
 from sstore.observe.options import serve_options, start_serving
-from sstore.stopping import StopSignal, command_stops
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -121,7 +121,7 @@ def _run(stop: StopSignal, console: Console, data_dir: str, url: str, mode: str,
     """``run_command``'s work, inside its clean-stop block."""
     import os
 
-    from sstore.errors import SStoreError
+    from sstore.base.errors import SStoreError
     from sstore.workloads.tpcdi.warehouse import create_warehouse
 
     report: StreamingReport | SparkStreamingReport | SparkReport
@@ -191,9 +191,9 @@ def demo_command(url: str | None, scale_factor: float, batch_size: int, schema: 
     from rich.panel import Panel
     from rich.table import Table
 
+    from sstore.base.errors import SStoreError
     from sstore.cli.format import arrow_table
     from sstore.cli.tpcdi_audit import report_table
-    from sstore.errors import SStoreError
     from sstore.workloads.tpcdi.demo import QueryShown, run_demo
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     console = Console(highlight=False)

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sstore.base.errors import SStoreError
 from sstore.cli.format import TABLE_STYLE
 from sstore.cli.options import CONTEXT, json_option, postgres_option, warehouse
-from sstore.errors import SStoreError
 
 if TYPE_CHECKING:
     from sstore.workloads.tpcdi.audit import AuditReport

@@ -8,10 +8,10 @@ PORT`` on the commands that run a dataflow) starts a small HTTP server in the en
 - ``/``: a dashboard page (one file, no external assets) that draws the dataflow.
 
 This package reads the engine only through its read-only view (``Engine.view()``,
-``sstore.engine_view``); the engine never imports it (``tests/test_layers.py``).
+``sstore.engine_view``); the engine never imports it (``tests/project/test_layers.py``).
 
 Modules: ``serving`` (``serve``, ``metrics_of``, ``serving_url``: one engine's metrics and
-server), ``sinks`` (what a sink shows the engine, kept in the core: ``sstore.sink_view``),
+server), ``sinks`` (what a sink shows the engine, kept in the core: ``sstore.execution.sink_view``),
 ``rates`` (rates over a sliding window),
 ``metrics`` (the commit observer and the live snapshot), ``prometheus`` (the snapshot as
 metric families), ``livestatus`` (the ``/status`` document), ``server`` (HTTP), ``access``

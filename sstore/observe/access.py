@@ -28,7 +28,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.observe.live import TOKEN_ENV
 
 __all__ = ["TOKEN_ENV", "Access", "ServeError", "host_name", "is_loopback", "policy"]

@@ -5,7 +5,7 @@ status STATE`` cannot open a file a running pipeline holds. A serving engine the
 ``STATE.live.json`` beside the state file (pid, host, port, URL), and removes it when it
 closes. The protocol, from the reader's side:
 
-1. Opening STATE read-only fails with DuckDB's lock error (``sstore.statefile.file_status``
+1. Opening STATE read-only fails with DuckDB's lock error (``sstore.storage.statefile.file_status``
    raises ``StateFileLockedError``; ``file_status`` here catches it).
 2. ``find(STATE)`` reads ``STATE.live.json``. A file whose pid no longer runs (a process
    killed before it could remove it), or whose pid is not the one DuckDB names as the lock
@@ -25,11 +25,11 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from sstore.errors import TerminalError
-from sstore.files import write_atomically
-from sstore.statefile import StateFileLockedError
-from sstore.statefile import file_status as status_from_file
-from sstore.status import EngineStatus
+from sstore.base.errors import TerminalError
+from sstore.base.files import write_atomically
+from sstore.storage.statefile import StateFileLockedError
+from sstore.storage.statefile import file_status as status_from_file
+from sstore.storage.status import EngineStatus
 
 SUFFIX = ".live.json"
 #: The bearer token's variable (``sstore.observe.access.TOKEN_ENV``; named here too so that
@@ -142,8 +142,8 @@ def _running(pid: int) -> bool:
 
 
 def file_status(state: str) -> EngineStatus:
-    """A state file's status: read from the file (``sstore.statefile.file_status``), or, when
-    a serving engine holds it, asked of that engine over HTTP (the discovery file names the
+    """A state file's status: read from the file (``sstore.storage.statefile.file_status``), or,
+    when a serving engine holds it, asked of that engine over HTTP (the discovery file names the
     process and its URL). A holder that does not serve: the file's ``StateFileLockedError``,
     which says how to make it serve."""
     try:

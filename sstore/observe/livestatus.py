@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from sstore.status import EngineStatus, ProcedureStatus, StreamStatus, dataflow_nodes
+from sstore.storage.status import EngineStatus, ProcedureStatus, StreamStatus, dataflow_nodes
 
 if TYPE_CHECKING:
     from sstore.engine_view import EngineView

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram
 
+from sstore.execution.runtime import CommitEvent, Runtime
+from sstore.execution.sink_view import ObservableSink, SinkSnapshot
 from sstore.observe.rates import RateMeter
-from sstore.runtime import CommitEvent, Runtime
-from sstore.sink_view import ObservableSink, SinkSnapshot
 
 if TYPE_CHECKING:
     from sstore.engine_view import EngineView
@@ -151,7 +151,7 @@ class Live:
     streams: list[StreamLive] = field(default_factory=list)
     sinks: list[SinkLive] = field(default_factory=list)
     #: readers' lag against their bounds and ingests waiting on them
-    #: (``sstore.backpressure.PressureReport.to_dict``), read with the ledger
+    #: (``sstore.execution.backpressure.PressureReport.to_dict``), read with the ledger
     backpressure: dict[str, Any] | None = None
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sstore import allocator
+from sstore.base import allocator
 
 if TYPE_CHECKING:
     from sstore.observe.metrics import EngineMetrics, Live
@@ -33,7 +33,7 @@ class EngineCollector(Collector):
         engine = self.metrics.engine
         info = GaugeMetricFamily("sstore_engine_info", "The engine this process serves "
                                  "(value 1); malloc: the process's allocator (jemalloc or the "
-                                 "C library's, sstore.allocator)",
+                                 "C library's, sstore.base.allocator)",
                                  labels=["engine_id", "path", "durability", "malloc"])
         info.add_metric([engine.engine_id, engine.path, engine.durability, self.malloc], 1)
         yield info
@@ -139,7 +139,8 @@ def _sinks(live: Live) -> Iterator[Metric]:
 
 
 def _backpressure(report: Mapping[str, Any]) -> Iterator[Metric]:
-    """Readers' lag against their bounds, and ingests waiting on them (``sstore.backpressure``)."""
+    """Readers' lag against their bounds, and ingests waiting on them
+    (``sstore.execution.backpressure``)."""
     cs, label = report["consumers"], ["consumer", "kind", "streams"]
 
     def values(c: Mapping[str, Any]) -> list[str]:

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sstore.base.redact import mask_secrets
 from sstore.observe import live as discovery
 from sstore.observe.access import Access, ServeError
 from sstore.observe.livestatus import live_status
-from sstore.redact import mask_secrets
 
 if TYPE_CHECKING:
     from sstore.engine_view import EngineView

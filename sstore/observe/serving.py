@@ -2,7 +2,7 @@
 ``serving_url(engine)``.
 
 These were ``Engine`` methods; they live here so that the engine never imports
-``sstore.observe`` (the dependency points one way, ``tests/test_layers.py``). They read the
+``sstore.observe`` (the dependency points one way, ``tests/project/test_layers.py``). They read the
 engine only through its read-only view (``Engine.view()``), and keep what they made for it (the
 metrics, the server) in a table keyed weakly by that view: an engine that is dropped takes its
 entry along, and ``Engine.close`` stops the server through a hook of the view, first, before
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sstore.errors import DeclarationError, SStoreError
+from sstore.base.errors import DeclarationError, SStoreError
 from sstore.observe.access import policy
 from sstore.observe.metrics import EngineMetrics
 from sstore.observe.server import Server

@@ -8,13 +8,13 @@ island, Spark) and a calibrated cost model picks one. Queries only read
 (``ProtectedObjectError``, ``CastExistsError``). See docs/polystore.md.
 """
 
+from sstore.base.readonly import ReadOnlyQueryError
 from sstore.polystore.catalog import Catalog, EngineKind, UnknownObjectError
 from sstore.polystore.cost import CostModel
 from sstore.polystore.plan import Plan
 from sstore.polystore.polystore import Polystore
 from sstore.polystore.scratch import CastExistsError, ProtectedObjectError
 from sstore.polystore.sqltext import QueryError
-from sstore.readonly import ReadOnlyQueryError
 
 __all__ = ["CastExistsError", "Catalog", "CostModel", "EngineKind", "Plan", "Polystore",
            "ProtectedObjectError", "QueryError", "ReadOnlyQueryError", "UnknownObjectError"]

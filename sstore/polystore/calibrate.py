@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
+from sstore.base.errors import TerminalError
 from sstore.engine import Engine
-from sstore.errors import TerminalError
 from sstore.polystore.connectors import (
     PostgresConnector,
     SparkConnector,

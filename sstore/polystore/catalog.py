@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from sstore.errors import DeclarationError
-from sstore.files import write_atomically
+from sstore.base.errors import DeclarationError
+from sstore.base.files import write_atomically
 
 
 class EngineKind(StrEnum):

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
 
 # A cached copy remembers what it was copied from in its table comment, written in the same

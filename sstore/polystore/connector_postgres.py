@@ -8,7 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from sstore import retry
+from sstore.base import retry
+from sstore.base.readonly import check_query
+from sstore.base.retry import Kind, RetryPolicy, kind_of
+from sstore.base.sql import ident, literal, qualified
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.connector_base import (
     CacheMoved,
@@ -18,9 +21,6 @@ from sstore.polystore.connector_base import (
     single_table,
 )
 from sstore.polystore.scratch import CACHE_SCHEMA, CastExistsError, check_owned
-from sstore.readonly import check_query
-from sstore.retry import Kind, RetryPolicy, kind_of
-from sstore.sql import ident, literal, qualified
 
 
 class PostgresConnector:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from sstore.base.readonly import check_query
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.connector_base import Growth
 from sstore.polystore.scratch import CastExistsError, check_owned
-from sstore.readonly import check_query
 
 
 class SparkConnector:

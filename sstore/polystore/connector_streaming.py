@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from sstore.base.sql import ident, literal, qualified
 from sstore.engine import Engine
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.connector_base import (
@@ -25,8 +26,7 @@ from sstore.polystore.scratch import (
     ProtectedObjectError,
     check_owned,
 )
-from sstore.sql import ident, literal, qualified
-from sstore.statefile import StateFileReader
+from sstore.storage.statefile import StateFileReader
 
 
 class StreamingConnector:
@@ -63,7 +63,8 @@ class StreamingConnector:
         ``mode``: "replace", "append", or "create" (a new table; an existing one is a
         ``CastExistsError``). A new table is made by ``CREATE TABLE ... AS SELECT`` from the
         rows: DuckDB 2.0.0 loses the rows of a table created empty (``AS ... LIMIT 0``) and
-        filled in the same transaction from later UNION ALL scans (see tests/test_polystore.py)."""
+        filled in the same transaction from later UNION ALL scans (see
+        tests/polystore/test_polystore.py)."""
         engine = self.check_writable(table)
         name = qualified(table)
         schema = table.split(".")[0]

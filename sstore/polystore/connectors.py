@@ -7,8 +7,8 @@ Arrow rows as a table (``store``), and answers the planner's questions about a p
 through the migrators' fast paths: DuckDB's Arrow export, ADBC binary COPY out of PostgreSQL,
 pgpq binary COPY into it, Arrow into Spark and JDBC from PostgreSQL to Spark.
 
-Reads cannot write: every ``fetch`` checks its SQL (``sstore.readonly.check_query``) and runs it
-read-only where the engine can (a READ ONLY transaction in the engine or PostgreSQL, a state
+Reads cannot write: every ``fetch`` checks its SQL (``sstore.base.readonly.check_query``) and runs
+it read-only where the engine can (a READ ONLY transaction in the engine or PostgreSQL, a state
 file opened read-only with external access off); ``store`` and ``drop`` touch only the
 polystore's own schemas (``scratch.check_owned``).
 

@@ -69,12 +69,12 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from migrators.errors import TargetReplacedError
-from sstore.errors import DeclarationError, TerminalError, TransientError
+from sstore.base.errors import DeclarationError, TerminalError, TransientError
 from sstore.polystore.catalog import CatalogObject, EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
 from sstore.polystore.plan import Delivered, Plan
 from sstore.polystore.planning import PlanningInput
-from sstore.streams import BATCH_COLUMN
+from sstore.storage.streams import BATCH_COLUMN
 
 GROWING_COLUMN = BATCH_COLUMN
 ATTEMPTS = 5  # runs of one plan while sinks keep delivering, before DeliveryRaced

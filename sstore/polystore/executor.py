@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
-from sstore.duck import arrow, connect
+from sstore.base.duck import arrow, connect
+from sstore.base.readonly import check_query
+from sstore.base.sql import literal
 from sstore.polystore import cache, delivered
 from sstore.polystore.connectors import Connector, PostgresConnector, SparkConnector
 from sstore.polystore.plan import ISLAND, Fetch, Move, Plan
-from sstore.readonly import check_query
-from sstore.sql import literal
 
 
 def execute(plan: Plan, connectors: Mapping[str, Connector],

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sstore.files import write_atomically
+from sstore.base.files import write_atomically
 from sstore.polystore.corrections import Corrections, Observation, corrections
 from sstore.polystore.cost import CostModel
 

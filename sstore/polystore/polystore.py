@@ -13,7 +13,7 @@ How a query is answered:
 5. The cost model prices every plan; the cheapest feasible one runs (``executor``).
 
 Read paths cannot write: every SQL part is checked to be a plain query before planning
-(``sstore.readonly``) and again by each connector's ``fetch``; the only writes are casts and
+(``sstore.base.readonly``) and again by each connector's ``fetch``; the only writes are casts and
 cached moves, into sstore's own schemas (``scratch``), and a cast never replaces an existing
 table unless the caller says ``replace=True``.
 """
@@ -25,7 +25,6 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any, Self
 
 import pyarrow as pa
@@ -33,6 +32,7 @@ from sqlglot import exp
 
 from sstore.engine import Engine
 from sstore.polystore import cache, corrections, delivered, executor
+from sstore.polystore.casts import Casts
 from sstore.polystore.catalog import (
     Catalog,
     CatalogObject,
@@ -54,31 +54,23 @@ from sstore.polystore.plan import ISLAND, Move, Plan
 from sstore.polystore.plancache import PlanCache
 from sstore.polystore.planning import FragmentStats, PlanningInput
 from sstore.polystore.probes import Probes
-from sstore.polystore.proposals import ProposalCache, shape_key
-from sstore.polystore.rules import CHECKS, REWRITES, RULES
+from sstore.polystore.proposals import ProposalCache, propose, runner_up, shape_key, with_cached
+from sstore.polystore.rules import REWRITES
 from sstore.polystore.rules.keep_meaning import runs_outside_postgres, without_tables
-from sstore.polystore.scratch import (
-    CastExistsError,
-    ProtectedObjectError,
-    cast_table,
-    is_cast,
-)
 from sstore.polystore.sqltext import (
     QueryError,
-    parse,
     parse_shared,
     table_names,
 )
-from sstore.polystore.syntax import Cast, IslandQuery, parse_island
-from sstore.readonly import UncheckableQueryError, check_query
-from sstore.statefile import StateFileReader
-from sstore.streams import BATCH_COLUMN
+from sstore.polystore.syntax import IslandQuery, parse_island
+from sstore.storage.statefile import StateFileReader
+from sstore.storage.streams import BATCH_COLUMN
 
 GROWING_COLUMN = BATCH_COLUMN  # engine streams only grow; their copies can be topped up
 UNKNOWN_ROWS = -1  # one engine: nothing to choose, so nothing is counted
 
 
-class Polystore:
+class Polystore(Casts):
     """Queries over every engine of a catalog.
 
     ``catalog``: a ``Catalog`` or the path of its JSON file. ``engines``: live engines of this
@@ -356,7 +348,7 @@ class Polystore:
         shape = shape_key(f"{parsed.island}:{self.dialect}:{parsed.sql}", inp)
         candidates = self.proposals.get(shape, inp)
         if candidates is None:
-            candidates = _propose(inp)
+            candidates = propose(inp)
             self.proposals.put(shape, candidates)
         zone = self._postgres_time_zone(engines)
         for plan in candidates:
@@ -368,7 +360,7 @@ class Polystore:
                 and Fragment(g.engine, g.target) in kept)
         cached = self._cached(candidates, probes)
         if cached:  # what the rules would propose knowing it (they read only cached_rows)
-            candidates = [_with_cached(plan, cached) for plan in candidates]
+            candidates = [with_cached(plan, cached) for plan in candidates]
         kinds = {name: entry.kind.value for name, entry in engines.items()}
         kinds[ISLAND] = ISLAND
         from migrators.spark_session import is_running
@@ -483,138 +475,6 @@ class Polystore:
         names = plan.engines() | {g.engine for g in linked} | {g.stream_engine for g in linked}
         return {name: self.connector(name) for name in names if name != ISLAND}
 
-    def _check_before_running(self, parsed: IslandQuery) -> None:
-        """Every SQL part is a plain query and every cast has a plain name, before any cast
-        runs: a refused outer query must not leave an inner cast's table behind."""
-        for cast in parsed.casts:
-            self._check_before_running(cast.query)
-            cast_table(self.catalog.engine(self._island_engine(cast.engine)).kind, cast.name)
-        if parsed.call is None:
-            self._check_sql(parsed.sql)
-
-    def _check_sql(self, sql: str) -> None:
-        """``check_query``; SQL that does not parse is the ``QueryError`` that shows where."""
-        try:
-            check_query(sql, self.dialect)
-        except UncheckableQueryError:
-            parse(sql, self.dialect)
-            raise
-
-    def _run_casts(self, parsed: IslandQuery, replace: bool) -> None:
-        """Each cast, innermost first: its query's rows become a new table in the target
-        engine's scratch namespace, registered under the cast's name.
-
-        1. The name must be plain (no schema) and not name a catalog object that is not an
-           earlier cast (a user's table, a stream): ``ProtectedObjectError``.
-        2. If the scratch table exists, only ``replace`` lets the cast replace it
-           (``CastExistsError`` otherwise), checked before the query runs and again in the
-           transaction that creates the table.
-        3. The rows are stored (``mode="create"`` or ``"replace"``; connectors refuse any
-           table outside sstore's schemas), then the name is registered."""
-        for cast in parsed.casts:
-            self._run_casts(cast.query, replace)
-            target = self._island_engine(cast.engine)
-            connector = self.connector(target)
-            physical = cast_table(connector.kind, cast.name)
-            self._check_cast_target(cast, target, physical, replace)
-            rows = (self._call_procedure(*cast.query.call) if cast.query.call is not None
-                    else self._answer(cast.query))
-            connector.store(physical, rows, mode="replace" if replace else "create")
-            self.catalog.register(cast.name, target, physical,
-                                  {f.name: str(f.type) for f in rows.schema}, replace=True)
-
-    def _check_cast_target(self, cast: Cast, target: str, physical: str, replace: bool) -> None:
-        existing = self.catalog.find(cast.name)
-        if existing is not None:
-            others = [f for f in existing.fragments
-                      if not is_cast(self.catalog.engine(f.engine).kind, f.physical)]
-            if others:
-                where = ", ".join(f"{f.engine}:{f.physical}" for f in others)
-                raise ProtectedObjectError(
-                    f"bdcast: {cast.name!r} already names {where} in the catalog; a cast makes "
-                    f"a new object and never takes over an existing one: choose another name")
-        connector = self.connector(target)
-        if isinstance(connector, StreamingConnector) and connector.read_only:
-            connector.check_writable(physical)  # says why, before the cast's query runs
-        if not replace and connector.exists(physical):
-            raise CastExistsError(
-                f"bdcast: {physical} already exists in engine {target!r} (an earlier cast "
-                f"named {cast.name!r}); pass replace=True (sstore query --replace) to replace "
-                f"it, or choose another name")
-
     def _answer(self, parsed: IslandQuery) -> pa.Table:
         chosen = self._choose(self.plans(parsed), None)
         return executor.execute(chosen, self._connectors_for(chosen))
-
-    def _island_engine(self, name: str) -> str:
-        """An engine name, or an island's name standing for its first engine."""
-        kinds = {"relational": EngineKind.POSTGRES, "streaming": EngineKind.STREAMING,
-                 "spark": EngineKind.SPARK}
-        if name in self.catalog.engines:
-            return name
-        if name.lower() in kinds:
-            for entry in self.catalog.engines.values():
-                if entry.kind is kinds[name.lower()]:
-                    return entry.name
-        raise QueryError(f"bdcast: no engine or island named {name!r}")
-
-    def _call_procedure(self, procedure: str, arguments: str) -> pa.Table:
-        """``bdstream(CALL p(v, ...))``: one row as one batch into ``p``'s input stream; the
-        answer is ``p``'s output for that batch."""
-        for connector in self._connectors.values():
-            if not isinstance(connector, StreamingConnector) or connector.engine is None:
-                continue
-            decl = connector.engine.graph.procedures.get(procedure)
-            if decl is None:
-                continue
-            values = parse(f"SELECT {arguments}", self.dialect)
-            row = tuple(e.to_py() if isinstance(e, (exp.Literal, exp.Null))
-                        else _literal_value(e) for e in values.expressions)
-            engine = connector.engine
-            batch_id = int(engine.ingest(decl.inputs[0], [row]))
-            engine.run_until_idle()
-            for output in decl.outputs:
-                latest = engine.latest(output)
-                if latest is not None and latest[0] == batch_id:
-                    return latest[1]
-            return pa.table({"batch_id": [batch_id]})
-        raise QueryError(f"no running streaming engine here has a procedure {procedure!r} "
-                         f"(pass the live engine to Polystore(engines=...))")
-
-
-def runner_up(plans: list[Plan], chosen: Plan) -> Plan | None:
-    """The cheapest feasible plan other than ``chosen`` (``plans`` cheapest first), or None:
-    what the plan cache compares the chosen plan with as its runs are learnt."""
-    for plan in plans:
-        if plan is not chosen and plan.feasible and not math.isinf(plan.cost):
-            return plan
-    return None
-
-
-def _propose(inp: PlanningInput) -> list[Plan]:
-    plans: list[Plan] = []
-    for rule in RULES:
-        plans.extend(rule(inp))
-    if not plans:
-        raise QueryError("no rule could plan this query")
-    for check in CHECKS:
-        plans = check(inp, plans)
-    return plans
-
-
-def _with_cached(plan: Plan, cached: Mapping[str, int]) -> Plan:
-    """``plan`` with each cached move's ``cached_rows`` set: the same plan the rules propose
-    from a ``PlanningInput`` whose ``cached`` is ``cached`` (rule ``migrate_then_run`` reads
-    it for that field only; tests/test_planner_golden.py checks the two agree), without
-    printing every plan's SQL again."""
-    steps = tuple(replace(s, cached_rows=cached.get(s.cache_key, 0))
-                  if isinstance(s, Move) and s.cache_key else s for s in plan.steps)
-    return replace(plan, steps=steps)
-
-
-def _literal_value(node: exp.Expression) -> object:
-    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
-        value = node.this.to_py()
-        if isinstance(value, (int, float, Decimal)):
-            return -value
-    raise QueryError(f"CALL takes literal values; got {node.sql()!r}")

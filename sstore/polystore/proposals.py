@@ -10,8 +10,8 @@ is a function of the *shape* (``shape_key``): the query text and dialect, the ca
 it names, the fragments' columns and growing columns, which fragments are left (an empty one is
 pruned before the rules run), which engines are read-only and the memory budget. So the
 proposals are kept by shape and, on a hit, re-stamped with the new counts (``with_rows``): the
-plans the rules would propose from the new input. tests/test_planner_golden.py checks that for
-every fixture; a step ``with_rows`` cannot trace to its fragment is a miss (the rules run).
+plans the rules would propose from the new input. tests/polystore/test_planner_golden.py checks
+that for every fixture; a step ``with_rows`` cannot trace to its fragment is a miss (the rules run).
 
 Nothing needs invalidating: a catalog change, a re-split object or a changed column gives
 another key. The rules stay pure; this is memoisation of a pure function, keyed by all it reads.
@@ -19,23 +19,25 @@ another key. The rules stay pure; this is memoisation of a pure function, keyed 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sstore.polystore.catalog import Fragment
 from sstore.polystore.plan import Fetch, Move, Plan, Step
 from sstore.polystore.planning import PlanningInput, cache_key
+from sstore.polystore.rules import CHECKS, RULES
 from sstore.polystore.rules.common import fragment_name
 from sstore.polystore.rules.pull_into_island import island_fit
 from sstore.polystore.scratch import SPARK_SCRATCH_PREFIX
-from sstore.polystore.sqltext import output_rows
+from sstore.polystore.sqltext import QueryError, output_rows
 
 ShapeKey = tuple[Hashable, ...]
 
 
 def shape_key(query: str, inp: PlanningInput) -> ShapeKey:
     """Everything the rules read but the row counts (and ``cached``, which the planner sets
-    after proposing: ``polystore._with_cached``). ``query``: the query text with its island
+    after proposing: ``with_cached``). ``query``: the query text with its island
     and dialect (``inp.tree`` is parsed from it)."""
     objects = tuple((o.name, tuple(o.fragments), tuple(o.columns.items()), o.disjoint)
                     for o in inp.objects)
@@ -117,3 +119,33 @@ class ProposalCache:
     def clear(self) -> None:
         self.entries.clear()
 
+
+def runner_up(plans: list[Plan], chosen: Plan) -> Plan | None:
+    """The cheapest feasible plan other than ``chosen`` (``plans`` cheapest first), or None:
+    what the plan cache compares the chosen plan with as its runs are learnt."""
+    for plan in plans:
+        if plan is not chosen and plan.feasible and not math.isinf(plan.cost):
+            return plan
+    return None
+
+
+def propose(inp: PlanningInput) -> list[Plan]:
+    """Every plan the rules propose for ``inp``, through the checks (``rules.CHECKS``)."""
+    plans: list[Plan] = []
+    for rule in RULES:
+        plans.extend(rule(inp))
+    if not plans:
+        raise QueryError("no rule could plan this query")
+    for check in CHECKS:
+        plans = check(inp, plans)
+    return plans
+
+
+def with_cached(plan: Plan, cached: Mapping[str, int]) -> Plan:
+    """``plan`` with each cached move's ``cached_rows`` set: the same plan the rules propose
+    from a ``PlanningInput`` whose ``cached`` is ``cached`` (rule ``migrate_then_run`` reads
+    it for that field only; tests/polystore/test_planner_golden.py checks the two agree), without
+    printing every plan's SQL again."""
+    steps = tuple(replace(s, cached_rows=cached.get(s.cache_key, 0))
+                  if isinstance(s, Move) and s.cache_key else s for s in plan.steps)
+    return replace(plan, steps=steps)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
 
 SCRATCH_SCHEMA = "sstore_scratch"

@@ -15,7 +15,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.polystore.catalog import EngineKind
 from sstore.polystore.meaning import translate
 
@@ -55,7 +55,7 @@ def parse(sql: str, dialect: str = "postgres") -> exp.Expression:
 def parse_shared(sql: str, dialect: str = "postgres") -> exp.Expression:
     """``parse``, kept by text: planning a repeated query parses it once. The tree is shared
     between callers, who must only read it (the planner's rules are pure: they copy before they
-    rewrite, and tests/test_planner_golden.py checks they leave their input as it was)."""
+    rewrite, and tests/polystore/test_planner_golden.py checks they leave their input as it was)."""
     return parse(sql, dialect)
 
 

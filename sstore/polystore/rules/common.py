@@ -21,7 +21,7 @@ from sstore.polystore.sqltext import (
     to_sql,
     union_all,
 )
-from sstore.streams import BATCH_COLUMN
+from sstore.storage.streams import BATCH_COLUMN
 
 GROWING_COLUMN = BATCH_COLUMN  # an engine stream's batch-id, which a sink's watermark counts
 

@@ -31,9 +31,9 @@ import logging
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sstore.base.sql import ident
 from sstore.engine import Engine
-from sstore.sql import ident
-from sstore.transaction import Transaction
+from sstore.execution.transaction import Transaction
 from sstore.workloads.icu import rules
 from sstore.workloads.icu.generator import READING_COLUMNS
 

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 
 from migrators.sink_runner import SinkGroup
+from sstore.base.sql import one_value
 from sstore.engine import Engine
-from sstore.sql import one_value
 from sstore.workloads.icu import dataflow, run
 from sstore.workloads.icu.generator import Generated, generate
 from sstore.workloads.tpcdi.warehouse import drop_warehouse

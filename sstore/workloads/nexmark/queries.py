@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sstore.engine import Engine
-from sstore.transaction import Transaction
+from sstore.execution.transaction import Transaction
 from sstore.workloads.nexmark.generator import EVENT_COLUMNS
 
 EVENTS = "nexmark_events"

@@ -14,10 +14,10 @@ import pyarrow as pa
 from sqlglot import exp
 
 from migrators.postgres import connect, copy_arrow
+from sstore.base.resources import read_schema
+from sstore.base.sql import qualified
 from sstore.engine import Engine
 from sstore.polystore.sqltext import parse, physical_table, to_sql
-from sstore.resources import read_schema
-from sstore.sql import qualified
 
 DISTRICTS = 10              # per warehouse (clause 1.2.1)
 ORDERS_PER_DISTRICT = 3000  # initial population (clause 4.3.3.1)

@@ -20,8 +20,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from migrators.postgres import connect
-from sstore.errors import TerminalError
-from sstore.sql import ident
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident
 from sstore.workloads.tpcdi.sources import read_audit
 from sstore.workloads.tpcdi.warehouse import existing_tables
 

@@ -280,7 +280,7 @@ def backfill_dates(spark: SparkSession | None, data_dir: str | PathLike[str], ur
 
 def _not_sealed(url: str, schema: str, batches: list[int]) -> str:
     """Why ``batches`` cannot be backfilled, with where the stream stands."""
-    from sstore.workloads.tpcdi.streaming.pipeline import ID_STRIDE
+    from sstore.workloads.tpcdi.streaming.batch_ids import ID_STRIDE
 
     with connect(url) as con:
         last = watermarks.watermark_of(con, "dimtrade_changes", f"{schema}.dimtrade")

@@ -28,7 +28,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 with needs("spark"):
     from pyspark.sql import DataFrame, SparkSession
@@ -38,8 +38,8 @@ from migrators import delivery, watermarks
 from migrators.errors import TargetBehind
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
-from sstore.errors import TerminalError
-from sstore.sql import ident, one_value
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident, one_value
 from sstore.workloads.tpcdi import sources
 from sstore.workloads.tpcdi.dimtrade_spark_events import (
     BatchEvents,

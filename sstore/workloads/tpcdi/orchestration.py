@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from migrators.urls import DEFAULT_URL
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.maintenance import StreamTarget, migrate_streams
 
 if TYPE_CHECKING:
@@ -421,7 +421,7 @@ def backfill(settings: Settings, batches: Sequence[int] | Mapping[str, Any]
 def loaded_batches(settings: Settings) -> list[int]:
     """Batches 1..N where N is the newest batch in the warehouse's DimTrade ([] if empty)."""
     from migrators.postgres import connect
-    from sstore.sql import ident
+    from sstore.base.sql import ident
 
     with connect(settings.url) as con:
         row = con.execute(f"SELECT max(batchid) FROM {ident(settings.schema)}.dimtrade"

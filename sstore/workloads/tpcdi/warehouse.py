@@ -2,7 +2,7 @@
 
 The tables are defined once, in ``schemas/tpcdi.sql``, so that psql and Python build the same
 warehouse. The file names its schema with psql's ``:"schema"`` variable; here that placeholder is
-replaced by a quoted identifier (``sstore.sql.ident``), so any schema name is safe and several
+replaced by a quoted identifier (``sstore.base.sql.ident``), so any schema name is safe and several
 warehouses can live side by side in one database (one per test, one per run).
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from migrators import watermarks
 from migrators.postgres import connect
-from sstore.resources import read_schema
-from sstore.sql import ident, one_value
+from sstore.base.resources import read_schema
+from sstore.base.sql import ident, one_value
 
 PLACEHOLDER = ':"schema"'
 TABLES = ("dimdate", "dimtime", "statustype", "tradetype", "industry", "taxrate", "dimbroker",

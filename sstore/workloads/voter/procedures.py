@@ -29,9 +29,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sstore.base.sql import ident
 from sstore.engine import Engine
-from sstore.sql import ident
-from sstore.transaction import Transaction
+from sstore.execution.transaction import Transaction
 from sstore.workloads.voter.generator import VOTE_COLUMNS
 
 # Names of the streams, window, tables and procedures (one namespace in the state file).

@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sstore.base.errors import SStoreError
 from sstore.engine import Engine
-from sstore.errors import SStoreError
 from sstore.workloads.voter.generator import batches
 from sstore.workloads.voter.procedures import VOTES, voter_counts
 

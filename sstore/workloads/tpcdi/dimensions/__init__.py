@@ -17,7 +17,7 @@ data set gives the same rows and surrogate keys on every run. Modules, one job e
 
 from __future__ import annotations
 
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 with needs("spark"):
     from .historical import build_historical

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from migrators.postgres import connect
-from sstore.sql import ident
+from sstore.base.sql import ident
 from sstore.workloads.tpcdi import sources
 
 from .account import COLUMNS as ACCOUNT_COLUMNS

@@ -22,8 +22,8 @@ import psycopg
 import pyarrow as pa
 
 from migrators.postgres import connect, copy_arrow
-from sstore.errors import TerminalError
-from sstore.sql import ident
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident
 
 _PG_TO_ARROW = {
     "bigint": pa.int64(), "integer": pa.int32(), "smallint": pa.int16(),

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 from sstore.workloads.tpcdi.sources.convert import (
     any_refused,
     refusal_reasons,

@@ -8,7 +8,7 @@ SP1 SQL is generated from, so both reject the same lines.
 
 from __future__ import annotations
 
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 with needs("spark"):
     from pyspark.sql import Column, DataFrame, Window

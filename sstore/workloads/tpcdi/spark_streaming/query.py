@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sstore.extras import needs
+from sstore.base.extras import needs
 
 with needs("spark"):
     from pyspark.sql import DataFrame, SparkSession
@@ -44,9 +44,9 @@ with needs("spark"):
 from migrators import delivery, watermarks
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
-from sstore.errors import TerminalError
-from sstore.files import write_atomically
-from sstore.sql import ident
+from sstore.base.errors import TerminalError
+from sstore.base.files import write_atomically
+from sstore.base.sql import ident
 from sstore.workloads.tpcdi import dimtrade_spark
 from sstore.workloads.tpcdi.dimtrade_spark_events import empty_rows
 from sstore.workloads.tpcdi.dimtrade_spark_rules import (

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sstore.errors import TerminalError
+from sstore.base.errors import TerminalError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

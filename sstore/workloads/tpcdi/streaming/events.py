@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sstore.duck import connect, registered
+from sstore.base.duck import connect, registered
 from sstore.workloads.tpcdi.sources import REJECT_SCHEMA, read_trade, read_trade_history
 
 LINE_SCHEMA = pa.schema([("line", pa.string()), ("line_no", pa.int64()),

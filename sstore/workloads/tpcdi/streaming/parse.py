@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sstore.sql import ident, literal
+from sstore.base.sql import ident, literal
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,13 @@ from migrators.engine_to_postgres import StreamToPostgres
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
 from migrators.sink_runner import SinkGroup
+from sstore.base.errors import TerminalError
+from sstore.base.sql import ident, qualified
 from sstore.engine import Engine
-from sstore.errors import TerminalError
 from sstore.maintenance import StreamTarget
-from sstore.sql import ident, qualified
 from sstore.workloads.tpcdi.backfill import seal_batch
 from sstore.workloads.tpcdi.streaming import source_check
+from sstore.workloads.tpcdi.streaming.batch_ids import ID_STRIDE, engine_batch_id
 from sstore.workloads.tpcdi.streaming.events import (
     BatchEvents,
     batch1_events,
@@ -58,21 +59,11 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
-#: Engine batch-ids of TPC-DI batch ``b`` lie in ``(b * ID_STRIDE, (b + 1) * ID_STRIDE)``.
-ID_STRIDE = 1_000_000_000
 #: The border stream the trade event lines enter by.
 INPUT_STREAM = "trade_lines"
 #: Watermark stream of the file readers' rejects (source: the engine, target
 #: ``<schema>.rejects``); its batches are TPC-DI batch numbers.
 FILE_REJECTS_STREAM = "tpcdi file rejects"
-
-
-def engine_batch_id(tpcdi_batch: int, line_no: int) -> int:
-    """The engine batch-id of a chunk of TPC-DI batch ``tpcdi_batch`` whose last event line is
-    ``line_no`` (1-based): ids grow with the data, whatever the chunk size."""
-    if tpcdi_batch < 1 or not 1 <= line_no < ID_STRIDE:
-        raise ValueError(f"no engine batch-id for TPC-DI batch {tpcdi_batch}, line {line_no}")
-    return tpcdi_batch * ID_STRIDE + line_no
 
 
 def sinks(schema: str = "tpcdi") -> tuple[StreamTarget, ...]:
@@ -186,7 +177,7 @@ class StreamingDimTrade:
     def lines_ingested(self, tpcdi_batch: int) -> int:
         """The last event line of TPC-DI batch ``tpcdi_batch`` that the engine has taken (0:
         none). A border stream keeps its batch-ids for good (commit records, and the runs GC
-        compacts old ones into, ``sstore.gc``), so this survives restarts."""
+        compacts old ones into, ``sstore.execution.gc``), so this survives restarts."""
         low = tpcdi_batch * ID_STRIDE
         got = self.engine.query(
             "SELECT max(last) AS last FROM (SELECT max(batch_id) AS last FROM "

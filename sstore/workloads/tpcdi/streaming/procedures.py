@@ -22,9 +22,9 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sstore.base.sql import ident, literal
 from sstore.engine import Engine
-from sstore.sql import ident, literal
-from sstore.transaction import Transaction
+from sstore.execution.transaction import Transaction
 from sstore.workloads.tpcdi.dimtrade_rules import (
     ALERTS,
     CLOSING,
@@ -214,7 +214,7 @@ def declare(engine: Engine) -> None:
     engine.execute(DIMTRADE_VIEW_DDL)
 
     # SP1-SP4 are one SELECT each: the engine chains them into one statement per batch
-    # (sstore.fusion), as the hand-written reference writes them by hand
+    # (sstore.dataflow.fusion), as the hand-written reference writes them by hand
     engine.sql_procedure("parse_trades", PARSE_SQL, input="trade_lines", output="trade_events",
                          doc="SP1: split and type each line; malformed lines get a reason.")
     engine.sql_procedure("resolve_status_and_times", TIMED_SQL, input="trade_events",

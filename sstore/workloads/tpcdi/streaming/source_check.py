@@ -24,8 +24,8 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
+from sstore.base.errors import TerminalError
 from sstore.engine import Engine
-from sstore.errors import TerminalError
 from sstore.workloads.tpcdi.streaming.events import BatchEvents
 
 log = logging.getLogger("sstore.tpcdi")
