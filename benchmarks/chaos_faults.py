@@ -39,7 +39,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.chaos_procs import ROOT, admin, backends, child_env, in_copy, watermarks
-from migrators import delivery
+from migrators.watermarks import lock_rows
 from sstore.base.sql import ident, qualified
 from sstore.maintenance import StreamTarget
 
@@ -119,7 +119,7 @@ def lock_target(url: str, table: str) -> psycopg.Connection | None:
     try:
         con.execute("SET lock_timeout = '5s'")
         con.execute(f"LOCK TABLE {qualified(table)} IN SHARE MODE")
-        delivery.lock_rows(con, table)
+        lock_rows(con, table)
     except psycopg.Error:
         con.close()
         return None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psycopg
 
-from migrators import delivery
+from migrators.watermarks import rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,4 +155,4 @@ def watermarks(con: psycopg.Connection, table: str) -> frozenset[str]:
     """The watermark rows of ``table`` as text (``con`` in autocommit). Compared before and
     after, any change means a sink committed a chunk, whatever else the rows hold (which
     engine, how many rows, when)."""
-    return delivery.rows_of(con, table)
+    return rows_of(con, table)

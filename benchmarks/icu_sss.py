@@ -35,7 +35,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from migrators import delivery
+from migrators import delivery, watermarks
 from migrators.postgres import Session, copy_arrow, merge_rows
 from sstore.base.files import parquet_bytes, write_atomically
 from sstore.base.sql import ident
@@ -102,7 +102,7 @@ class StructuredStreamingIcu:
                       .start())
 
     def _create(self, con: Any) -> None:
-        delivery.ensure_watermarks(con)
+        watermarks.ensure_watermarks(con)
         s = ident(self.schema)
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
         con.execute(f"CREATE TABLE IF NOT EXISTS {s}.patient_windows (patient INTEGER, "

@@ -56,7 +56,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.plans_report import plot_shape, summarize, summary_table
-from migrators import delivery
+from migrators import watermarks
 from migrators.engine_to_postgres import StreamToPostgres
 from migrators.warehouse_url import resolve_warehouse
 from sstore import Engine
@@ -105,7 +105,7 @@ def setup_share(folder: str, url: str, feed: Feed, rows: int, share: float
     with psycopg.connect(url) as con:
         con.execute("DROP TABLE IF EXISTS public.orders_hist")
         con.execute("DROP SCHEMA IF EXISTS sstore_cache CASCADE")
-        delivery.forget_target(con, "public.orders_hist")
+        watermarks.forget_target(con, "public.orders_hist")
     sink = StreamToPostgres(engine, "orders_in", url, "public.orders_hist",
                             batch_column="_batch_id", chunk_rows=50_000)
     older = rows - round(rows * share)

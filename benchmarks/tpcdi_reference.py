@@ -51,7 +51,7 @@ from benchmarks.tpcdi_setup import (
     fresh_warehouse,
     install_dimensions,
 )
-from migrators import delivery
+from migrators import delivery, watermarks
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.postgres_to_engine import read_postgres
 from sstore.base.duck import LARGE_ROWS, arrow
@@ -220,7 +220,7 @@ class ReferenceDimTrade:
 
 
 def _create_watermarks(con: psycopg.Connection) -> None:
-    delivery.ensure_watermarks(con)
+    watermarks.ensure_watermarks(con)
     con.commit()
 
 

@@ -27,7 +27,7 @@ import psycopg
 import pyarrow.compute as pc
 from psycopg import sql
 
-from migrators import delivery
+from migrators import watermarks
 from migrators.urls import with_database
 from sstore.base.sql import ident
 from sstore.workloads.tpcdi.generator import generate
@@ -116,14 +116,14 @@ def fresh_warehouse(url: str, schema: str) -> None:
     execute(url, f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
     create_warehouse(url, schema)
     with psycopg.connect(url) as con:
-        delivery.ensure_watermarks(con)
-        delivery.forget_targets(con, schema)
+        watermarks.ensure_watermarks(con)
+        watermarks.forget_targets(con, schema)
 
 
 def drop_schema(url: str, schema: str) -> None:
     execute(url, f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
     with psycopg.connect(url) as con:
-        delivery.forget_targets(con, schema)
+        watermarks.forget_targets(con, schema)
 
 
 # -- dimensions ---------------------------------------------------------------------------------

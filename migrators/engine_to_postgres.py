@@ -23,7 +23,9 @@ A sink's life:
 4. The engine is told (acknowledgements grouped by ``ack_every`` seconds); only then may
    garbage collection remove the batches.
 
-This module says WHAT to write and keeps the sink's bookkeeping; it starts no thread. WHEN
+A sink's ``side`` (``migrators.sink_target.SinkTarget``) knows its table: name, column types,
+fence, fingerprint, the columns it follows with, the rows written for it. This module says
+WHAT to write and keeps the sink's bookkeeping; it starts no thread. WHEN
 and by whom is ``migrators.sink_runner``'s: one runner drives one sink or a group of them
 (``SinkGroup``), in a thread of its own as batches commit (``attach``), in the committing
 thread, or once (``run_once``). Transient failures (PostgreSQL away, a terminated backend)
@@ -36,11 +38,8 @@ claimed by another state file) halts the sink (``halt``), records the error in t
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -48,54 +47,26 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import backfill, delivery, drift, follow
+from migrators import backfill, delivery, watermarks
 from migrators.delivery import SinkKey
-from migrators.errors import IncompatibleSchemaError, MigrationError
-from migrators.postgres import (
-    RetryPolicy,
-    Session,
-    TargetColumns,
-    copy_arrow,
-    encode_copy,
-    merge_rows,
-    parse_name,
-    target_columns,
-    with_retries,
-)
-from migrators.read_ahead import Chunk, Converted, in_batch_order
+from migrators.errors import MigrationError
+from migrators.postgres import RetryPolicy, Session, parse_name, with_retries
+from migrators.read_ahead import Chunk, Converted, in_batch_order, in_chunks
 from migrators.recent_batches import RecentBatches
 from migrators.sink_runner import MigrationReport, SinkRunner
-from migrators.typemap import (
-    check_engine_table,
-    check_sendable,
-    checks_values,
-    for_copy,
-    for_target,
-)
+from migrators.sink_target import SinkTarget
 from sstore.base.errors import DeclarationError, GapError, SStoreError
 from sstore.base.retry import first_line
-from sstore.base.sql import ident, qualified
+from sstore.base.sql import ident
 from sstore.engine import Engine
 from sstore.execution.backpressure import Bound
 from sstore.execution.consumer_port import ConsumerPort
 from sstore.observe.sinks import SinkSnapshot
-from sstore.storage.streams import BATCH_COLUMN
 
 log = logging.getLogger("sstore.migrators")
 
 #: an acknowledgement waits for a busy engine's lock only once it is this old (seconds)
 ACK_WAIT_MAX = 0.5
-
-
-def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
-    """Within one chunk a key may change several times; its last row (in batch order) wins,
-    as it would have if every batch had been merged on its own."""
-    if rows.num_rows < 2:
-        return rows
-    numbered = rows.append_column("__pos", pa.array(range(rows.num_rows), pa.int64()))
-    last = numbered.group_by(list(key), use_threads=False).aggregate([("__pos", "max")])
-    positions = last["__pos_max"].combine_chunks()
-    return rows.take(positions.take(pc.array_sort_indices(positions)))
 
 
 @dataclass(frozen=True)
@@ -159,24 +130,11 @@ class StreamToPostgres:
     last_error: str | None = field(default=None, init=False)
     halted: str | None = field(default=None, init=False)
     _after: int | None = field(default=None, init=False)  # the target has every batch to here
-    #: the target's canonical name (``delivery.canonical_target``), learnt at each start:
-    #: the watermark's key and the name every statement of the sink uses
-    _target: str | None = field(default=None, init=False)
-    _target_types: dict[str, tuple[str, int | None, int | None]] = field(
-        default_factory=dict, init=False)
-    #: what the target must gain before the rows of an evolved stream (``migrators.follow``),
-    #: run in the transaction of the first delivery with rows, learnt at each start
-    _follow: follow.Follow = field(default_factory=follow.Follow, init=False)
-    #: the fence this sink's last start took (``delivery.claim``): a sink started later on
-    #: the same stream and target (another process) makes its next delivery fail, writing
-    #: nothing (``delivery.FencedError``)
-    _epoch: int | None = field(default=None, init=False)
+    #: the target: its canonical name, column types, fence and follow, learnt at each start,
+    #: and the rows as it takes them (``migrators.sink_target``)
+    side: SinkTarget = field(init=False, repr=False)
     _session: Session | None = field(default=None, init=False)
     _port: ConsumerPort | None = field(default=None, init=False)
-    # (rows' schema, the _target_types dict itself) for which for_copy and for_target change
-    # nothing and check no value (``checks_values``); the dict, not its id(): a new dict may
-    # get a freed one's id
-    _unchanged: tuple[pa.Schema, TargetColumns] | None = field(default=None, init=False)
     _unacked: int = field(default=0, init=False)
     _unacked_since: float = field(default=0.0, init=False)  # when _unacked last left 0
     _acked_at: float = field(default=0.0, init=False)
@@ -201,6 +159,9 @@ class StreamToPostgres:
             raise DeclarationError("chunk_rows must be at least 1")
         parse_name(self.table)  # a malformed target name fails here, before any hold
         self.key = tuple(self.key)
+        self.side = SinkTarget(self.engine, self.stream, self.table, self.mode, self.key,
+                               self.batch_column, self.detect_batch_column,
+                               self.shared_target, self.drained_target)
         if self.max_lag is not None:
             self.engine.backpressure.bound(self.consumer, self.max_lag)
         if not self.engine.started and not self.engine.foreign:
@@ -226,18 +187,17 @@ class StreamToPostgres:
         """The table as PostgreSQL names it (``schema.table``) once the sink started; the
         spelling given before. Every statement and the watermark's key use it, so that
         ``x``, ``public.x`` and ``"public"."x"`` feed one watermark of one table."""
-        return self._target if self._target is not None else self.table
+        return self.side.target
 
     @property
     def sink_key(self) -> SinkKey:
-        return SinkKey(self.engine.engine_id, self.stream, self.target,
-                       ",".join(self.key) if self.mode == "merge" else None, self._epoch)
+        return self.side.sink_key
 
     @property
     def port(self) -> ConsumerPort:
-        """Everything this sink asks of the engine about its stream, each call checked against
-        what the stream committed (``sstore.execution.consumer_port``); made when first used, after
-        the engine started."""
+        """Everything this sink asks of the engine about its stream, each call checked
+        against what the stream committed (``sstore.execution.consumer_port``); made when first
+        used, after the engine started."""
         if self._port is None:
             self._port = self.engine.port(self.stream, self.consumer)
         return self._port
@@ -261,8 +221,10 @@ class StreamToPostgres:
         return bool(self._unacked)
 
     # ------------------------------------------------------------------ setup
-    def start(self) -> int:
-        """Step 2 of the module docstring; returns the batch the sink continues after."""
+    def start(self, *, keep_fence: bool = False) -> int:
+        """Step 2 of the module docstring; returns the batch the sink continues after.
+        ``keep_fence``: check the fence this sink took (``FencedError`` if another writer
+        took it since) instead of taking it anew (``plan``, at the stream's first rows)."""
         engine = self.engine
         halted = self.port.halted()
         if halted is not None:
@@ -277,14 +239,14 @@ class StreamToPostgres:
         if missing:
             raise DeclarationError(f"key column(s) {missing} are not columns of stream "
                                    f"{self.stream!r} ({schema.names if schema else []})")
-        claimed = self.session.run(lambda con: self._claim(con, schema),
+        claimed = self.session.run(lambda con: self.side.claim(con, schema, keep_fence),
                                    f"prepare {self.table}")
-        watermark, self._epoch = claimed.batch_id, claimed.epoch
+        watermark, self.side.epoch = claimed.batch_id, claimed.epoch
         new_hold = self.port.hold()
         try:
             after = self._continue_from(claimed)
             if after > watermark:  # an accepted gap: the target's watermark moves past it
-                self.session.run(lambda con: self._skip_gap(con, watermark, after),
+                self.session.run(lambda con: self.side.skip_gap(con, watermark, after),
                                  f"record the accepted gap in {self.table}")
             acked = self.port.acknowledged()
             if after > acked:
@@ -320,110 +282,24 @@ class StreamToPostgres:
                 f"emptied, or its watermark reset, it holds batches up to {claimed.batch_id} "
                 f"only")) from None
 
-    def _claim(self, con: psycopg.Connection, schema: pa.Schema | None) -> delivery.Watermark:
-        """The target created or checked, and the checked watermark (one transaction). The
-        target's canonical name is resolved first: the table is created under it."""
-        delivery.ensure_watermarks(con)
-        with con.cursor() as cur:
-            self._target = delivery.canonical_target(cur, self.table).name
-        if schema is None:  # no rows yet: nothing to create or compare
-            if not _exists(con, self.target):
-                return delivery.Watermark(0, target=self.target)
-            return delivery.claim(con, self.sink_key, None, self.shared_target,
-                                  self.drained_target)
-        with con.cursor() as cur:
-            self._prepare_target(cur)
-        return delivery.claim(con, self.sink_key, self._prepare_target, self.shared_target,
-                              self.drained_target, self._fingerprint, _writer(self.engine))
-
-    def _fingerprint(self, cur: psycopg.Cursor, stored: str | None,
-                     watermark: delivery.Watermark) -> str:
-        """The drift check at a start (``migrators.drift``): what this sink delivers now,
-        compared with what it recorded at its last start; recorded by ``delivery.claim``."""
-        versions = self.engine.stream_versions(self.stream)
-        columns = [[str(r["column_name"]), str(r["data_type"])] for r in self.engine.query(
-            "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
-            "AND table_name = ? AND column_name <> ? ORDER BY column_index", self.stream,
-            BATCH_COLUMN).to_pylist()]
-        now = drift.Fingerprint(
-            len(versions) or 1, columns,
-            {"mode": self.mode, "key": list(self.key) if self.mode == "merge" else [],
-             "batch_column": self.batch_column}, drift.layout(cur, self.target))
-        if stored is not None:
-            drift.check(drift.Fingerprint.loads(stored), now, versions,
-                        f"sink {self.stream} -> {self.target}",
-                        compare_layout=not watermark.reset and watermark.batch_id > 0)
-        return now.dumps()
-
-    def _prepare_target(self, cur: psycopg.Cursor) -> None:
-        """Create the target if it is missing, or check that it can take the rows; remember
-        its column types (rows are converted to them before COPY)."""
-        schema = self.engine.schema(self.stream)
-        assert schema is not None
-        check_engine_table(self.engine, self.stream, f"stream {self.stream!r}")
-        existing = target_columns(cur.connection, self.target)
-        self._settle_batch_column(existing)
-        if self.batch_column:
-            schema = schema.insert(0, pa.field(self.batch_column, pa.int64()))
-        versions = self.engine.stream_versions(self.stream) if existing else []
-        prepared = follow.prepare(
-            cur.connection, self.target, schema, tuple(self.key), existing,
-            f"stream {self.stream!r}", follow.older_types(versions, self._arrow_type),
-            follow.gained(versions))
-        self._target_types, self._follow = prepared.types, prepared.follow
-
-    def _arrow_type(self, duckdb_type: str) -> pa.DataType:
-        """The Arrow type of a DuckDB type an older version of the stream had (as the
-        catalog spelt it), asked of the engine (``follow.older_types``)."""
-        return self.engine.query(f"SELECT CAST(NULL AS {duckdb_type}) AS c").schema.field(0).type
-
-    def _settle_batch_column(self, existing: TargetColumns) -> None:
-        """A target with a ``_batch_id`` column (a sink with ``batch_column`` made it) and a
-        sink without a batch column: COPY would leave the column NULL in every row it writes,
-        silently, since a nullable column the rows lack is accepted. Take it as the batch
-        column when told to detect it, else refuse by its name, before any row is written
-        or the watermark touched."""
-        if self.batch_column is not None or BATCH_COLUMN not in existing:
-            return
-        if self.detect_batch_column:
-            log.info("%s: the target has a %s column; each row's batch id goes there",
-                     self.sink_key, BATCH_COLUMN)
-            self.batch_column = BATCH_COLUMN
-            return
-        raise IncompatibleSchemaError(
-            f"target {self.table} has a {BATCH_COLUMN} column (a sink with batch_column="
-            f"{BATCH_COLUMN!r} made it), and this sink has no batch column: every row it "
-            f"writes would have {BATCH_COLUMN} NULL, which a split object, a cached copy's "
-            f"top-up or a backfill replacing by batch id would miss. Nothing was written. "
-            f"Pass batch_column={BATCH_COLUMN!r} (`sstore migrate` takes the table's own, or "
-            f"--batch-column COL)")
-
-    def _skip_gap(self, con: psycopg.Connection, watermark: int, after: int) -> None:
-        """An accepted gap: the target's watermark moves from ``watermark`` past it."""
-        with con.cursor() as cur:
-            delivery.lock(cur, self.sink_key, self._prepare_target, self.shared_target,
-                          self.drained_target)
-            delivery.skip_to(cur, self.sink_key, watermark, after)
-        con.commit()
-
     def reset(self) -> int:
         """Forget what the target was given, so that every batch the engine still has is
         delivered again (``sstore migrate --reset``): the target's watermarks of the stream
-        (every source's: ``delivery.reset``), then this consumer's acknowledgement. Returns
+        (every source's: ``watermarks.reset``), then this consumer's acknowledgement. Returns
         the watermarks forgotten.
 
         Refused (``ResetRefused``), nothing forgotten, while the target holds rows that the
-        batches delivered again would not merge into (an append: ``delivery.reset``), or
+        batches delivered again would not merge into (an append: ``watermarks.reset``), or
         rows of intervals sealed by a stream or replaced by a backfill
         (``backfill.check_reset``). The intervals are looked up under the table's canonical
         name (as a backfill records it) and the spelling given. One transaction."""
         def forget(con: psycopg.Connection) -> int:
-            delivery.ensure_watermarks(con)
+            watermarks.ensure_watermarks(con)
             with con.cursor() as cur:
-                canonical = delivery.canonical_target(cur, self.table).name
+                canonical = watermarks.canonical_target(cur, self.table).name
             for name in dict.fromkeys((canonical, self.table)):
                 backfill.check_reset(con, name)
-            return delivery.reset(con, self.stream, self.table,
+            return watermarks.reset(con, self.stream, self.table,
                                   self.key if self.mode == "merge" else ())
 
         with self.mutex:
@@ -488,33 +364,14 @@ class StreamToPostgres:
 
     # ------------------------------------------------------------------ what to write
     def plan(self) -> list[Chunk]:
-        """Step 3's chunks after where the target stands (``after``, set by ``start``)."""
+        """Step 3's chunks after where the target stands (``after``, set by ``start``). The
+        first plan after the stream's first rows, when the sink started without any,
+        prepares the target (created or checked, fingerprint recorded) under the fence its
+        start took, before any delivery (every delivery path plans first)."""
+        if not self.side.prepared and self.engine.schema(self.stream) is not None:
+            self.start(keep_fence=True)
         assert self._after is not None
-        return self._chunks(self._after)
-
-    def _chunks(self, after: int) -> list[Chunk]:
-        """Consecutive batches grouped up to ``chunk_rows`` rows (a bigger batch goes alone)."""
-        chunks: list[Chunk] = []
-        current: Chunk | None = None
-        for batch_id, n in self.port.batches(after):
-            if current is not None and current.rows + n > self.chunk_rows:
-                chunks.append(current)
-                current = None
-            if current is None:
-                current = Chunk(batch_id, batch_id, 0, 0)
-            current.last, current.rows, current.batches = batch_id, current.rows + n, \
-                current.batches + 1
-        if current is not None:
-            chunks.append(current)
-        return chunks
-
-    def convert(self, rows: pa.Table, after: int) -> Converted:
-        """``rows`` ready for a delivery after watermark ``after`` (``Converted``; the
-        runner's read-ahead calls it in its helper thread)."""
-        types = self._target_types
-        data = self.rows_for_target(rows, after, types)
-        payload = encode_copy(data) if self.mode == "append" and data.num_rows else None
-        return Converted(after, types, data, payload)
+        return in_chunks(self.port.batches(self._after), self.chunk_rows)
 
     def read(self, group: list[Chunk]) -> pa.Table:
         """The rows of a group's batches, in batch order, read through ``Engine.query`` (a
@@ -544,20 +401,20 @@ class StreamToPostgres:
         watermark elsewhere, or target types learnt anew since, convert again from the
         batches."""
         assert self._after is not None
-        after = self._after
-        types = self._target_types
+        after, side = self._after, self.side
+        types = side.types
         planned = ahead if ahead is not None and ahead.after == after and \
-            ahead.types is types else self.convert(rows, after)
+            ahead.types is types else side.convert(rows, after)
 
         def write(cur: psycopg.Cursor, watermark: int) -> int:
-            if watermark == after and self._target_types is types:
-                return self.write(cur, planned.data, planned.payload, sent=sent)
-            return self.write(cur, self.rows_for_target(rows, watermark))
+            if watermark == after and side.types is types:
+                return side.write(cur, planned.data, planned.payload, sent=sent)
+            return side.write(cur, side.rows_for_target(rows, watermark))
 
         done = self.session.run(
             lambda con: delivery.deliver(
                 con, self.sink_key, chunk.first, chunk.last, write, after=after,
-                prepare_target=self._prepare_target, shared_target=self.shared_target,
+                prepare_target=side.prepare, shared_target=self.shared_target,
                 drained_target=self.drained_target,
                 before_commit=self.before_commit, planned_rows=planned.data.num_rows),
             f"migrate {self.stream} batches {chunk.first}-{chunk.last}")
@@ -569,10 +426,9 @@ class StreamToPostgres:
         """After the COMMIT that delivered ``chunk`` (its own, or a sink group's): the sink
         continues after it, drops its held rows, counts it, acknowledges it (step 7)."""
         self._after = chunk.last
-        if done.rows and self._follow:
+        if done.rows and self.side.follow:
             log.info("%s: the target followed the stream (%s) with batches %d-%d",
-                     self.sink_key, "; ".join(self._follow.changes), chunk.first, chunk.last)
-            self._follow = follow.Follow()
+                     self.sink_key, "; ".join(self.side.followed()), chunk.first, chunk.last)
         if not self._unacked:
             self._unacked_since = time.monotonic()
         self._unacked = chunk.last
@@ -583,43 +439,6 @@ class StreamToPostgres:
         if self.on_delivered is not None and not done.skipped:
             ids = pc.unique(rows["_batch_id"]).to_pylist() if rows.num_rows else []
             self.on_delivered(Delivered(chunk.first, chunk.last, ids, done.rows, committed_at))
-
-    def rows_for_target(self, rows: pa.Table, watermark: int,
-                         types: TargetColumns | None = None) -> pa.Table:
-        """The rows of batches above ``watermark``, converted for the target (for ``types``,
-        by default the target's now: the reader thread passes the types it records, so that
-        what it converted and what it says it converted for cannot differ)."""
-        if types is None:
-            types = self._target_types
-        if watermark and rows.num_rows and rows["_batch_id"][0].as_py() <= watermark:
-            rows = rows.filter(pc.greater(rows["_batch_id"], watermark))
-        data = rows if self.batch_column else rows.drop_columns(["_batch_id"])
-        if self.batch_column:
-            data = data.rename_columns([self.batch_column, *data.column_names[1:]])
-        if self.mode == "merge":
-            data = last_per_key(data, self.key)
-        check_sendable(data)
-        unchanged = self._unchanged
-        if unchanged is not None and unchanged[1] is types and unchanged[0].equals(data.schema):
-            return data  # the conversions would rebuild the same table (checked once)
-        converted = for_target(for_copy(data), types)
-        if converted.schema.equals(data.schema) and not checks_values(types):
-            self._unchanged = (data.schema, types)
-        return converted
-
-    def write(self, cur: psycopg.Cursor, data: pa.Table, payload: bytes | None = None,
-               sent: Callable[[], None] | None = None) -> int:
-        """Step 4: converted rows into the target (``payload``: their COPY encoding;
-        ``sent``: called as PostgreSQL starts on them, ``copy_arrow``)."""
-        if self._follow and data.num_rows:  # the columns come with their first rows
-            self._follow.apply(cur)
-        if self.mode == "append":
-            copy_arrow(cur, self.target, data, payload, sent)
-        else:
-            if sent is not None:
-                sent()
-            merge_rows(cur, self.target, data, self.key)
-        return int(data.num_rows)
 
     def acknowledge(self, force: bool) -> None:
         """Step 7, at most every ``ack_every`` seconds unless ``force`` (``flush``).
@@ -667,24 +486,6 @@ class StreamToPostgres:
         except SStoreError as also:  # the engine is closing: the log line above remains
             log.error("could not record the sink's halt: %s", also)
         self.halted = message
-
-
-#: one fence token per engine object (``delivery.claim``'s ``writer``): its sinks share the
-#: fence; another engine on the same state (a copy of the file in another process) takes it
-_WRITERS: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
-
-
-def _writer(engine: Engine) -> str:
-    token = _WRITERS.get(engine)
-    if token is None:
-        token = _WRITERS[engine] = f"{os.getpid()}:{uuid.uuid4().hex}"
-    return token
-
-
-def _exists(con: psycopg.Connection, table: str) -> bool:
-    row = con.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified(table),)).fetchone()
-    con.rollback()
-    return bool(row and row[0])
 
 
 def migrate_stream(engine: Engine, url: str, stream: str, table: str, mode: str = "append",

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from pgpq import ArrowToPostgresBinaryEncoder
 
 from migrators import pg_errors  # noqa: F401 - registers PostgreSQL's retry classification
@@ -221,6 +222,17 @@ def target_columns(con: psycopg.Connection, table: str) -> TargetColumns:
                         "table_name = %s", (pg_schema, name)).fetchall()}
 
 
+def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """Within one chunk a key may change several times; its last row (in batch order) wins,
+    as it would have if every batch had been merged on its own."""
+    if rows.num_rows < 2:
+        return rows
+    numbered = rows.append_column("__pos", pa.array(range(rows.num_rows), pa.int64()))
+    last = numbered.group_by(list(key), use_threads=False).aggregate([("__pos", "max")])
+    positions = last["__pos_max"].combine_chunks()
+    return rows.take(positions.take(pc.array_sort_indices(positions)))
+
+
 def merge_rows(cur: psycopg.Cursor, table: str, rows: pa.Table, key: Sequence[str]) -> None:
     """COPY into a staging table, then move its rows into ``table`` with ``INSERT ... ON
     CONFLICT (key) DO UPDATE``: binary COPY speed for rows that update existing ones. Keys
@@ -314,7 +326,7 @@ def parse_name(table: str) -> tuple[str | None, str]:
     one is taken as written (sstore never folds case: ``Orders`` is the table ``"Orders"``).
 
     Why one parser: the watermark of a delivery is keyed on the table's canonical name
-    (``delivery.canonical_target``), so every spelling a user may give (``x``, ``public.x``,
+    (``watermarks.canonical_target``), so every spelling a user may give (``x``, ``public.x``,
     ``"public"."x"``) must name the same parts. A part holding a dot cannot be written in the
     canonical ``schema.table`` form, so it is refused with the malformed names."""
     bad = DeclarationError(f"target table must be TABLE or SCHEMA.TABLE, not {table!r}")

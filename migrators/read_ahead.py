@@ -28,7 +28,7 @@ so reading them early reads the same rows.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +52,24 @@ class Chunk:
     last: int
     rows: int
     batches: int
+
+
+def in_chunks(batches: Iterable[tuple[int, int]], chunk_rows: int) -> list[Chunk]:
+    """``batches`` (batch-id, rows; consecutive committed ones, in order) grouped into
+    chunks of up to ``chunk_rows`` rows; a bigger batch goes alone, a batch is never split."""
+    chunks: list[Chunk] = []
+    current: Chunk | None = None
+    for batch_id, n in batches:
+        if current is not None and current.rows + n > chunk_rows:
+            chunks.append(current)
+            current = None
+        if current is None:
+            current = Chunk(batch_id, batch_id, 0, 0)
+        current.last, current.rows, current.batches = batch_id, current.rows + n, \
+            current.batches + 1
+    if current is not None:
+        chunks.append(current)
+    return chunks
 
 
 @dataclass(frozen=True)

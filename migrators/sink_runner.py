@@ -59,8 +59,7 @@ import psycopg
 import pyarrow as pa
 
 from migrators import delivery
-from migrators.delivery import TargetBehind
-from migrators.errors import MigrationError
+from migrators.errors import MigrationError, TargetBehind
 from migrators.postgres import RetryPolicy, Session
 from migrators.read_ahead import Chunk, ReadAhead
 from sstore.base.errors import DeclarationError
@@ -389,7 +388,7 @@ class SinkRunner:
         fed in the committing thread, ``attach(background=False)``)."""
         after = sink.after
         assert after is not None
-        ahead = ReadAhead(chunks, after, sink.read, sink.convert,
+        ahead = ReadAhead(chunks, after, sink.read, sink.side.convert,
                           threaded=not sink.engine.holds_lock(),
                           name=f"sstore-sink-read-{sink.table}")
         try:
@@ -411,9 +410,9 @@ class SinkRunner:
         nothing changed, the sinks must deliver one by one."""
         plans: list[tuple[StreamToPostgres, Chunk]] = []
         for sink in live:
+            chunks = sink.plan()  # first: it may start the sink again (``plan``)
             after = sink.after
             assert after is not None
-            chunks = sink.plan()
             if len(chunks) > 1:
                 return False  # a backlog: each sink moves it with its own read-ahead
             if chunks:
@@ -428,7 +427,7 @@ class SinkRunner:
                 rows = sink.read([chunk])
                 after = sink.after
                 assert after is not None
-                items.append((sink, chunk, rows, sink.rows_for_target(rows, after)))
+                items.append((sink, chunk, rows, sink.side.rows_for_target(rows, after)))
             outcomes = self.session.run(lambda con: _write_round(con, items),
                                         "deliver a round of the sink group")
         except _NotCommonCase:
@@ -467,7 +466,7 @@ def _write_round(con: psycopg.Connection,
 
             def write(cur: psycopg.Cursor, _watermark: int, sink: StreamToPostgres = sink,
                       data: pa.Table = data) -> int:
-                return sink.write(cur, data)
+                return sink.side.write(cur, data)
 
             done = delivery.write_planned(con, sink.sink_key, after, chunk.last, write,
                                           data.num_rows, sink.drained_target, begin=i == 0)

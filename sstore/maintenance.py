@@ -199,14 +199,14 @@ def _watermarks(url: str, targets: Sequence[StreamTarget], engine_id: str | None
     the most recently advanced one of that stream and target."""
     if not targets:
         return {}
-    from migrators import delivery
+    from migrators import watermarks
     from migrators.postgres import connect
     from sstore.base.sql import one_value, qualified
 
     out: dict[tuple[str, str], tuple[int, int | None]] = {}
     with connect(url) as con:
         for target in targets:  # by the name given, or by the table (any spelling)
-            mark = delivery.watermark_of(con, target.stream, target.table, engine_id) or 0
+            mark = watermarks.watermark_of(con, target.stream, target.table, engine_id) or 0
             rows = None
             if one_value(con.execute("SELECT to_regclass(%s) IS NOT NULL",
                                      (qualified(target.table),)).fetchone()):

@@ -1,11 +1,14 @@
 """A writer process for the fenced-writer tests (``tests/migrators/test_fenced_writers.py``).
 
-    python -m tests.fence_worker STATE URL
+    python -m tests.fence_worker STATE URL [--output]
 
 Opens STATE (stream ``events``, one BIGINT column), makes a sink into PostgreSQL table
-``events`` and answers one line per command read from stdin:
+``events`` and answers one line per command read from stdin. With ``--output`` the sink
+delivers stream ``out`` instead, the output of a procedure copying ``events`` and declared
+without columns: it has no schema until the procedure first produces it (a sink that starts
+before that has no target to create and nothing to fingerprint), into table ``out``.
 
-- ``ingest N``: ingest batch N (rows N*10 .. N*10+2) -> ``OK``
+- ``ingest N``: ingest batch N (rows N*10 .. N*10+2), run what it triggers -> ``OK``
 - ``deliver``: move what is pending (``run_pending``) -> ``OK <rows>`` or ``ERR <Class>: <text>``
 - ``quit``
 """
@@ -13,15 +16,22 @@ Opens STATE (stream ``events``, one BIGINT column), makes a sink into PostgreSQL
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from migrators import StreamToPostgres
 from sstore import Engine
 
 
-def main(state: str, url: str) -> None:
+def main(state: str, url: str, output: bool) -> None:
     with Engine(state) as engine:
         engine.stream("events", {"id": "BIGINT"})
-        sink = StreamToPostgres(engine, "events", url, "events")
+        if output:
+            @engine.procedure(input="events", output="out")
+            def copy(tx: Any, batch: Any) -> Any:
+                return tx.sql("SELECT id FROM batch")
+
+        stream = "out" if output else "events"
+        sink = StreamToPostgres(engine, stream, url, stream)
         print("READY", flush=True)
         for line in sys.stdin:
             command, *args = line.split()
@@ -31,6 +41,7 @@ def main(state: str, url: str) -> None:
                 if command == "ingest":
                     n = int(args[0])
                     engine.ingest("events", [(n * 10 + i,) for i in range(3)], batch_id=n)
+                    engine.run_until_idle()
                     print("OK", flush=True)
                 elif command == "deliver":
                     print(f"OK {sink.run_pending()}", flush=True)
@@ -40,4 +51,4 @@ def main(state: str, url: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], "--output" in sys.argv[3:])

@@ -218,6 +218,25 @@ CHANGES: dict[str, tuple[str, list[Step]]] = {
         ("evolve", {}), ("append_batch", {}), ("run", {}), ("sink", {}), ("restart", {}),
         ("append_batch", {}), ("run", {}), ("sink", {}),
     ]),
+    # columns appended (NULL, a declared default) between deliveries, an old batch re-sent
+    # without them, the target following; then k widened too
+    "38_append_columns": ("full", [
+        ("append_batch", {}), ("run", {}), ("sink", {}), ("append_batch", {}),
+        ("append_columns", {}), ("append_batch", {}), ("run", {}), ("sink", {}),
+        ("do_resend", {"batch_id": 2, "fused": False, "same": True}),
+        ("do_resend", {"batch_id": 2, "fused": False, "same": False}),
+        ("do_resend", {"batch_id": 6, "fused": True, "same": True}),
+        ("restart", {}), ("append_batch", {}), ("run", {}), ("migrate", {"reset": False}),
+        ("evolve", {}), ("append_batch", {}), ("run", {}), ("target_by_hand", {"what": "drop"}),
+        ("sink", {}), ("redeclare", {"variant": "k_varchar"}),
+    ]),
+    # weak durability: columns appended after a checkpoint, the target following, a restart
+    "38_append_weak": ("weak", [
+        ("append_batch", {}), ("run", {}), ("sink", {}), ("append_columns", {}),
+        ("append_batch", {}), ("run", {}), ("restart", {}), ("sink", {}),
+        ("do_resend", {"batch_id": 2, "fused": False, "same": True}),
+        ("append_batch", {}), ("run", {}), ("sink", {}),
+    ]),
     # the enrich procedure upgraded with batches pending, renamed, upgraded again
     "38_upgrade": ("full", [
         ("append_batch", {}), ("run", {}), ("append_batch", {}),

@@ -2,10 +2,19 @@
 enrich procedure is upgraded, a second writer fences the sink.
 
 - ``evolve``: the program opens again with ``orders`` and ``enriched`` evolved (``k`` widened
-  to BIGINT, ``dataflow.EVOLVED_ORDERS``). It must be accepted and recorded as version 2 of
-  both streams; every value stays the same value, so the model does not change; the next
-  delivery makes the target follow (``migrators.follow``: ``k`` becomes bigint) and the
-  comparison after every step checks that nothing was lost, doubled or changed on the way.
+  to BIGINT, ``dataflow.EVOLVED_ORDERS``). It must be accepted and recorded as the next
+  version of both streams; every value stays the same value, so the model does not change;
+  the next delivery makes the target follow (``migrators.follow``: ``k`` becomes bigint) and
+  the comparison after every step checks that nothing was lost, doubled or changed on the way.
+- ``append_columns``: the program opens again with ``note VARCHAR`` and ``channel VARCHAR
+  DEFAULT 'web'`` appended to both streams (``dataflow.APPENDED``). Accepted and recorded
+  (``add note VARCHAR; add channel VARCHAR``, from the batch after the last one); in the
+  model every batch stored before reads ``note`` NULL and ``channel`` 'web' from then on
+  (``Model.stored``), later batches carry the values they were sent with (NULL among them),
+  a re-send of an old batch sends it as it was sent (without them: a no-op). The target
+  follows at its next delivery with rows: it gains both columns (nullable, no default: the
+  rows it held read NULL in them, the rows delivered with and after them their values, old
+  batches' 'web' included), which the comparison checks row by row.
 - ``upgrade``: the program opens again with the enrich procedure at its next version (the
   same rows: the model does not change); the switch must be recorded at the batch after the
   procedure's last, and no batch may run twice or not at all.
@@ -64,11 +73,34 @@ class ChangeRules(WarehouseRules):
         self.change(replace(self.program, evolved=True), "an evolution (k widened)")
         if self.stopped is not None:
             return
+        self.check_versions("widen k INTEGER -> BIGINT")
+
+    def check_versions(self, change: str) -> None:
+        """Both streams' versions are 1..n (one per evolution the program made), the last
+        one recorded as ``change``."""
+        count = 1 + self.program.evolved + self.program.appended
         for stream in ("orders", "enriched"):
             versions = self.sys.e.stream_versions(stream)
-            if [v["version"] for v in versions] != [1, 2] or \
-                    versions[1]["change"] != "widen k INTEGER -> BIGINT":
-                raise Violation(f"{stream}: the evolution is recorded as {versions}")
+            if [v["version"] for v in versions] != list(range(1, count + 1)) or \
+                    versions[-1]["change"] != change:
+                raise Violation(f"{stream}: the evolution ({change}) is recorded as "
+                                f"{versions}")
+
+    @on("append_columns")
+    @precondition(lambda self: self.system is not None and not self.program.appended)
+    @rule()
+    def append_columns(self) -> None:
+        self.step("append_columns")
+        last = self.model.last_id
+        self.change(replace(self.program, appended=True), "an evolution (columns appended)")
+        if self.stopped is not None:
+            return
+        self.model.appended_from = last + 1
+        self.check_versions("add note VARCHAR; add channel VARCHAR")
+        first = self.sys.e.stream_versions("orders")[-1]["first_batch"]
+        if first != last + 1:
+            raise Violation(f"orders: the appended columns are recorded from batch {first}; "
+                            f"the last batch before them was {last}")
 
     @on("upgrade")
     @precondition(lambda self: self.system is not None)
@@ -91,7 +123,7 @@ class ChangeRules(WarehouseRules):
     @rule()
     def second_writer(self) -> None:
         from migrators import StreamToPostgres
-        from migrators.delivery import FencedError
+        from migrators.errors import FencedError
         if self.lowprec or self.gap_expected(reset=False) or self.hand_pending:
             return  # a delivery that must refuse for its own reason: not this rule's case
         self.step("second_writer")
@@ -129,5 +161,5 @@ class ChangeRules(WarehouseRules):
         engine = Engine(path, gc_min_seconds=0)
         declare(engine, sink_consumer=self.sys.consumer, enrich_name=self.program.enrich_name,
                 retire=self.program.retire, evolved=self.program.evolved,
-                enrich_version=self.program.enrich_version)
+                enrich_version=self.program.enrich_version, appended=self.program.appended)
         return engine

@@ -22,17 +22,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from benchmarks.model.dataflow import Record
+from benchmarks.model.dataflow import Record, values
 from benchmarks.model.system import Program, System
 
 
 def encode(records: list[Record]) -> list[list[Any]]:
-    return [[r.rec, r.k, str(r.amt), r.ts.isoformat()] for r in records]
+    return [[r.rec, r.k, str(r.amt), r.ts.isoformat(), r.note, r.channel] for r in records]
 
 
 def decode(rows: list[list[Any]]) -> list[Record]:
-    return [Record(rec, k, Decimal(amt), datetime.datetime.fromisoformat(ts))
-            for rec, k, amt, ts in rows]
+    return [Record(rec, k, Decimal(amt), datetime.datetime.fromisoformat(ts), note, channel)
+            for rec, k, amt, ts, note, channel in rows]
 
 
 def main(spec_path: str) -> None:
@@ -42,25 +42,27 @@ def main(spec_path: str) -> None:
     system = System(spec["mode"], Path(spec["workdir"]), spec["url"], spec["table"])
     p = spec["program"]
     with command_stops():
-        engine = system.open(Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"],
-                                     p.get("evolved", False), p.get("enrich_version", 1)))
+        program = Program(p["enrich_name"], tuple(p["retire"]), p["orders_types"],
+                          p.get("evolved", False), p.get("enrich_version", 1),
+                          p.get("appended", False))
+        engine = system.open(program)
         try:
             if spec.get("sink"):
                 from migrators import StreamToPostgres
                 system.attached = StreamToPostgres(engine, "enriched", system.url, system.table,
                                                    accept_gap=True)
                 system.attached.attach()
-            run(engine, spec["ops"])
+            run(engine, spec["ops"], program.appended)
         finally:
             system.close()  # detaches the sink first
     print("DONE", flush=True)
 
 
-def run(engine: Any, ops: list[dict[str, Any]]) -> None:
+def run(engine: Any, ops: list[dict[str, Any]], appended: bool = False) -> None:
     for op in ops:
         kind = op["op"]
         if kind in ("ingest", "ingest_and_run"):
-            rows = [tuple(r) for r in decode(op["rows"])]
+            rows = [values(r, appended) for r in decode(op["rows"])]
             getattr(engine, kind)("orders", rows, batch_id=op["batch_id"])
         elif kind == "run":
             engine.run_until_idle()

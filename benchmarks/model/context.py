@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 SWITCHES = (
     "ingest",           # new batches on ingest (and ingest_and_run unless off)
     "evolve",           # orders and enriched evolve (a widened column; the target follows)
+    "append_columns",   # orders and enriched gain columns (NULL, a declared default)
     "upgrade",          # the enrich procedure declared with its next version
     "second_writer",    # a second engine on a copy of the state file fences the sink
     "run",              # run_until_idle

@@ -38,6 +38,11 @@ ENRICHED = {**ORDERS, "seen": "BIGINT"}
 #: ``orders`` and ``enriched`` (every value stays the same value; the target follows)
 EVOLVED_ORDERS = {**ORDERS, "k": "BIGINT"}
 EVOLVED_ENRICHED = {**EVOLVED_ORDERS, "seen": "BIGINT"}
+#: the columns the model's ``append_columns`` step appends to ``orders`` and ``enriched``
+#: (issue 38): the rows stored before it read ``note`` NULL and ``channel`` its declared
+#: default; later batches carry both (a record's own values, NULL too)
+DEFAULT_CHANNEL = "web"
+APPENDED = {"note": "VARCHAR", "channel": f"VARCHAR DEFAULT '{DEFAULT_CHANNEL}'"}
 DOUBLED = {"rec": "BIGINT", "amt2": "DECIMAL(12,2)"}
 FLAGGED = {"rec": "BIGINT", "big": "BOOLEAN"}
 READER = "reader"
@@ -54,27 +59,42 @@ class Record(NamedTuple):
     k: int
     amt: Decimal
     ts: datetime.datetime
+    #: the appended columns (``APPENDED``): None in a record sent before them
+    note: str | None = None
+    channel: str | None = None
 
 
-def make_record(rec: int, k: int, cents: int, micros: int) -> Record:
+def make_record(rec: int, k: int, cents: int, micros: int, appended: bool = False) -> Record:
     """A record whose amount has at most two decimals (so it fits DECIMAL(10,2) exactly, as a
     user would type it) and whose time has a fraction of a second (so that a target of lower
-    precision would round it: issue 34 item 4)."""
+    precision would round it: issue 34 item 4). ``appended``: with values (some NULL, some
+    the default's) in the appended columns, made from its number."""
+    note, channel = ((None if rec % 2 else f"n{rec}", (None, "shop", DEFAULT_CHANNEL)[rec % 3])
+                     if appended else (None, None))
     return Record(rec, k, Decimal(cents).scaleb(-2), BASE_TS + datetime.timedelta(
-        microseconds=micros))
+        microseconds=micros), note, channel)
+
+
+def values(record: Record, appended: bool) -> tuple[Any, ...]:
+    """The values a program sends for ``record``: the appended columns only once they are
+    declared (``appended``)."""
+    return tuple(record) if appended else tuple(record)[:4]
 
 
 def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
             retire: Sequence[str] = (), orders_types: dict[str, str] | None = None,
-            evolved: bool = False, enrich_version: int = 1) -> None:
+            evolved: bool = False, enrich_version: int = 1, appended: bool = False) -> None:
     """Declare the dataflow (module docstring) on ``engine``; ``sink_consumer`` is the
     consumer name of the PostgreSQL sink (``migrator:<table>``), declared with the dataflow
     so that ``enriched`` is kept for it from the first batch on. ``evolved``: with the
     widened columns (``EVOLVED_ORDERS``); ``enrich_version``: the version the enrich
-    procedure is declared with (``sstore.storage.upgrades``; each version computes the same
-    rows)."""
-    engine.stream("orders", orders_types or (EVOLVED_ORDERS if evolved else ORDERS))
-    engine.stream("enriched", EVOLVED_ENRICHED if evolved else ENRICHED, retain="all")
+    procedure is declared with (``sstore.storage.upgrades``; each version computes the same rows);
+    ``appended``: ``orders`` and ``enriched`` with the ``APPENDED`` columns at their end."""
+    more = APPENDED if appended else {}
+    engine.stream("orders", orders_types or {**(EVOLVED_ORDERS if evolved else ORDERS), **more})
+    engine.stream("enriched", {**(EVOLVED_ENRICHED if evolved else ENRICHED), **more},
+                  retain="all")
+    passed = "".join(f", {c}" for c in more)
     engine.stream("doubled", DOUBLED)
     engine.stream("flagged", FLAGGED, retain="all")
     engine.consumer("enriched", sink_consumer)
@@ -96,7 +116,7 @@ def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
                    "ON CONFLICT (k) DO UPDATE SET n = totals.n + excluded.n, "
                    "s = totals.s + excluded.s")
         crash_point("procedure.body")  # a crash or a stop inside user code, mid-transaction
-        return tx.sql("SELECT rec, k, amt, ts, ?::BIGINT AS seen FROM batch", seen)
+        return tx.sql(f"SELECT rec, k, amt, ts, ?::BIGINT AS seen{passed} FROM batch", seen)
 
     engine.sql_procedure("double", "SELECT rec, amt * 2 AS amt2 FROM batch",
                          input="enriched", output="doubled")
@@ -106,8 +126,9 @@ def declare(engine: Engine, *, sink_consumer: str, enrich_name: str = "enrich",
 
 # ------------------------------------------------------------------ what each output holds
 def enriched_rows(batch: Sequence[Record]) -> list[tuple[Any, ...]]:
-    """``enriched``'s batch for this ``orders`` batch: every record with ``seen``, the number
-    of rows ``enrich`` found in ``orders`` under its batch-id (the whole batch)."""
+    """``enriched``'s batch for this ``orders`` batch: every record (its appended columns
+    too: None before they were) with ``seen``, the number of rows ``enrich`` found in
+    ``orders`` under its batch-id (the whole batch)."""
     return [(*r, len(batch)) for r in batch]
 
 

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from benchmarks.model.dataflow import Record, add_totals, enriched_rows, flagged_rows
+from benchmarks.model.dataflow import (
+    DEFAULT_CHANNEL,
+    Record,
+    add_totals,
+    enriched_rows,
+    flagged_rows,
+)
 
 Row = tuple[Any, ...]
 
@@ -46,6 +52,10 @@ class Model:
     #: batches ``enrich`` may have run a second time (kept when a rename retired the old name):
     #: their totals may count once or twice
     reprocessed: list[int] = field(default_factory=list)
+    #: the first batch after the model's ``append_columns`` step (None: not taken): the
+    #: batches before it were sent without the appended columns and read NULL and the
+    #: declared default in them since (``stored``)
+    appended_from: int | None = None
 
     @property
     def last_id(self) -> int:
@@ -77,9 +87,18 @@ class Model:
             options.append(more)
         return options
 
+    def stored(self, batch_id: int) -> list[Record]:
+        """Batch ``batch_id``'s records as the engine holds them now: as sent, and a batch
+        sent before the columns were appended with their NULL and default (``batches``
+        keeps them as sent: a re-send sends them so)."""
+        records = self.batches[batch_id]
+        if self.appended_from is None or batch_id >= self.appended_from:
+            return records
+        return [r._replace(channel=DEFAULT_CHANNEL) for r in records]
+
     def delivered_rows(self, through: int, after: int = 0) -> dict[int, Row]:
         return {row[0]: row for b in self.processed_ids() if after < b <= through
-                for row in enriched_rows(self.batches[b])}
+                for row in enriched_rows(self.stored(b))}
 
 
 @dataclass
@@ -135,13 +154,13 @@ def compare(model: Model, seen: Observed, *, wal_limit: int | None) -> list[str]
     processed = model.processed_ids()
     # orders: every committed batch as sent; one not yet processed must still be there
     problems += _stream("orders", seen.orders,
-                        {b: [tuple(r) for r in rs] for b, rs in model.batches.items()},
+                        {b: [tuple(r) for r in model.stored(b)] for b in model.batches},
                         set(model.batches) - model.processed)
     # enriched: kept for the sink and the reader until both acknowledged it
     keep = {b for b in processed
             if b > max(min(seen.sink_acked, seen.reader_acked), model.released)}
     problems += _stream("enriched", seen.enriched,
-                        {b: enriched_rows(model.batches[b]) for b in processed}, keep)
+                        {b: enriched_rows(model.stored(b)) for b in processed}, keep)
     # flagged: retain "all" and no consumer: every processed batch, for ever
     problems += _stream("flagged", seen.flagged,
                         {b: flagged_rows(model.batches[b]) for b in processed}, set(processed))

@@ -92,11 +92,15 @@ class ModelMachine(ProcessRules, OutageRules, ChangeRules):
     def records(self, spec: list[tuple[int, int, int]], first: int | None = None
                 ) -> list[Record]:
         rec = self.model.next_rec if first is None else first
-        return [make_record(rec + i, k, cents, micros)
+        return [make_record(rec + i, k, cents, micros, self.program.appended)
                 for i, (k, cents, micros) in enumerate(spec)]
 
     def floats(self) -> bool:
         return self.ctx.switches.on("float_amounts")
+
+    def shaped(self, records: list[Record], shape: str) -> object:
+        """``records`` as the program sends them (``inputs.shaped``)."""
+        return shaped(records, shape, self.floats(), self.program.appended)
 
     def reopen(self, program: Program | None = None) -> None:
         self.sys.close()
@@ -154,7 +158,7 @@ class ModelMachine(ProcessRules, OutageRules, ChangeRules):
         batch_id = records[-1].rec
         call = self.sys.e.ingest_and_run if fused else self.sys.e.ingest
         try:
-            got = call("orders", shaped(records, shape, self.floats()), batch_id=batch_id)
+            got = call("orders", self.shaped(records, shape), batch_id=batch_id)
         except SStoreError as exc:
             raise Violation(f"a valid new batch {batch_id} ({shape}) was refused: "
                             f"{type(exc).__name__}: {exc}") from exc
@@ -193,7 +197,7 @@ class ModelMachine(ProcessRules, OutageRules, ChangeRules):
             records = [first._replace(amt=first.amt + 1), *records[1:]]
         call = self.sys.e.ingest_and_run if fused else self.sys.e.ingest
         try:
-            got = call("orders", shaped(records, "tuples", self.floats()), batch_id=batch_id)
+            got = call("orders", self.shaped(records, "tuples"), batch_id=batch_id)
         except ResendMismatchError:
             if same:
                 raise Violation(f"re-send of batch {batch_id} with the same rows refused as a "
@@ -224,8 +228,7 @@ class ModelMachine(ProcessRules, OutageRules, ChangeRules):
         self.step("out_of_order")
         records = self.records(spec)
         try:
-            self.sys.e.ingest("orders", shaped(records, "tuples", self.floats()),
-                              batch_id=batch_id)
+            self.sys.e.ingest("orders", self.shaped(records, "tuples"), batch_id=batch_id)
         except OutOfOrderBatchError:
             return
         except SStoreError as exc:
@@ -262,7 +265,7 @@ class ModelMachine(ProcessRules, OutageRules, ChangeRules):
         failed: BaseException | None = None
         try:
             for i, chunk in enumerate(chunks):
-                coalescer.offer(shaped(chunk, "arrow", self.floats()), token=i)
+                coalescer.offer(self.shaped(chunk, "arrow"), token=i)
             coalescer.drain()
         except CoalescerFailed as exc:
             failed = exc
@@ -409,10 +412,10 @@ class ModelMachine(ProcessRules, OutageRules, ChangeRules):
         if not want:
             return
         table = e.read_batches("enriched", want[0], want[-1])
-        got = sorted(tuple(r.values()) for r in table.select(
-            ["_batch_id", "rec", "k", "amt", "ts", "seen"]).to_pylist())
+        got = sorted((r["_batch_id"], r["rec"], r["k"], r["amt"], r["ts"], r.get("note"),
+                      r.get("channel"), r["seen"]) for r in table.to_pylist())
         expect = sorted((b, *row) for b in want
-                        for row in enriched_rows(self.model.batches[b]))
+                        for row in enriched_rows(self.model.stored(b)))
         if got != expect:
             raise Violation(f"reader: read {len(got)} rows of batches {want}, want "
                             f"{len(expect)}: {sorted(set(got) ^ set(expect))[:4]}")

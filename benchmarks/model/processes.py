@@ -128,7 +128,8 @@ class ProcessRules(WarehouseRules):
         if self.stopped is not None:
             return
         try:
-            self.sys.e.ingest("orders", shaped(records, "tuples", self.floats()),
+            self.sys.e.ingest("orders", shaped(records, "tuples", self.floats(),
+                                               self.program.appended),
                               batch_id=batch_id)
             self.sys.e.run_until_idle()
         except Exception as exc:

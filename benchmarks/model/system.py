@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.model.dataflow import ENRICH_NAMES, declare
+from benchmarks.model.dataflow import APPENDED, ENRICH_NAMES, declare
 from benchmarks.model.expected import Observed, by_batch
 from sstore import Engine
 from sstore.base.sql import ident
@@ -35,18 +35,20 @@ NOTE_BYTES = 24 << 10
 class Program:
     """What the program opening the engine declares: the enrich procedure's name, the names
     it retires, the column types of ``orders`` (None: the right ones), whether the streams
-    evolved and the enrich procedure's version (``benchmarks.model.changes``)."""
+    evolved (``k`` widened; columns appended) and the enrich procedure's version
+    (``benchmarks.model.changes``)."""
 
     enrich_name: str = ENRICH_NAMES[0]
     retire: tuple[str, ...] = ()
     orders_types: dict[str, str] | None = None
     evolved: bool = False
     enrich_version: int = 1
+    appended: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"enrich_name": self.enrich_name, "retire": list(self.retire),
                 "orders_types": self.orders_types, "evolved": self.evolved,
-                "enrich_version": self.enrich_version}
+                "enrich_version": self.enrich_version, "appended": self.appended}
 
 
 @dataclass
@@ -84,7 +86,8 @@ class System:
         try:
             declare(engine, sink_consumer=self.consumer, enrich_name=program.enrich_name,
                     retire=program.retire, orders_types=program.orders_types,
-                    evolved=program.evolved, enrich_version=program.enrich_version)
+                    evolved=program.evolved, enrich_version=program.enrich_version,
+                    appended=program.appended)
             engine.batches("orders")  # starts it: recovery, replay, the declaration checks
         except BaseException:
             engine.close()
@@ -123,9 +126,16 @@ class System:
         def rows(sql: str) -> list[tuple[Any, ...]]:
             return e.query_rows(sql)[1]
 
+        def appended(stream: str) -> str:  # NULL for a column not appended (yet)
+            schema = e.schema(stream)
+            names = set(schema.names) if schema is not None else set()
+            return ", ".join(c if c in names else f"NULL AS {c}" for c in APPENDED)
+
         return Observed(
-            orders=by_batch(rows("SELECT _batch_id, rec, k, amt, ts FROM orders")),
-            enriched=by_batch(rows("SELECT _batch_id, rec, k, amt, ts, seen FROM enriched")),
+            orders=by_batch(rows(f"SELECT _batch_id, rec, k, amt, ts, {appended('orders')} "
+                                 f"FROM orders")),
+            enriched=by_batch(rows(f"SELECT _batch_id, rec, k, amt, ts, "
+                                   f"{appended('enriched')}, seen FROM enriched")),
             flagged=by_batch(rows("SELECT _batch_id, rec, big FROM flagged")),
             totals={k: (n, s) for k, n, s in rows("SELECT k, n, s FROM totals")},
             archive=Counter(rows("SELECT rec, tag FROM archive")),
@@ -168,8 +178,13 @@ class System:
             return None
         # not prepared: a widened column (the target following an evolution) would make
         # PostgreSQL refuse a prepared plan ("cached plan must not change result type")
+        names = {r[0] for r in self.pg().execute(
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass(%s) AND "
+            "attnum > 0 AND NOT attisdropped", [f"public.{self.table}"], prepare=False)}
+        appended = ", ".join(c if c in names else f"NULL AS {c}" for c in APPENDED)
         return Counter(self.pg().execute(
-            f"SELECT rec, k, amt, ts, seen FROM {ident(self.table)}", prepare=False).fetchall())
+            f"SELECT rec, k, amt, ts, {appended}, seen FROM {ident(self.table)}",
+            prepare=False).fetchall())
 
     def by_hand(self, sql: str, *params: Any) -> int:
         """A user's statement on the target (``{t}`` is its quoted name); rows it touched."""

@@ -26,7 +26,7 @@ POINTS = (
     "gc.before_commit", "log.after_append", "checkpoint.after_snapshot",
     "dead_letters.before_delete", "file.before_rename",
     "evolve.before_commit", "evolve.after_commit", "upgrade.before_commit",
-    "procedure.body", "source.after_commit",
+    "start.before_commit", "procedure.body", "source.after_commit",
 )
 
 _target: tuple[str, int] | None = None

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from sstore.base.duck import connect
 from sstore.base.errors import DeclarationError
+from sstore.base.faults import crash_point
 from sstore.dataflow import stream_writes
 from sstore.dataflow.graph import (
     ErrorPolicy,
@@ -39,7 +40,7 @@ from sstore.execution.interrupts import Interrupts
 from sstore.execution.runtime import CommitEvent, Runtime
 from sstore.execution.scheduler import Scheduler
 from sstore.execution.transaction import Transaction
-from sstore.storage import consumers, redeclared, systables
+from sstore.storage import consumers, redeclared, systables, versioned
 from sstore.storage import upgrades as upgrades_
 from sstore.storage.checkpoints import Checkpoints
 from sstore.storage.evolution import Explicit
@@ -139,27 +140,16 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
         redeclared.check(con, graph, retired)
         switches = upgrades_.check(con, graph, versions or {}, upgrades or {}, retired)
     store = StreamStore(con, graph)
-    store.create_all(evolutions, foreign=foreign, blocked=blocked)
-    store.evolved += [f"procedure {name}" for name in switches.record(con, blocked)]
-    ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
-    collected = systables.load_collected(con)
-    ledger.load(systables.load_commits(con, collected))
-    ledger.collected = collected
-    ledger.compacted = systables.compacted_through(con)
-    borders = sorted(s for s in graph.streams if graph.is_border(s))
-    for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
-        ledger.load_ingested(stream, ranges)
-    for name, gone in ledger.start_after_collected().items():
-        log.warning("procedure %s is new: it starts after batch %d (earlier batches of "
-                    "%s were collected before it was declared)", name, gone,
-                    ", ".join(graph.procedures[name].inputs))
-    for stream, consumer in systables.load_holders(con):
-        if stream in graph.streams:
-            ledger.holders.setdefault(stream, set()).add(consumer)
-    for stream, consumer in declared_consumers:
-        consumers.hold(con, ledger, stream, consumer)
-    if not foreign:
-        systables.save_graph(con, graph)
+    plans = store.plan_evolutions(evolutions, foreign=foreign)
+    with versioned.start_transaction(con):  # evolutions, switches, holds, graph: or none
+        store.create_all(plans, blocked=blocked)
+        evolved = bool(store.evolved)
+        store.evolved += [f"procedure {name}" for name in switches.record(con, blocked)]
+        ledger = _load_ledger(con, graph, declared_consumers)
+        if not foreign:
+            systables.save_graph(con, graph)
+    if evolved:
+        crash_point("evolve.after_commit")
     rt = Runtime(con, graph, ledger, store, Scheduler(ledger, order), subscribers,
                  lock, threading.Condition(lock), input_log)
     rt.observers = observers  # shared: observers added later are seen too
@@ -183,6 +173,30 @@ def build_runtime(con: duckdb.DuckDBPyConnection, graph: Graph, *,
         for name in graph.procedures:
             rt.scheduler.halted[name] = FOREIGN
     return rt
+
+
+def _load_ledger(con: duckdb.DuckDBPyConnection, graph: Graph,
+                 declared_consumers: list[tuple[str, str]]) -> Ledger:
+    """The ledger rebuilt from the commit records, with the consumers' holds (the declared
+    ones taken now, in the start's transaction)."""
+    ledger = Ledger(graph, functools.partial(systables.was_ingested, con))
+    collected = systables.load_collected(con)
+    ledger.load(systables.load_commits(con, collected))
+    ledger.collected = collected
+    ledger.compacted = systables.compacted_through(con)
+    borders = sorted(s for s in graph.streams if graph.is_border(s))
+    for stream, ranges in systables.load_ingested(con, borders, ledger.ranges).items():
+        ledger.load_ingested(stream, ranges)
+    for name, gone in ledger.start_after_collected().items():
+        log.warning("procedure %s is new: it starts after batch %d (earlier batches of "
+                    "%s were collected before it was declared)", name, gone,
+                    ", ".join(graph.procedures[name].inputs))
+    for stream, consumer in systables.load_holders(con):
+        if stream in graph.streams:
+            ledger.holders.setdefault(stream, set()).add(consumer)
+    for stream, consumer in declared_consumers:
+        consumers.hold(con, ledger, stream, consumer)
+    return ledger
 
 
 def close_state(con: duckdb.DuckDBPyConnection, rt: Runtime | None,

@@ -236,15 +236,15 @@ class PostgresConnector:
         (which leaves it out of a plan) is always asked of the table itself (one row read,
         never estimated). The watermark row is read in the same question once this
         connection has seen ``sstore.watermarks`` exist; until then it is a second one."""
-        from migrators import delivery
+        from migrators import watermarks
         from migrators.postgres import split_name
         schema, name = split_name(physical)
         table = qualified(physical).replace("%", "%%")  # in a query with %s placeholders
-        marks_sql = delivery.GROWTH_ARRAY_SQL
-        marks_params = delivery.target_params(schema, name)
+        marks_sql = watermarks.GROWTH_ARRAY_SQL
+        marks_params = watermarks.target_params(schema, name)
         # a table no single sink feeds is counted in the same question (its rows price plans);
         # a sink-fed one is not scanned: its watermark row says how many rows it holds
-        count_sql = (f"CASE WHEN {delivery.WRITERS_SQL} "
+        count_sql = (f"CASE WHEN {watermarks.WRITERS_SQL} "
                      f"= 1 THEN NULL ELSE (SELECT count(*) FROM {table}) END")
         question = (
             "SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
@@ -254,7 +254,7 @@ class PostgresConnector:
             "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), "
             f"EXISTS (SELECT 1 FROM {table}), "
             "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique), "
-            f"c.relfilenode, {delivery.EXISTS_SQL}, "
+            f"c.relfilenode, {watermarks.EXISTS_SQL}, "
             "(SELECT array_agg(ARRAY[n2.nspname || '.' || c2.relname, "
             "coalesce(obj_description(c2.oid, 'pg_class'), '')]) FROM pg_class c2 "
             "JOIN pg_namespace n2 ON n2.oid = c2.relnamespace WHERE n2.nspname = %s), ")
@@ -285,7 +285,7 @@ class PostgresConnector:
         growth = None
         if growing in columns and not unique and has_marks:
             if marks is None:  # not asked in the same question: this connection's first time
-                row = self._execute(delivery.GROWTH_SQL, marks_params)[0]
+                row = self._execute(watermarks.GROWTH_SQL, marks_params)[0]
             else:
                 row = (None if marks[0] is None else int(marks[0]), marks[1], int(marks[2]))
             growth = _sink_growth(row, origin)
@@ -314,14 +314,14 @@ class PostgresConnector:
         Raises ``UndefinedTable`` when ``known`` and the watermarks table is gone."""
         import psycopg
 
-        from migrators import delivery
+        from migrators import watermarks
         from migrators.postgres import split_name
         if not (known or self._watermarks_seen) and not self._execute(
-                f"SELECT {delivery.EXISTS_SQL}")[0][0]:
+                f"SELECT {watermarks.EXISTS_SQL}")[0][0]:
             return []
         schema, name = split_name(physical)
         full = f"{schema}.{name}"
-        question = delivery.SINK_ROWS_SQL
+        question = watermarks.SINK_ROWS_SQL
         params = (qualified(full), stream, full, name if schema == "public" else full,
                   qualified(full), source, source)
         try:
@@ -377,18 +377,18 @@ class PostgresConnector:
         table = single_table(sql)
         if table is None:
             return None
-        from migrators import delivery
+        from migrators import watermarks
         from migrators.postgres import split_name
         schema, name = split_name(table)
         found = self._execute(
             "SELECT c.relfilenode, (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid "
             "AND i.indisunique), (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
-            f"AND a.attname = %s AND NOT a.attisdropped), {delivery.EXISTS_SQL} "
+            f"AND a.attname = %s AND NOT a.attisdropped), {watermarks.EXISTS_SQL} "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s", (column, schema, name))
         if not found or found[0][1] or not found[0][2] or not found[0][3]:
             return None
-        marks = self._execute(delivery.GROWTH_SQL, delivery.target_params(schema, name))
+        marks = self._execute(watermarks.GROWTH_SQL, watermarks.target_params(schema, name))
         return _sink_growth(marks[0] if marks else None, found[0][0])
 
     def cache_note(self, table: str) -> str | None:

@@ -31,7 +31,7 @@ the check brackets the plan instead of ordering its reads. A watermark written f
 since dropped and recreated under the same name (another OID) counts no batch while that table
 is empty: it holds none of the sink's batches until the sink delivers into it again. Holding
 rows (rebuilt by copy, restored), it may hold any of them: ``TargetReplacedError``, as the sink
-refuses it (``migrators.delivery.refuse_replaced_target``).
+refuses it (``migrators.watermarks.refuse_replaced_target``).
 
 A target emptied by hand (``TRUNCATE``, ``DELETE`` without WHERE: the same table, no row left)
 while its watermark counts delivered rows holds none of the batches the watermark says it has:
@@ -68,7 +68,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from migrators.delivery import TargetReplacedError
+from migrators.errors import TargetReplacedError
 from sstore.base.errors import DeclarationError, TerminalError, TransientError
 from sstore.polystore.catalog import CatalogObject, EngineKind, Fragment
 from sstore.polystore.connectors import Connector, PostgresConnector, StreamingConnector
@@ -313,7 +313,7 @@ def refuse_changed(link: Delivered, mark: Mark) -> None:
             f"delivered batches up to {batch_id} into (dropped and created again, or "
             f"rebuilt under its name) and it holds rows: which of the stream's batches "
             f"they are cannot be known, so the split object is not read (see "
-            f"migrators.delivery.refuse_replaced_target for what to do)")
+            f"migrators.watermarks.refuse_replaced_target for what to do)")
 
 
 def refuse_lost(link: Delivered, mark: Mark, collected: int) -> None:
@@ -416,10 +416,10 @@ def move_watermark(link: Delivered, batch_id: int) -> str:
     moves that row and no other. ``rows_total`` becomes the table's count: a watermark that
     started over counts no rows, and a table emptied later would not be noticed
     (``refuse_emptied``) while it counts none."""
-    from migrators import delivery
+    from migrators import watermarks
     from migrators.postgres import split_name
     schema, name = split_name(link.target)
-    return delivery.move_statement(link.source, link.stream, schema, name, batch_id)
+    return watermarks.move_statement(link.source, link.stream, schema, name, batch_id)
 
 
 def refuse_emptied(stream: str, engine: str, target: str, batch_id: int, rows_total: int,

@@ -15,11 +15,15 @@ state file. Now a redeclaration is compared with the table (``plan``):
   ``Engine.evolve(stream, rename=..., drop=..., cast=...)``, applied before the comparison.
 
 Every evolution of one start runs in ONE DuckDB transaction together with its version records
-(``sstore_sys.stream_versions``: stream, version, columns, first_batch, change): a crash
-(SIGKILL, crash point ``evolve.before_commit``) leaves the old tables and no record, or the new
-tables and their records, never half. ``first_batch`` is the first batch-id that carries the
-version: the one after the newest the stream has had. Version 1 (the columns before the first
-evolution) is recorded with it, so a stream that never evolved has no rows here.
+(``sstore_sys.stream_versions``: stream, version, columns, first_batch, change) and the rest of
+the start (``versioned.start_transaction``): a crash (SIGKILL, crash points
+``evolve.before_commit``, ``start.before_commit``) or a start refused after the evolution was
+accepted (an event window declared differently, a switch that cannot be recorded) leaves the
+old tables and no record, or the start succeeded with the new tables and their records, never
+half: the program before it still starts on the file. ``first_batch`` is the first batch-id
+that carries the version: the one after the newest the stream has had. Version 1 (the columns
+before the first evolution) is recorded with it, so a stream that never evolved has no rows
+here.
 
 Windows over an evolved stream get the same change on their rows table (their view is made
 again at every start from the declared columns). Nothing here runs per batch: procedures see
@@ -38,7 +42,6 @@ import duckdb
 import pyarrow as pa
 
 from sstore.base.errors import DeclarationError
-from sstore.base.faults import crash_point
 from sstore.base.fingerprint import fingerprint
 from sstore.base.sql import ident
 from sstore.dataflow.graph import Graph
@@ -222,9 +225,10 @@ def next_batch(con: duckdb.DuckDBPyConnection, graph: Graph, stream: str) -> int
 
 def apply(con: duckdb.DuckDBPyConnection, graph: Graph, plans: list[Plan],
           blocked: Callable[[], str | None] | None = None) -> None:
-    """Run ``plans`` and record their versions, all in one transaction (nothing on error:
-    ``DeclarationError`` naming the stream and DuckDB's reason). ``blocked``: why no stream
-    may evolve now, if it cannot (weak durability with batches in the input log)."""
+    """Run ``plans`` and record their versions, in the start's transaction (nothing stays on
+    error: ``DeclarationError`` naming the stream and DuckDB's reason, the start rolled
+    back). ``blocked``: why no stream may evolve now, if it cannot (weak durability with
+    batches in the input log)."""
     if not plans:
         return
     what = f"stream {plans[0].stream!r} cannot evolve ({'; '.join(plans[0].change)})"
@@ -241,7 +245,6 @@ def apply(con: duckdb.DuckDBPyConnection, graph: Graph, plans: list[Plan],
                             f"{statement.format(table=table)} failed: {exc}. Nothing was "
                             f"changed") from None
             _record(con, p, next_batch(con, graph, p.stream))
-    crash_point("evolve.after_commit")
 
 
 def _record(con: duckdb.DuckDBPyConnection, p: Plan, first_batch: int) -> None:

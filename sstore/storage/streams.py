@@ -6,7 +6,7 @@ rows are inserted, so that they commit or roll back with the rows that fired the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -75,25 +75,30 @@ class StreamStore:
         self.evolved: list[str] = []
 
     # -- setup ---------------------------------------------------------------------------------
-    def create_all(self, evolutions: Mapping[str, evolution.Explicit] | None = None, *,
-                   foreign: bool = False,
-                   blocked: Callable[[], str | None] | None = None) -> None:
-        """Create the declared streams that are missing; evolve the ones whose declaration
-        changed (``sstore.storage.evolution``: every change checked before anything is created, then
-        all of them in one transaction with their version records). ``foreign``
-        (``Engine.open_existing``): the graph is the one saved at the last start, which a
-        crash right after an evolution's commit leaves older than the tables: they are taken
-        as they are, never checked against it nor changed. ``blocked``: why no stream may
-        evolve now (``evolution.apply``)."""
-        con = self.con
+    def plan_evolutions(self, evolutions: Mapping[str, evolution.Explicit] | None = None, *,
+                        foreign: bool = False) -> list[evolution.Plan]:
+        """What redeclaring the streams does to their tables (``evolution.plan``), every
+        change checked before anything is changed; run outside a transaction (a declared
+        type is spelt as the catalog spells it by a scratch table in a rolled-back one).
+        ``foreign`` (``Engine.open_existing``): the graph is the one saved at the last
+        start; the tables are taken as they are, never checked against it nor changed."""
         plans = []
-        for decl in self.graph.streams.values():  # all checked before anything is created
+        for decl in self.graph.streams.values():
             if decl.columns is not None and not foreign and self._table_exists(decl.name):
-                found = evolution.plan(con, decl.name, decl.columns,
+                found = evolution.plan(self.con, decl.name, decl.columns,
                                        (evolutions or {}).get(decl.name))
                 if found is not None:
                     plans.append(found)
-        evolution.apply(con, self.graph, plans, blocked)
+        return plans
+
+    def create_all(self, plans: Sequence[evolution.Plan] = (), *,
+                   blocked: Callable[[], str | None] | None = None) -> None:
+        """Evolve the streams ``plans`` change (with their version records) and create the
+        declared streams that are missing, in the start's transaction
+        (``versioned.start_transaction``). ``blocked``: why no stream may evolve now
+        (``evolution.apply``)."""
+        con = self.con
+        evolution.apply(con, self.graph, list(plans), blocked)
         self.evolved = [p.stream for p in plans]
         for decl in self.graph.streams.values():
             if decl.columns is not None:

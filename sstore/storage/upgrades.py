@@ -20,10 +20,11 @@ Two ways to say it, both checked at start against ``sstore_sys.procedure_version
 gets a version record ``retired`` from the batch after its last (a procedure declared again
 later carries on its progress: that record is deleted).
 
-All the records of one start are written in ONE DuckDB transaction (crash point
-``upgrade.before_commit``) before any transaction execution runs, so every batch is run by
-exactly one version: a crash before the commit leaves the old version for every batch, after
-it the boundary is fixed. Version 1 (from batch 1) is recorded with the first switch; a
+All the records of one start are written in ONE DuckDB transaction, the start's own
+(``versioned.start_transaction``; crash point ``upgrade.before_commit`` after them), before any
+transaction execution runs, so every batch is run by exactly one version: a crash or a failed
+start before the commit leaves the old version for every batch, after it the boundary is
+fixed. Version 1 (from batch 1) is recorded with the first switch; a
 procedure that never changed has no rows here.
 """
 
@@ -79,7 +80,8 @@ class Switches:
 
     def record(self, con: duckdb.DuckDBPyConnection,
                blocked: Callable[[], str | None] | None = None) -> list[str]:
-        """Write them in one transaction (module docstring); the procedures switched."""
+        """Write them in the start's transaction (module docstring); the procedures
+        switched."""
         rows, revived = self.rows, self.revived
         if not rows and not revived:
             return []

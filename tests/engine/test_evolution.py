@@ -106,6 +106,20 @@ def test_other_changes_are_refused_naming_engine_evolve(state_path: str, declare
     assert columns(state_path) == before
 
 
+def test_a_varchar_of_a_length_becomes_a_varchar(state_path: str) -> None:
+    """VARCHAR(n) -> VARCHAR widens: DuckDB keeps no length (both are VARCHAR in its catalog),
+    so the redeclaration is the same stream, no version; and back again too."""
+    for declared, value in (("VARCHAR(4)", "abcd"), ("VARCHAR", "longer than four"),
+                            ("VARCHAR(8)", "x")):
+        with Engine(state_path) as engine:
+            engine.stream("tags", {"tag": declared})
+            engine.ingest("tags", [(value,)])
+            assert engine.stream_versions() == []
+    with Engine.open_existing(state_path) as engine:
+        assert rows(engine, "SELECT tag FROM tags ORDER BY _batch_id") == [
+            ("abcd",), ("longer than four",), ("x",)]
+
+
 def test_a_real_column_is_not_widened_to_double(state_path: str) -> None:
     """REAL -> DOUBLE is refused: 0.1 stored as REAL would read 0.10000000149011612."""
     with Engine(state_path) as engine:
@@ -277,3 +291,61 @@ def test_a_batch_sent_before_the_evolution_is_still_a_resend(state_path: str) ->
         with pytest.raises(ResendMismatchError):
             engine.ingest("orders", [(1, Decimal("2.30"), None)], batch_id=2)
         assert rows(engine, "SELECT count(*) FROM orders") == [(2,)]
+
+
+def program_with_a_window(path: str, columns: dict, size: int, batch: tuple | None = None
+                          ) -> list[tuple]:
+    """``orders`` (``columns``) and an event window of ``size`` over another stream."""
+    with Engine(path) as engine:
+        engine.stream("orders", columns)
+        engine.stream("clicks", {"t": "BIGINT"})
+        engine.event_window("per_ten", "clicks", time="t", size=size)
+        if batch is not None:
+            engine.ingest("orders", [batch])
+        return rows(engine, "SELECT * EXCLUDE (_batch_id) FROM orders ORDER BY _batch_id")
+
+
+def test_a_start_refused_after_an_accepted_evolution_keeps_nothing_of_it(
+        state_path: str) -> None:
+    """The evolution of ``orders`` is accepted, then the same start is refused (the event
+    window is declared with another size): the file keeps the old table and no version, and
+    the program before it still starts and ingests (an evolution committed on its own made
+    the old program's declaration a dropped column, refused)."""
+    program_with_a_window(state_path, V1, 10, (1, Decimal("1.25")))
+    before = columns(state_path)
+    with pytest.raises(DeclarationError, match="event window 'per_ten' is declared "
+                                               "differently"):
+        program_with_a_window(state_path, {**V1, "note": "VARCHAR"}, 20)
+    assert columns(state_path) == before
+    with Engine.open_existing(state_path) as engine:
+        assert engine.stream_versions() == []
+    assert program_with_a_window(state_path, V1, 10, (2, Decimal("2.25"))) == [
+        (1, Decimal("1.25")), (2, Decimal("2.25"))]
+    assert program_with_a_window(state_path, {**V1, "note": "VARCHAR"}, 10, (3, 1, "x")) == [
+        (1, Decimal("1.25"), None), (2, Decimal("2.25"), None), (3, Decimal("1.00"), "x")]
+    with Engine.open_existing(state_path) as engine:
+        assert [(v["version"], v["first_batch"]) for v in engine.stream_versions()] == [
+            (1, 1), (2, 3)]
+
+
+def test_a_start_killed_after_its_evolution_before_its_commit_keeps_nothing(
+        state_path: str) -> None:
+    """SIGKILL at ``start.before_commit``: the evolution, its record, the procedure switch
+    and the rest of the start were done in the start's transaction, not committed; the file
+    is as the last start left it."""
+    first_run(state_path)
+    before = columns(state_path)
+    code = (f"from sstore import Engine\n"
+            f"e = Engine({state_path!r})\n"
+            f"e.stream('orders', {{**{V1!r}, 'note': 'VARCHAR'}})\n"
+            f"e.procedure(input='orders', name='look', version=2)(lambda tx, b: None)\n"
+            f"e.ingest('orders', [(9, 1, 'x')])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "SSTORE_CRASH_AT": "start.before_commit"})
+    assert done.returncode == -9, done.stderr
+    assert columns(state_path) == before
+    with Engine.open_existing(state_path) as engine:
+        assert engine.stream_versions() == [] and engine.procedure_versions() == []
+        assert len(engine.batches("orders")) == 2
+    first_run(state_path, batches=1)  # the program before it starts on the file
+    assert columns(state_path) == before

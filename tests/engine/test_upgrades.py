@@ -11,9 +11,11 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 
 from sstore import Engine
 from sstore.base.errors import DeclarationError
+from sstore.cli import main as cli_main
 
 
 def v1(tx, batch):
@@ -65,6 +67,11 @@ def test_a_new_version_in_the_declaration_runs_from_the_next_batch(state_path: s
         engine.procedure(input="events", name="tag", version=2)(v2)
         shown = engine.status().procedures[0].versions
     assert [(v["version"], v["from_batch"]) for v in shown] == [(1, 1), (2, 3)]
+    result = CliRunner().invoke(cli_main, ["status", state_path],  # the boundary, shown
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "v1 from batch 1: created" in result.output
+    assert "v2 from batch 3: version=2 declared" in result.output
 
 
 def test_an_explicit_upgrade_switches_at_its_boundary(state_path: str) -> None:

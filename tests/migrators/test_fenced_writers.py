@@ -22,11 +22,11 @@ from sstore import Engine
 class Writer:
     """A ``tests.fence_worker`` process, driven line by line."""
 
-    def __init__(self, state: str, url: str) -> None:
+    def __init__(self, state: str, url: str, *options: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.fence_worker", state, url],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fence_worker", state, url, *options],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert self.ask(None) == "READY"
 
     def ask(self, command: str | None) -> str:
@@ -41,9 +41,9 @@ class Writer:
         self.proc.wait(timeout=60)
 
 
-def rows(url: str) -> list[int]:
+def rows(url: str, table: str = "events") -> list[int]:
     with psycopg.connect(url) as con:
-        return [r[0] for r in con.execute("SELECT id FROM events ORDER BY id").fetchall()]
+        return [r[0] for r in con.execute(f"SELECT id FROM {table} ORDER BY id").fetchall()]
 
 
 def test_a_second_writer_fences_the_first(tmp_path: Path, pg_url: str) -> None:
@@ -79,3 +79,35 @@ def test_a_second_writer_fences_the_first(tmp_path: Path, pg_url: str) -> None:
         first.close()
         if second is not None:
             second.close()
+
+
+def test_a_sink_started_before_its_stream_was_produced_is_fenced(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    """A sink on an output stream with no rows yet (no schema, no target to create) takes the
+    fence at its start all the same: a second writer started after it fences it, although
+    neither had a target when it started."""
+    primary, standby = str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")
+    with Engine(primary) as engine:
+        engine.stream("events", {"id": "BIGINT"})
+    shutil.copy(primary, standby)
+    first = Writer(primary, pg_url, "--output")
+    second = None
+    try:
+        assert first.ask("deliver") == "OK 0"  # started: no schema, no target yet
+        second = Writer(standby, pg_url, "--output")
+        assert second.ask("deliver") == "OK 0"  # started after it: the newer writer
+        assert first.ask("ingest 1") == "OK"
+        said = first.ask("deliver")
+        assert said.startswith("ERR FencedError: out -> public.out"), said
+        with psycopg.connect(pg_url) as con:
+            assert con.execute("SELECT to_regclass('public.out')").fetchone() == (None,)
+        assert second.ask("ingest 1") == "OK"
+        assert second.ask("deliver") == "OK 3"
+        assert rows(pg_url, "out") == [10, 11, 12]
+        assert first.ask("deliver").startswith("ERR FencedError")  # and it stays fenced
+        assert rows(pg_url, "out") == [10, 11, 12]
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+

@@ -16,8 +16,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from migrators.delivery import TargetReplacedError
 from migrators.engine_to_postgres import StreamToPostgres
+from migrators.errors import TargetReplacedError
 from sstore import Engine
 from sstore.polystore import Polystore
 from sstore.polystore.cost import CostModel

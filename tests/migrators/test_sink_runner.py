@@ -157,15 +157,16 @@ def test_a_sink_fed_in_the_committing_thread_raises_instead_of_halting(
 
 # ------------------------------------------------------------------------------ the shape
 def test_the_sink_starts_no_thread_and_nobody_reaches_into_it() -> None:
-    """``engine_to_postgres`` creates no thread (the runner does), and neither module uses
-    a private name of an object other than ``self``: what the runner needs of a sink is a
-    public method (``plan``, ``read``, ``move_chunk``, ``delivered``, ``halt``, ...)."""
-    sink_module = ROOT / "migrators" / "engine_to_postgres.py"
-    tree = ast.parse(sink_module.read_text(encoding="utf-8"))
-    threads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-               and n.attr in ("Thread", "ThreadPoolExecutor", "Timer")]
-    assert not threads, f"engine_to_postgres starts threads at lines {threads}"
-    for name in ("engine_to_postgres.py", "sink_runner.py"):
+    """``engine_to_postgres`` and ``sink_target`` (the sink's side of its table) create no
+    thread (the runner does), and none of them nor the runner uses a private name of an object
+    other than ``self``: what the runner needs of a sink is a public method (``plan``,
+    ``read``, ``move_chunk``, ``delivered``, ``halt``, ``side.write``, ...)."""
+    for name in ("engine_to_postgres.py", "sink_target.py"):
+        tree = ast.parse((ROOT / "migrators" / name).read_text(encoding="utf-8"))
+        threads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and n.attr in ("Thread", "ThreadPoolExecutor", "Timer")]
+        assert not threads, f"{name} starts threads at lines {threads}"
+    for name in ("engine_to_postgres.py", "sink_target.py", "sink_runner.py"):
         path = ROOT / "migrators" / name
         tree = ast.parse(path.read_text(encoding="utf-8"))
         reach_ins = [f"{name}:{n.lineno}: {ast.unparse(n)}" for n in ast.walk(tree)

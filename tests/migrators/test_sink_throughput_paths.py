@@ -236,10 +236,10 @@ def test_the_next_chunk_is_prepared_once_this_chunks_copy_is_sent(
     inside a COPY whose rows are all written, and every row arrives once."""
     from psycopg import pq
 
-    from migrators import engine_to_postgres
+    from migrators import sink_target
 
     seen: list[tuple[pq.TransactionStatus, int]] = []
-    real_copy = engine_to_postgres.copy_arrow
+    real_copy = sink_target.copy_arrow
 
     def copy_arrow(cur: psycopg.Cursor, table: str, rows: pa.Table, payload: bytes | None = None,
                    sent: object = None) -> int:
@@ -251,7 +251,7 @@ def test_the_next_chunk_is_prepared_once_this_chunks_copy_is_sent(
 
         return real_copy(cur, table, rows, payload, noted)
 
-    monkeypatch.setattr(engine_to_postgres, "copy_arrow", copy_arrow)
+    monkeypatch.setattr(sink_target, "copy_arrow", copy_arrow)
     kicks: list[int] = []
     real_kick = read_ahead.ReadAhead.kick
 

@@ -18,9 +18,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from migrators import delivery
-from migrators.delivery import SinkKey, TargetNamesConflictError
+from migrators import delivery, watermarks
+from migrators.delivery import SinkKey
 from migrators.engine_to_postgres import StreamToPostgres
+from migrators.errors import TargetNamesConflictError
 from sstore import Engine
 from sstore.cli.app import main
 from sstore.polystore import Polystore
@@ -149,7 +150,7 @@ def test_three_spellings_claim_one_watermark(pg_url: str) -> None:
     pg(pg_url, "CREATE TABLE public.x (a int)")
     seen = set()
     with psycopg.connect(pg_url) as con:
-        delivery.ensure_watermarks(con)
+        watermarks.ensure_watermarks(con)
         for spelling in ("x", "public.x", '"public"."x"'):
             watermark = delivery.claim(con, SinkKey("src", "s", spelling))
             seen.add(watermark.target)

@@ -1,16 +1,18 @@
-"""``migrators/delivery.py`` is the only code that reads or writes ``sstore.watermarks``
-(issue 34, "one sink runner"), checked on the source itself, like ``test_layers``.
+"""``migrators/delivery.py`` (the protocol's statements) and ``migrators/watermarks.py`` (the
+table's DDL, the names a row is keyed on, its readers and upkeep) are the only code that reads
+or writes ``sstore.watermarks`` (issue 34, "one sink runner"), checked on the source itself,
+like ``test_layers``.
 
 Why: the watermark decides what a restart delivers again. Each module that queried it on its
 own matched rows to tables its own way (by the spelling given, by ``split_part`` or ``LIKE``
 of the schema, with or without the OID the row was written for), and a row one module counts
 and another misses is a batch delivered twice or skipped. Readers and upkeep (status, the
-polystore's probes, dropping a warehouse) ask ``migrators.delivery`` instead.
+polystore's probes, dropping a warehouse) ask ``migrators.watermarks`` instead.
 
 A finding is any string in a module of ``sstore/``, ``migrators/``, ``benchmarks/`` or
-``dags/`` (other than ``migrators/delivery.py``) that uses the table in SQL: after ``FROM``,
-``JOIN``, ``UPDATE``, ``INTO``, ``TABLE``, ``EXISTS`` or inside ``to_regclass('...')``; and any
-use of ``delivery.WATERMARKS``, the table's name as a constant. Docstrings and comments may
+``dags/`` (other than those two) that uses the table in SQL: after ``FROM``, ``JOIN``,
+``UPDATE``, ``INTO``, ``TABLE``, ``EXISTS`` or inside ``to_regclass('...')``; and any use of
+``WATERMARKS``, the table's name as a constant. Docstrings and comments may
 name the table (they explain it); tests may query it (they check what a sink did).
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKED = ("sstore", "migrators", "benchmarks", "dags")
-OWNER = Path("migrators/delivery.py")
+OWNERS = (Path("migrators/delivery.py"), Path("migrators/watermarks.py"))
 TABLE = "sstore.watermarks"
 IN_SQL = re.compile(r"(?i)(\b(from|join|update|into|table|exists)\s+|to_regclass\(\s*')"
                     r"\"?sstore\"?\.\"?watermarks\b")
@@ -54,7 +56,7 @@ def findings(root: Path, folders: tuple[str, ...] = CHECKED) -> list[str]:
     for folder in folders:
         for path in sorted((root / folder).rglob("*.py")):
             rel = path.relative_to(root)
-            if rel == OWNER:
+            if rel in OWNERS:
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             docs = _docstrings(tree)
@@ -67,7 +69,7 @@ def findings(root: Path, folders: tuple[str, ...] = CHECKED) -> list[str]:
                 if text is not None and IN_SQL.search(text):
                     out.append(f"{rel}:{node.lineno}: {TABLE} in SQL")  # type: ignore[attr-defined]
                 elif isinstance(node, ast.Attribute) and node.attr == "WATERMARKS":
-                    out.append(f"{rel}:{node.lineno}: uses delivery.WATERMARKS")
+                    out.append(f"{rel}:{node.lineno}: uses {ast.unparse(node)}")
                 elif isinstance(node, ast.ImportFrom) and any(
                         a.name == "WATERMARKS" for a in node.names):
                     out.append(f"{rel}:{node.lineno}: imports WATERMARKS")
@@ -76,16 +78,18 @@ def findings(root: Path, folders: tuple[str, ...] = CHECKED) -> list[str]:
 
 def test_only_delivery_reads_or_writes_the_watermarks() -> None:
     found = findings(ROOT)
-    assert not found, ("sstore.watermarks used outside migrators/delivery.py (ask delivery: "
-                       "watermark_of, forget_targets, ...):\n" + "\n".join(found))
+    assert not found, ("sstore.watermarks used outside migrators/delivery.py and "
+                       "migrators/watermarks.py (ask watermarks: watermark_of, "
+                       "forget_targets, ...):\n" + "\n".join(found))
 
 
-def test_the_owner_does_write_it() -> None:
-    """The scan looks where the table really is named: the owner itself is full of it."""
-    from migrators import delivery
-    owner = (ROOT / OWNER).read_text(encoding="utf-8")
-    assert delivery.WATERMARKS == TABLE and IN_SQL.search(owner)
-    assert "FROM {WATERMARKS}" in owner and "UPDATE {WATERMARKS}" in owner
+def test_the_owners_do_write_it() -> None:
+    """The scan looks where the table really is named: the owners are full of it."""
+    from migrators import watermarks
+    assert watermarks.WATERMARKS == TABLE
+    protocol, table = ((ROOT / path).read_text(encoding="utf-8") for path in OWNERS)
+    assert IN_SQL.search(table) and "FROM {WATERMARKS}" in table
+    assert "FROM {WATERMARKS}" in protocol and "UPDATE {WATERMARKS}" in protocol
 
 
 def test_the_scan_finds_every_kind_of_use(tmp_path: Path) -> None:

@@ -238,14 +238,14 @@ def test_a_sink_delivering_during_every_run_is_a_loud_error(window) -> None:
 
 
 def test_a_sink_reset_after_planning_is_a_loud_error(window, pg_url: str) -> None:
-    from migrators import delivery
+    from migrators import watermarks
     from sstore.polystore.delivered import DeliveryLostError
     ps, _engine, _sink, _ingest = window
     plan = {p.name: p for p in ps.plans(SQL, rewrite=False)}["migrate into pg"]
     with psycopg.connect(pg_url) as con:  # emptied first: a reset over rows is refused
         con.execute("TRUNCATE public.orders_old")
         con.commit()
-        assert delivery.reset(con, "orders_in", "public.orders_old") == 1
+        assert watermarks.reset(con, "orders_in", "public.orders_old") == 1
     with pytest.raises(DeliveryLostError, match="is gone"):
         ps.run_plan(plan)
     with pytest.raises(DeclarationError, match="disjoint=True"):

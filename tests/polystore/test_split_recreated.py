@@ -27,9 +27,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from migrators.delivery import TargetReplacedError
 from migrators.engine_to_postgres import StreamToPostgres
-from migrators.errors import IncompatibleSchemaError, MigrationError
+from migrators.errors import IncompatibleSchemaError, MigrationError, TargetReplacedError
 from sstore import Engine
 from sstore.base.errors import GapError, TerminalError
 from sstore.polystore import Polystore
@@ -395,12 +394,12 @@ def test_a_reset_watermark_then_the_sinks_gap_error(collected, pg_url: str) -> N
     starts over does): the plan made with it refuses, planning finds the objects unlinked
     until a sink runs again, which writes a new watermark at 0 and refuses with the gap;
     the split object then names the lost batches."""
-    from migrators import delivery
+    from migrators import watermarks
     from sstore.polystore.delivered import UnlinkedFragmentsError
     ps, engine = collected
     pg(pg_url, f"TRUNCATE {TARGET}")  # first: a reset onto its rows is refused (appended
     with psycopg.connect(pg_url) as con:  # again, each would be there twice)
-        assert delivery.reset(con, "orders_in", TARGET) == 1
+        assert watermarks.reset(con, "orders_in", TARGET) == 1
     engine.rewind(CONSUMER, 0)
     with pytest.raises(DeliveryLostError, match="is gone"):
         answer(ps)  # the reused plan

@@ -192,7 +192,7 @@ def test_a_partial_delete_is_not_detected(split, pg_url: str) -> None:
 def test_the_check_of_a_plan_reading_the_table_alone_needs_no_watermark(split,
                                                                         pg_url: str) -> None:
     """Its SQL does not depend on the watermark: a watermark gone is not its error (deleted
-    by hand here: ``delivery.reset`` refuses to forget it while the appended rows are
+    by hand here: ``watermarks.reset`` refuses to forget it while the appended rows are
     there)."""
     ps, engine, sink = split
     sink.run_once()

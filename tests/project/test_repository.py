@@ -77,3 +77,16 @@ def test_the_tests_mirror_the_packages() -> None:
     assert set(folders) <= set(TEST_FOLDERS), set(folders) - set(TEST_FOLDERS)
     for folder in TEST_FOLDERS:
         assert (tests / folder / "__init__.py").exists(), folder
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_every_product_module_is_small() -> None:
+    """A module has one job and reads in one sitting: at most 500 lines in sstore/ and
+    migrators/ (split along the job's seams, as engine.py into engine_declarations.py and
+    engine_reads.py, not into numbered parts)."""
+    long = {str(p.relative_to(ROOT)): n for folder in ("sstore", "migrators")
+            for p in sorted((ROOT / folder).rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

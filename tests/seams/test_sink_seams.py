@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from migrators import MigrationError, StreamToPostgres
-from migrators.delivery import TargetClaimedError
+from migrators.errors import TargetClaimedError
 from sstore import Engine
 from sstore.base.errors import DeclarationError, GapError
 

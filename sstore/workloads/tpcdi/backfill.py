@@ -44,7 +44,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from migrators import backfill, delivery
+from migrators import backfill, watermarks
 from migrators.backfill import (
     Interval,
     IntervalNotSealed,
@@ -283,7 +283,7 @@ def _not_sealed(url: str, schema: str, batches: list[int]) -> str:
     from sstore.workloads.tpcdi.streaming.batch_ids import ID_STRIDE
 
     with connect(url) as con:
-        last = delivery.watermark_of(con, "dimtrade_changes", f"{schema}.dimtrade")
+        last = watermarks.watermark_of(con, "dimtrade_changes", f"{schema}.dimtrade")
     where = "the stream has delivered nothing to it"
     if last is not None:
         where = (f"the stream has delivered up to event line {last % ID_STRIDE:,} of Batch"

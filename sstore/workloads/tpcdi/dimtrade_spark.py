@@ -34,7 +34,8 @@ with needs("spark"):
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
 
-from migrators import delivery
+from migrators import delivery, watermarks
+from migrators.errors import TargetBehind
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.base.errors import TerminalError
@@ -149,7 +150,7 @@ def _key(target: str) -> delivery.SinkKey:
 def _prepare(con: psycopg.Connection, schema: str, target: str) -> int:
     """The last batch applied (0: none, also when DimTrade was recreated since); refuses to
     start without dimension rows."""
-    delivery.ensure_watermarks(con)
+    watermarks.ensure_watermarks(con)
     watermark = delivery.claim(con, _key(target))
     s = ident(schema)
     empty = [f"{schema}.{t}" for t in ("dimsecurity", "dimaccount") if not one_value(
@@ -264,7 +265,7 @@ def _write(con: psycopg.Connection, schema: str, target: str, batch_id: int, out
 
     try:
         done = delivery.deliver(con, _key(target), batch_id, batch_id, write, after=batch_id - 1)
-    except delivery.TargetBehind as behind:
+    except TargetBehind as behind:
         raise DimTradeLoadError(f"{target}: batch {batch_id} cannot be applied before batch "
                                 f"{behind.watermark.batch_id + 1} (last applied: "
                                 f"{behind.watermark.batch_id})") from behind

@@ -8,7 +8,7 @@ warehouses can live side by side in one database (one per test, one per run).
 
 from __future__ import annotations
 
-from migrators import delivery
+from migrators import watermarks
 from migrators.postgres import connect
 from sstore.base.resources import read_schema
 from sstore.base.sql import ident, one_value
@@ -42,7 +42,7 @@ def drop_warehouse(url: str, schema: str) -> None:
         raise ValueError(f"refusing to drop system schema {schema!r}")
     with connect(url) as con:
         con.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
-        delivery.forget_targets(con, schema)
+        watermarks.forget_targets(con, schema)
         if one_value(con.execute("SELECT to_regclass('sstore.intervals') IS NOT NULL"
                                  ).fetchone()):
             # versions of intervals whose rows are gone would outlive them (and a backfill

@@ -211,7 +211,7 @@ def test_a_second_checkpoint_into_the_same_table_is_refused(spark, pg_url: str,
     one, its batches would be skipped as replays and lost. The protocol refuses it instead."""
     import pyarrow as pa
 
-    from migrators import delivery
+    from migrators import delivery, watermarks
     from sstore.workloads.tpcdi.spark_streaming.query import (
         SOURCE,
         StreamingQueryFailed,
@@ -221,7 +221,7 @@ def test_a_second_checkpoint_into_the_same_table_is_refused(spark, pg_url: str,
 
     create_warehouse(pg_url, "tpcdi")
     with psycopg.connect(pg_url) as con:  # a first query delivered micro-batches 1..5
-        delivery.ensure_watermarks(con)
+        watermarks.ensure_watermarks(con)
         first = delivery.SinkKey(f"{SOURCE} first-checkpoint", BATCH_STREAM, "tpcdi.dimtrade")
         delivery.deliver(con, first, 1, 5, lambda cur, _watermark: 0, after=None)
     job = StructuredStreamingDimTrade(spark, tmp_path, pg_url, "tpcdi", str(tmp_path / "q2"),

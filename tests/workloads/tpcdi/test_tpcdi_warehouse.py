@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from migrators.delivery import ensure_watermarks
+from migrators.watermarks import ensure_watermarks
 from sstore.workloads.tpcdi.warehouse import create_warehouse, drop_warehouse
 
 

@@ -41,7 +41,7 @@ with needs("spark"):
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
 
-from migrators import delivery
+from migrators import delivery, watermarks
 from migrators.postgres import Session, copy_arrow, merge_rows
 from migrators.spark import postgres_to_dataframe
 from sstore.base.errors import TerminalError
@@ -120,7 +120,7 @@ class StructuredStreamingDimTrade:
         os.makedirs(self.staging, exist_ok=True)
         self.key = delivery.SinkKey(f"{SOURCE} {sink_id(workdir)}", BATCH_STREAM, self.target)
         self.session = Session(url)
-        self.session.run(delivery.ensure_watermarks, "create the watermark table")
+        self.session.run(watermarks.ensure_watermarks, "create the watermark table")
         self.dims: Dimensions | None = None
         self.dims_batch = 0
         self.sources: dict[int, str] = dict(sources or {})

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pyarrow.compute as pc
 
-from migrators import delivery
+from migrators import delivery, watermarks
 from migrators.engine_to_postgres import StreamToPostgres
 from migrators.postgres import Session, connect, copy_arrow
 from migrators.registry import cast
@@ -239,7 +239,7 @@ class StreamingDimTrade:
         batch = events.tpcdi_batch
 
         def load(con: psycopg.Connection) -> int:
-            delivery.ensure_watermarks(con)
+            watermarks.ensure_watermarks(con)
             return delivery.deliver(con, key, batch, batch,
                                     lambda cur, _watermark: copy_arrow(cur, key.target, rows),
                                     after=None).rows
