@@ -44,14 +44,14 @@ COLUMNS = [  # the event files' columns (generator.FILE_SCHEMA), times as epoch 
 VIEWS = [
     """CREATE TEMPORARY VIEW person AS SELECT p_id AS id, p_name AS name,
         p_email AS emailAddress, p_credit_card AS creditCard, p_city AS city, p_state AS state,
-        dateTime, p_extra AS extra FROM events WHERE event_type = 0""",
+        dateTime, p_extra AS extra{more} FROM events WHERE event_type = 0""",
     """CREATE TEMPORARY VIEW auction AS SELECT a_id AS id, a_item_name AS itemName,
         a_description AS description, a_initial_bid AS initialBid, a_reserve AS reserve,
         dateTime, CAST(TO_TIMESTAMP_LTZ(a_expires, 3) AS TIMESTAMP(3)) AS expires,
-        a_seller AS seller, a_category AS category, a_extra AS extra
+        a_seller AS seller, a_category AS category, a_extra AS extra{more}
         FROM events WHERE event_type = 1""",
     """CREATE TEMPORARY VIEW bid AS SELECT b_auction AS auction, b_bidder AS bidder,
-        b_price AS price, b_channel AS channel, b_url AS url, dateTime, b_extra AS extra
+        b_price AS price, b_channel AS channel, b_url AS url, dateTime, b_extra AS extra{more}
         FROM events WHERE event_type = 2""",
 ]
 
@@ -105,6 +105,28 @@ SQL = {
 }
 
 
+# The latency run's queries: the same, each result row also carrying ``arrival``, the newest
+# arrival among the events it was made from (a join: the later side; an aggregate: MAX). The
+# windowed queries (q5, q7, q8) run as they are: their rows are timed from the file whose
+# events closed their window (``benchmarks.nexmark_flink_latency``).
+_BIDS_ARRIVAL = "SELECT auction, bidder, {price}, dateTime, extra, arrival FROM bid"
+LATENCY_SQL = {
+    "q0": _BIDS_ARRIVAL.format(price="price"),
+    "q1": _BIDS_ARRIVAL.format(price="CAST(0.908 * price AS DECIMAL(23, 3)) AS price"),
+    "q2": "SELECT auction, price, arrival FROM bid WHERE MOD(auction, 123) = 0",
+    "q3": """SELECT P.name, P.city, P.state, A.id, GREATEST(A.arrival, P.arrival) AS arrival
+             FROM auction AS A INNER JOIN person AS P on A.seller = P.id
+             WHERE A.category = 10 and (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')""",
+    "q4": """SELECT Q.category, AVG(Q.final), MAX(Q.arrival) AS arrival FROM (
+                SELECT MAX(B.price) AS final, A.category,
+                       MAX(GREATEST(A.arrival, B.arrival)) AS arrival
+                FROM auction A, bid B
+                WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
+                GROUP BY A.id, A.category) Q
+             GROUP BY Q.category""",
+}
+
+
 def quoted(sql: str) -> str:
     """``dateTime`` is a keyword of Flink's SQL parser: quote it (the nexmark text did not
     need to with the Flink it was written for)."""
@@ -152,16 +174,21 @@ def environment(parallelism: int):  # type: ignore[no-untyped-def]
     return env
 
 
-def declare(env, events_dir: str) -> None:  # type: ignore[no-untyped-def]
-    cols = ",\n  ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
+def declare(env, events_dir: str, live: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """The ``events`` table and the nexmark views over it. ``live``: the latency run's source,
+    which watches ``events_dir`` for new files (unbounded) and whose rows have one more
+    column, ``arrival`` (epoch ms when their file was dropped in), kept by the views."""
+    extra = [("arrival", "BIGINT")] if live else []
+    cols = ",\n  ".join(f"`{name}` {kind}" for name, kind in COLUMNS + extra)
+    watch = ", 'source.monitor-interval' = '100 ms'" if live else ""
     env.execute_sql(f"""CREATE TEMPORARY TABLE events (
   {cols},
   `dateTime` AS CAST(TO_TIMESTAMP_LTZ(`date_time`, 3) AS TIMESTAMP(3)),
   WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = '{events_dir}', 'format' = 'csv',
-        'csv.null-literal' = '')""")
+        'csv.null-literal' = ''{watch})""")
     for view in VIEWS:
-        env.execute_sql(quoted(view))
+        env.execute_sql(quoted(view.format(more=", arrival" if live else "")))
 
 
 def _text(value: object) -> str:
@@ -237,8 +264,52 @@ def check(env, query: str, names: list[str], cols: str, check_dir: str) -> int: 
     return sum(rows.values())
 
 
+def latency_run(parallelism: int, query: str, live_dir: str) -> None:  # type: ignore[no-untyped-def]
+    """The latency run of ``query``: an unbounded job over a watched folder, each result row
+    stamped with ``emitted`` (``CURRENT_ROW_TIMESTAMP()``, evaluated as the row reaches the
+    sink) into CSV files (debezium-json for q4). Prints ``{"ready": query, "inbox": ...}``;
+    the parent drops the event files into the inbox, then writes a line to this process's
+    stdin; the job is then stopped with a savepoint (no drain: windows still open stay
+    unfired), which commits the sink's files, and ``{"latency": query, "files": ...,
+    "columns": [...]}`` is printed."""
+    base = os.path.join(live_dir, query)
+    inbox, out = os.path.join(base, "inbox"), os.path.join(base, "out")
+    os.makedirs(inbox, exist_ok=True)
+    env = environment(parallelism)
+    # a reader waiting for the next file must not hold the watermark back (the files come
+    # one by one, in event-time order, so a reader that resumes is never behind it)
+    env.get_config().set("table.exec.source.idle-timeout", "500 ms")
+    # the savepoint that stops it holds the join states: in files, not in the JobManager
+    env.get_config().set("execution.checkpointing.storage", "filesystem")
+    env.get_config().set("execution.checkpointing.dir", "file://" + os.path.join(base, "cp"))
+    declare(env, inbox, live=True)
+    stamped = ("SELECT Q.*, DATE_FORMAT(CAST(CURRENT_ROW_TIMESTAMP() AS TIMESTAMP(3)), "
+               f"'yyyy-MM-dd HH:mm:ss.SSS') AS emitted FROM ({LATENCY_SQL.get(query, SQL[query])}"
+               ") AS Q")
+    select = env.sql_query(quoted(stamped))
+    names = list(select.get_schema().get_field_names())
+    kinds = [str(t) for t in select.get_schema().get_field_data_types()]
+    cols = ", ".join(f"`{n}` {k.replace(' NOT NULL', '')}" for n, k in zip(names, kinds))
+    fmt = ("'format' = 'debezium-json'" if query in CHANGELOG
+           else "'format' = 'csv', 'csv.null-literal' = ''")
+    env.execute_sql(f"CREATE TEMPORARY TABLE live_{query} ({cols}) WITH ("
+                    f"'connector' = 'filesystem', 'path' = '{out}', {fmt})")
+    job = select.execute_insert(f"live_{query}").get_job_client()
+    print(json.dumps({"ready": query, "inbox": inbox}), flush=True)
+    sys.stdin.readline()
+    # PyFlink 2.3's ``stop_with_savepoint`` calls a Java signature that no longer exists
+    # (it lacks the format type): the Java client is called with it directly
+    from pyflink.java_gateway import get_gateway
+    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    job._j_job_client.stopWithSavepoint(False, "file://" + os.path.join(base, "savepoint"),
+                                        canonical).get()
+    job.get_job_execution_result().result()  # ended: the sink's files are committed
+    print(json.dumps({"latency": query, "files": out, "columns": names}), flush=True)
+
+
 def main(argv: list[str]) -> None:
     events_dir, queries, parallelism, check_dir = argv[0], argv[1], int(argv[2]), argv[3]
+    live_dir = argv[4] if len(argv) > 4 else None
     began = time.perf_counter()
     env = environment(parallelism)
     declare(env, events_dir)
@@ -246,6 +317,8 @@ def main(argv: list[str]) -> None:
     for query in queries.split(","):
         record = run_query(env, query, check_dir)
         print(json.dumps(record | {"startup_s": startup}), flush=True)
+        if live_dir is not None:
+            latency_run(parallelism, query, live_dir)
 
 
 if __name__ == "__main__":
