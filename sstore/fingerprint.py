@@ -31,6 +31,7 @@ source sends them in the same order).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -47,7 +48,18 @@ _OFFSETS = {pa.string(): np.int32, pa.binary(): np.int32,
 #: beside the transaction that ingests it (``soon``); below, the handover costs more than it
 #: saves (a TPC-DI batch of 250 lines: 0.03 ms)
 SOON_VALUES = 100_000
-_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sstore-fingerprint")
+_workers: dict[int, ThreadPoolExecutor] = {}  # by process: a forked child has no thread
+
+
+def _worker() -> ThreadPoolExecutor:
+    """This process's worker. Not one inherited through ``fork``: the child has no thread
+    behind it, and its idle count would send work to that thread, never to run."""
+    pid = os.getpid()
+    worker = _workers.get(pid)
+    if worker is None:
+        worker = _workers[pid] = ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="sstore-fingerprint")
+    return worker
 
 
 def soon(table: pa.Table) -> Callable[[], int]:
@@ -59,7 +71,7 @@ def soon(table: pa.Table) -> Callable[[], int]:
     if table.num_rows * table.num_columns < SOON_VALUES:
         value = fingerprint(table)
         return lambda: value
-    return _worker.submit(fingerprint, table).result
+    return _worker().submit(fingerprint, table).result
 
 
 def fingerprint(table: pa.Table) -> int:
