@@ -149,21 +149,21 @@ def run_spark(qs: list[str], events: pa.Table, expected: dict[str, pa.Table],
 
 
 def run_flink(qs: list[str], events: pa.Table, expected: dict[str, pa.Table], files_dir: str,
-              console: Console) -> list[dict[str, Any]]:
+              console: Console, live_files: list[str] | None = None) -> list[dict[str, Any]]:
     from benchmarks import nexmark_flink
     python = nexmark_flink.ensure_venv(log=console.print)
     wanted = [q for q in qs if q not in NOT_ON["flink"]]
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="bench-nexmark-flink-") as tmp:
-        found = nexmark_flink.run(python, files_dir, wanted, cores, tmp)
+        found = nexmark_flink.run(python, files_dir, wanted, cores, tmp, live_files)
         out = []
         for r in found:
             query = r["query"]
             got = _read_check(os.path.join(tmp, f"{query}.csv"), expected[query])
-            rec = _record("flink", query, None, events.num_rows, r["seconds"], None,
-                          _equal(events, query, expected[query], got),
+            rec = _record("flink", query, None, events.num_rows, r["seconds"],
+                          r.get("latencies_ms"), _equal(events, query, expected[query], got),
                           peak_rss_mb=r["peak_rss_mb"], startup_s=round(r["startup_s"], 1),
-                          result_rows=r["rows"], parallelism=cores)
+                          result_rows=r["rows"], parallelism=cores, check_s=r.get("check_s"))
             console.print(_line(rec))
             out.append(rec)
     return out
@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-spark", action="store_true")
     parser.add_argument("--no-flink", action="store_true")
+    parser.add_argument("--no-flink-latency", action="store_true",
+                        help="skip Flink's latency runs (files dropped into a watched folder)")
     parser.add_argument("--name", default=None, help="results file name (default: nexmark, "
                         "nexmark-quick with --quick)")
     args = parser.parse_args(argv)
@@ -261,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
                 for path in files:
                     with open(path, "rb") as f:
                         out.write(f.read())
-            records += run_flink(args.queries, events, expected, one, console)
+            records += run_flink(args.queries, events, expected, one, console,
+                                 None if args.no_flink_latency else files)
     console.print(results_table(records))
     name = args.name or ("nexmark-quick" if args.quick else "nexmark")
     machine = machine_info() | {"loadavg_at_start": load_at_start}

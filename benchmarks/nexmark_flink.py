@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 FLINK_PACKAGE = "apache-flink==2.3.0"
@@ -57,18 +58,52 @@ def ensure_venv(path: str | None = None, log: Any = print) -> str:
 
 
 def run(python: str, events_dir: str, queries: list[str], parallelism: int, check_dir: str,
-        timeout: float = 3600) -> list[dict[str, Any]]:
+        live_files: list[str] | None = None, timeout: float = 3600) -> list[dict[str, Any]]:
     """Run ``queries`` on Flink over the event files; one record per query (the job's JSON
     line: seconds of the timed run, startup, peak RSS of the JVM, result rows). The results
-    are in ``check_dir/<query>.csv``."""
+    are in ``check_dir/<query>.csv``. ``live_files``: the event files of 10,000 to drop into
+    each query's latency run (``benchmarks.nexmark_flink_latency``), which adds
+    ``latencies_ms`` to its record; None: no latency run."""
+    from benchmarks import nexmark_flink_latency as latency
     os.makedirs(check_dir, exist_ok=True)
-    done = subprocess.run([python, JOB, events_dir, ",".join(queries), str(parallelism),
-                           check_dir], capture_output=True, text=True, timeout=timeout,
-                          check=False, cwd=check_dir)
-    records = [json.loads(line) for line in done.stdout.splitlines()
-               if line.startswith("{")]
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"the Flink job failed (exit {done.returncode}) after "
-                           f"{len(records)} queries:\n{tail}")
+    args = [python, JOB, events_dir, ",".join(queries), str(parallelism), check_dir]
+    if live_files is not None:
+        args.append(os.path.join(check_dir, "live"))
+    deadline = time.monotonic() + timeout
+    records: list[dict[str, Any]] = []
+    with open(os.path.join(check_dir, "job.stderr"), "w+", encoding="utf-8") as errors, \
+            subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=errors, text=True, cwd=check_dir) as job:
+        assert job.stdin is not None and job.stdout is not None
+        stdin, stdout = job.stdin, job.stdout
+
+        def message() -> dict[str, Any]:
+            while True:
+                line = stdout.readline()
+                if not line:
+                    return {}
+                if line.startswith("{"):
+                    return dict(json.loads(line))
+
+        def stop() -> None:
+            stdin.write("stop\n")
+            stdin.flush()
+
+        while time.monotonic() < deadline:
+            found = message()
+            if not found:
+                break
+            if "ready" in found:
+                assert live_files is not None
+                records[-1] |= latency.measure(found, live_files, stop, message)
+            else:
+                records.append(found)
+        else:
+            job.kill()
+        code = job.wait()
+        if code != 0:
+            errors.seek(0)
+            tail = "\n".join(errors.read().strip().splitlines()[-15:])
+            raise RuntimeError(f"the Flink job failed (exit {code}) after "
+                               f"{len(records)} queries:\n{tail}")
     return records

@@ -11,11 +11,12 @@ project's text, in ``SQL``), one job after the other in the same JVM:
 
 1. **timed**: ``INSERT INTO`` a ``blackhole`` sink, as the nexmark project measures Flink; the
    seconds from submitting the job to its end, and the peak RSS of the JVM meanwhile;
-2. **check**: the same SELECT collected (its changelog applied: ``-U``/``-D`` retract a row)
-   and written to ``CHECK_DIR/<query>.csv`` for the comparison with the other systems.
+2. **check**: the same SELECT into a ``filesystem`` sink (CSV files; debezium-json for q4's
+   updating result, its changelog applied here), gathered into ``CHECK_DIR/<query>.csv`` for
+   the comparison with the other systems (``check``).
 
-Prints one JSON line per query: ``{"query", "seconds", "startup_s", "peak_rss_mb", "rows"}``
-(``startup_s``: the JVM and table environment, once for all queries).
+Prints one JSON line per query: ``{"query", "seconds", "startup_s", "peak_rss_mb", "rows",
+"check_s"}`` (``startup_s``: the JVM and table environment, once for all queries).
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ COLUMNS = [  # the event files' columns (generator.FILE_SCHEMA), times as epoch 
 VIEWS = [
     """CREATE TEMPORARY VIEW person AS SELECT p_id AS id, p_name AS name,
         p_email AS emailAddress, p_credit_card AS creditCard, p_city AS city, p_state AS state,
-        dateTime, p_extra AS extra FROM events WHERE event_type = 0""",
+        dateTime, p_extra AS extra{more} FROM events WHERE event_type = 0""",
     """CREATE TEMPORARY VIEW auction AS SELECT a_id AS id, a_item_name AS itemName,
         a_description AS description, a_initial_bid AS initialBid, a_reserve AS reserve,
         dateTime, CAST(TO_TIMESTAMP_LTZ(a_expires, 3) AS TIMESTAMP(3)) AS expires,
-        a_seller AS seller, a_category AS category, a_extra AS extra
+        a_seller AS seller, a_category AS category, a_extra AS extra{more}
         FROM events WHERE event_type = 1""",
     """CREATE TEMPORARY VIEW bid AS SELECT b_auction AS auction, b_bidder AS bidder,
-        b_price AS price, b_channel AS channel, b_url AS url, dateTime, b_extra AS extra
+        b_price AS price, b_channel AS channel, b_url AS url, dateTime, b_extra AS extra{more}
         FROM events WHERE event_type = 2""",
 ]
 
@@ -104,6 +105,28 @@ SQL = {
 }
 
 
+# The latency run's queries: the same, each result row also carrying ``arrival``, the newest
+# arrival among the events it was made from (a join: the later side; an aggregate: MAX). The
+# windowed queries (q5, q7, q8) run as they are: their rows are timed from the file whose
+# events closed their window (``benchmarks.nexmark_flink_latency``).
+_BIDS_ARRIVAL = "SELECT auction, bidder, {price}, dateTime, extra, arrival FROM bid"
+LATENCY_SQL = {
+    "q0": _BIDS_ARRIVAL.format(price="price"),
+    "q1": _BIDS_ARRIVAL.format(price="CAST(0.908 * price AS DECIMAL(23, 3)) AS price"),
+    "q2": "SELECT auction, price, arrival FROM bid WHERE MOD(auction, 123) = 0",
+    "q3": """SELECT P.name, P.city, P.state, A.id, GREATEST(A.arrival, P.arrival) AS arrival
+             FROM auction AS A INNER JOIN person AS P on A.seller = P.id
+             WHERE A.category = 10 and (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')""",
+    "q4": """SELECT Q.category, AVG(Q.final), MAX(Q.arrival) AS arrival FROM (
+                SELECT MAX(B.price) AS final, A.category,
+                       MAX(GREATEST(A.arrival, B.arrival)) AS arrival
+                FROM auction A, bid B
+                WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
+                GROUP BY A.id, A.category) Q
+             GROUP BY Q.category""",
+}
+
+
 def quoted(sql: str) -> str:
     """``dateTime`` is a keyword of Flink's SQL parser: quote it (the nexmark text did not
     need to with the Flink it was written for)."""
@@ -151,16 +174,21 @@ def environment(parallelism: int):  # type: ignore[no-untyped-def]
     return env
 
 
-def declare(env, events_dir: str) -> None:  # type: ignore[no-untyped-def]
-    cols = ",\n  ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
+def declare(env, events_dir: str, live: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """The ``events`` table and the nexmark views over it. ``live``: the latency run's source,
+    which watches ``events_dir`` for new files (unbounded) and whose rows have one more
+    column, ``arrival`` (epoch ms when their file was dropped in), kept by the views."""
+    extra = [("arrival", "BIGINT")] if live else []
+    cols = ",\n  ".join(f"`{name}` {kind}" for name, kind in COLUMNS + extra)
+    watch = ", 'source.monitor-interval' = '100 ms'" if live else ""
     env.execute_sql(f"""CREATE TEMPORARY TABLE events (
   {cols},
   `dateTime` AS CAST(TO_TIMESTAMP_LTZ(`date_time`, 3) AS TIMESTAMP(3)),
   WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = '{events_dir}', 'format' = 'csv',
-        'csv.null-literal' = '')""")
+        'csv.null-literal' = ''{watch})""")
     for view in VIEWS:
-        env.execute_sql(quoted(view))
+        env.execute_sql(quoted(view.format(more=", arrival" if live else "")))
 
 
 def _text(value: object) -> str:
@@ -171,8 +199,11 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def run_query(env, query: str, check_csv: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """The timed run into the blackhole, then the check run collected into ``check_csv``."""
+CHANGELOG = {"q4"}  # queries whose result is an updating table (the others only append)
+
+
+def run_query(env, query: str, check_dir: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The timed run into the blackhole, then the check run into files of ``check_dir``."""
     select = env.sql_query(quoted(SQL[query]))
     names = select.get_schema().get_field_names()
     kinds = [str(t) for t in select.get_schema().get_field_data_types()]
@@ -184,33 +215,120 @@ def run_query(env, query: str, check_csv: str) -> dict[str, object]:  # type: ig
     select.execute_insert(sink).wait()
     seconds = time.perf_counter() - started
     peak = _jvm_hwm(reset=False)
-    from pyflink.common import RowKind
+    began = time.perf_counter()
+    rows = check(env, query, names, kinds, check_dir)
+    return {"query": query, "seconds": seconds, "peak_rss_mb": round(peak, 1), "rows": rows,
+            "check_s": round(time.perf_counter() - began, 1)}
+
+
+def check(env, query: str, names: list[str], kinds: list[str], check_dir: str) -> int:  # type: ignore[no-untyped-def]
+    """The check run: the same SELECT into a ``filesystem`` sink (CSV; debezium-json for an
+    updating result, whose changelog is applied here: ``-U``/``-D`` retract a row), then
+    ``CHECK_DIR/<query>.csv`` written from its files; returns the result's rows.
+
+    Collecting through PyFlink (``execute().collect()``) took minutes for the 276,000 rows
+    of q0 at 300,000 events: every row crosses from the JVM one by one. The files take
+    seconds. In streaming mode the sink finishes its files when the bounded input ends.
+
+    DECIMAL columns go through the files as text: Flink's CSV format writes a DECIMAL(23, 3)
+    rounded to an integer and in scientific notation (q1's 49490.540 as 49491, 1019.684 as
+    1.02E+3); ``CAST(... AS STRING)`` keeps every digit."""
+    folder = os.path.join(check_dir, f"{query}-files")
+    text = [k.startswith("DECIMAL") for k in kinds]
+    cols = ", ".join(f"`{n}` {'STRING' if t else k.replace(' NOT NULL', '')}"
+                     for n, k, t in zip(names, kinds, text))
+    select = ", ".join(f"CAST(`{n}` AS STRING) AS `{n}`" if t else f"`{n}`"
+                       for n, t in zip(names, text))
+    updating = query in CHANGELOG
+    fmt = ("'format' = 'debezium-json'" if updating
+           else "'format' = 'csv', 'csv.null-literal' = ''")
+    env.execute_sql(f"CREATE TEMPORARY TABLE check_{query} ({cols}) WITH ("
+                    f"'connector' = 'filesystem', 'path' = '{folder}', {fmt})")
+    env.sql_query(f"SELECT {select} FROM ({quoted(SQL[query])}) AS Q").execute_insert(
+        f"check_{query}").wait()
+    parts = sorted(os.path.join(root, name) for root, _, files in os.walk(folder)
+                   for name in files if not name.startswith("."))
+    out_path = os.path.join(check_dir, f"{query}.csv")
+    if not updating:
+        count = 0
+        with open(out_path, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    data = f.read()
+                count += data.count(b"\n")
+                out.write(data)
+        return count
     rows: Counter[tuple[str, ...]] = Counter()
-    with env.sql_query(quoted(SQL[query])).execute().collect() as results:
-        for row in results:
-            key = tuple(_text(v) for v in row)
-            if row.get_row_kind() in (RowKind.INSERT, RowKind.UPDATE_AFTER):
-                rows[key] += 1
-            else:
-                rows[key] -= 1
-    with open(check_csv, "w", newline="", encoding="utf-8") as f:
+    for part in parts:
+        with open(part, encoding="utf-8") as f:
+            for line in f:
+                change = json.loads(line)
+                for side, sign in (("before", -1), ("after", 1)):
+                    if change.get(side) is not None:
+                        rows[tuple(_text(change[side][n]) for n in names)] += sign
+    with open(out_path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
         for key, count in rows.items():
             for _ in range(count):
                 out.writerow(key)
-    return {"query": query, "seconds": seconds, "peak_rss_mb": round(peak, 1),
-            "rows": sum(rows.values())}
+    return sum(rows.values())
+
+
+def latency_run(parallelism: int, query: str, live_dir: str) -> None:  # type: ignore[no-untyped-def]
+    """The latency run of ``query``: an unbounded job over a watched folder, each result row
+    stamped with ``emitted`` (``CURRENT_ROW_TIMESTAMP()``, evaluated as the row reaches the
+    sink) into CSV files (debezium-json for q4). Prints ``{"ready": query, "inbox": ...}``;
+    the parent drops the event files into the inbox, then writes a line to this process's
+    stdin; the job is then stopped with a savepoint (no drain: windows still open stay
+    unfired), which commits the sink's files, and ``{"latency": query, "files": ...,
+    "columns": [...]}`` is printed."""
+    base = os.path.join(live_dir, query)
+    inbox, out = os.path.join(base, "inbox"), os.path.join(base, "out")
+    os.makedirs(inbox, exist_ok=True)
+    env = environment(parallelism)
+    # a reader waiting for the next file must not hold the watermark back (the files come
+    # one by one, in event-time order, so a reader that resumes is never behind it)
+    env.get_config().set("table.exec.source.idle-timeout", "500 ms")
+    # the savepoint that stops it holds the join states: in files, not in the JobManager
+    env.get_config().set("execution.checkpointing.storage", "filesystem")
+    env.get_config().set("execution.checkpointing.dir", "file://" + os.path.join(base, "cp"))
+    declare(env, inbox, live=True)
+    stamped = ("SELECT Q.*, DATE_FORMAT(CAST(CURRENT_ROW_TIMESTAMP() AS TIMESTAMP(3)), "
+               f"'yyyy-MM-dd HH:mm:ss.SSS') AS emitted FROM ({LATENCY_SQL.get(query, SQL[query])}"
+               ") AS Q")
+    select = env.sql_query(quoted(stamped))
+    names = list(select.get_schema().get_field_names())
+    kinds = [str(t) for t in select.get_schema().get_field_data_types()]
+    cols = ", ".join(f"`{n}` {k.replace(' NOT NULL', '')}" for n, k in zip(names, kinds))
+    fmt = ("'format' = 'debezium-json'" if query in CHANGELOG
+           else "'format' = 'csv', 'csv.null-literal' = ''")
+    env.execute_sql(f"CREATE TEMPORARY TABLE live_{query} ({cols}) WITH ("
+                    f"'connector' = 'filesystem', 'path' = '{out}', {fmt})")
+    job = select.execute_insert(f"live_{query}").get_job_client()
+    print(json.dumps({"ready": query, "inbox": inbox}), flush=True)
+    sys.stdin.readline()
+    # PyFlink 2.3's ``stop_with_savepoint`` calls a Java signature that no longer exists
+    # (it lacks the format type): the Java client is called with it directly
+    from pyflink.java_gateway import get_gateway
+    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    job._j_job_client.stopWithSavepoint(False, "file://" + os.path.join(base, "savepoint"),
+                                        canonical).get()
+    job.get_job_execution_result().result()  # ended: the sink's files are committed
+    print(json.dumps({"latency": query, "files": out, "columns": names}), flush=True)
 
 
 def main(argv: list[str]) -> None:
     events_dir, queries, parallelism, check_dir = argv[0], argv[1], int(argv[2]), argv[3]
+    live_dir = argv[4] if len(argv) > 4 else None
     began = time.perf_counter()
     env = environment(parallelism)
     declare(env, events_dir)
     startup = time.perf_counter() - began
     for query in queries.split(","):
-        record = run_query(env, query, os.path.join(check_dir, f"{query}.csv"))
+        record = run_query(env, query, check_dir)
         print(json.dumps(record | {"startup_s": startup}), flush=True)
+        if live_dir is not None:
+            latency_run(parallelism, query, live_dir)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,8 @@ def _wait_for_file(query: Any, index: int) -> float:
         if progress and progress["sources"]:
             end = progress["sources"][0].get("endOffset") or "{}"
             end = json.loads(end) if isinstance(end, str) else end
-            if int(end.get("logOffset", -1)) >= index:
+            # a progress report may carry no offset yet ("null"): poll on
+            if isinstance(end, dict) and int(end.get("logOffset", -1)) >= index:
                 return time.perf_counter()
         if not query.isActive:
             raise RuntimeError(f"the Spark query stopped: {query.exception()}")

@@ -101,7 +101,9 @@ class Lead:
 
     stream: str
     table: pa.Table
-    fingerprint: int  # the batch's fingerprint (``sstore.base.fingerprint``), recorded with it
+    #: the batch's fingerprint (``sstore.base.fingerprint.soon``: maybe still being computed),
+    #: recorded with it at the end of the group
+    fingerprint: Callable[[], int]
     pending: PendingCommit = field(default_factory=PendingCommit)
     seconds: float = 0.0
 
@@ -149,13 +151,14 @@ def run_batch(rt: Runtime, name: str, batch_id: int, limit: int | None = None) -
     executor.run_te(rt, chain[-1], batch_id, first_failure=error)
 
 
-def ingest_and_run(rt: Runtime, stream: str, batch_id: int, table: pa.Table, fingerprint: int,
-                   ingest_alone: Callable[[], None]) -> None:
+def ingest_and_run(rt: Runtime, stream: str, batch_id: int, table: pa.Table,
+                   fingerprint: Callable[[], int], ingest_alone: Callable[[], None]) -> None:
     """Ingest batch ``batch_id`` of border stream ``stream`` and run the TEs of that batch that
     become runnable, all in one DuckDB transaction: the ingest is the group's lead (step 1b of
     the module docstring) and its rows, when only the group's members read them, are never
     stored. Caller holds ``rt.lock`` and has checked the batch-id (new, in order);
-    ``fingerprint`` is the batch's fingerprint (``sstore.base.fingerprint``), recorded with it.
+    ``fingerprint`` gives the batch's fingerprint (``sstore.base.fingerprint.soon``), recorded with
+    it.
 
     If anything fails, everything rolls back and the work is done the way ``ingest`` followed
     by ``run_until_idle`` does it: a batch the stream refuses raises its error and nothing is
@@ -191,7 +194,7 @@ def _append_lead(rt: Runtime, group: _Group, lead: Lead, most: int) -> str | Non
     hold = _can_hold_back(rt, lead.stream)
     try:
         rt.store.append(lead.stream, group.batch_id, lead.table, lead.pending,
-                        store_rows=not hold, fingerprint=lead.fingerprint)
+                        store_rows=not hold)
     except BaseException as exc:
         raise _LeadFailed(exc) from exc
     if hold:
@@ -234,6 +237,8 @@ def _run_group(rt: Runtime, name: str | None, batch_id: int, most: int,
         _store_held_back(rt, group)  # step 3
         records = [r for m in group.members for r in m.pending.records]
         acks = consumers.ack_records(rt.pending_acks)  # written with them, no COMMIT of their own
+        if lead is not None:  # waited for only now: computed meanwhile on another core
+            lead.pending.fingerprints[(lead.stream, batch_id)] = lead.fingerprint()
         systables.insert_commits(con, (records if lead is None else lead.pending.records + records)
                                  + acks, None if lead is None else lead.pending.fingerprints)
         crash_point("te.before_commit")

@@ -8,7 +8,6 @@ The functions take the engine's runtime and what else they need explicitly: no e
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from sstore.base.errors import (
     UnknownStreamError,
 )
 from sstore.base.faults import crash_point
-from sstore.base.fingerprint import fingerprint
+from sstore.base.fingerprint import fingerprint, soon
 from sstore.base.rows import RowsLike
 from sstore.execution import group
 from sstore.execution.backpressure import Backpressure
@@ -85,7 +84,7 @@ def ingest_batch(rt: Runtime, backpressure: Backpressure,
     if batch_id is not None:
         _check_batch_id(batch_id)
     table = rt.store.conform(stream, rows, f"stream {stream!r}")
-    sent = fingerprint(table)  # outside the lock; recorded with the batch, or compared
+    sent = soon(table)  # beside the transaction; recorded with the batch, or compared
     with rt.lock:
         backpressure.admit(rt, stream, batch_id)  # may wait, releasing the lock
         taken = _admit(rt, replayed_ids, stream, batch_id, table, sent)
@@ -93,12 +92,12 @@ def ingest_batch(rt: Runtime, backpressure: Backpressure,
             return taken
         batch_id = int(taken)
         if run and _may_lead(rt):
-            group.ingest_and_run(rt, stream, batch_id, table, sent, functools.partial(
-                apply_ingest, rt, stream, batch_id, table, sent))
+            group.ingest_and_run(rt, stream, batch_id, table, sent, lambda: apply_ingest(
+                rt, stream, batch_id, table, sent()))
         else:
             if along is not None:  # maybe a dead-letter replay: it records its batch-id
                 replayed_ids.pop(stream, None)
-            apply_ingest(rt, stream, batch_id, table, sent, along=along)
+            apply_ingest(rt, stream, batch_id, table, sent(), along=along)
         if rt.checkpoints is not None:
             rt.checkpoints.after_commit()
     rt.subscribers.publish(rt.take_outbox())
@@ -114,7 +113,7 @@ def _may_lead(rt: Runtime) -> bool:
 
 
 def _admit(rt: Runtime, replayed_ids: dict[str, dict[int, int]], stream: str,
-           batch_id: int | None, table: pa.Table, sent: int) -> Ingested:
+           batch_id: int | None, table: pa.Table, sent: Callable[[], int]) -> Ingested:
     """The batch-id checks and re-send detection of every ingest (caller holds ``rt.lock``):
     the batch-id to take (the next one when None), or a no-op re-send (``duplicate``: the
     same rows under an id taken before); refused with ``BatchIdTakenError`` (an id a
@@ -134,7 +133,7 @@ def _admit(rt: Runtime, replayed_ids: dict[str, dict[int, int]], stream: str,
                 f"replay (the dead letters of batch {replayed}, sstore dead-letters "
                 f"replay), so this batch is not a re-send and was NOT ingested; send "
                 f"it under a batch-id above {last} (or without one)")
-        _check_resend(rt, stream, batch_id, table, sent, last)
+        _check_resend(rt, stream, batch_id, table, sent(), last)
         log.info("stream %s batch %s was already ingested: no-op", stream, batch_id)
         return Ingested(batch_id, True, 0)
     elif batch_id < last:
@@ -204,7 +203,7 @@ def replay_ingest(rt: Runtime, record: LogRecord) -> None:
     assert record.stream and record.batch_id and record.table is not None
     _check_logged_types(rt, record.stream, record.table)
     sent = fingerprint(record.table)
-    if _admit(rt, {}, record.stream, record.batch_id, record.table, sent).duplicate:
+    if _admit(rt, {}, record.stream, record.batch_id, record.table, lambda: sent).duplicate:
         return
     apply_ingest(rt, record.stream, record.batch_id, record.table, sent)
 

@@ -4,6 +4,8 @@ results are read and compared."""
 
 from __future__ import annotations
 
+import datetime
+
 import pyarrow as pa
 from rich.console import Console
 
@@ -56,3 +58,31 @@ def test_flushed_windows_are_left_out_and_check_files_read_typed(tmp_path: objec
     read = bench._read_check(path, expected)
     assert read.schema.types == expected.schema.types
     assert bench._equal(events, "q8", expected, read)
+
+
+def test_flink_latency_owes_each_row_to_a_file(tmp_path: object) -> None:
+    """Flink's latency run: files dropped with their arrival on every line; a row is owed to
+    the file of its newest input (``arrival``) or, windowed, to the file that closed its
+    window (an event at or past its end + 4 s - 1 ms); a file's latency ends at its last row."""
+    from benchmarks import nexmark_flink_latency as latency
+    files = generator.write_files(f"{tmp_path}/parts", 3_000, 1_000,
+                                  generator.NexmarkConfig(seed=1, rate=100.0))
+    arrivals = latency.drop(files, f"{tmp_path}/inbox", pace_s=0.0)
+    with open(f"{tmp_path}/inbox/events-00000001.csv", encoding="utf-8") as f:
+        assert {line.rstrip("\n").rsplit(",", 1)[1] for line in f} == {str(arrivals[1])}
+    last = [latency.last_event_ms(p) for p in files]  # 10 s of event time per file
+    assert last == sorted(last) and last[1] - last[0] == 10_000
+    at = [0, 60_000, 120_000]
+
+    def stamp(ms: int) -> str:
+        return str(datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=ms))
+
+    rows = [{"arrival": str(at[1]), "emitted": stamp(at[1] + 40)},
+            {"arrival": str(at[1]), "emitted": stamp(at[1] + 90)},
+            {"arrival": str(at[0]), "emitted": stamp(at[0] + 7)}]
+    assert latency.latencies("q3", rows, at, last) == [7.0, 90.0]
+    end = last[0] - 4_000  # closed by the first file's newest event: owed to file 0
+    rows = [{"window_end": stamp(end), "emitted": stamp(at[0] + 300)},
+            {"window_end": stamp(end + 2), "emitted": stamp(at[1] + 5)},  # file 1 closes it
+            {"window_end": stamp(last[2]), "emitted": stamp(at[2])}]  # no file closed it
+    assert latency.latencies("q7", rows, at, last) == [300.0, 5.0]

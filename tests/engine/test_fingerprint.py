@@ -106,3 +106,24 @@ GOLDEN = {"whole": 5165171285805609624, "tail": -6439778898972222081}
 def test_fingerprints_of_the_version_before_are_kept() -> None:
     assert fp.fingerprint(GOLDEN_TABLE) == GOLDEN["whole"]
     assert fp.fingerprint(GOLDEN_TABLE.slice(1)) == GOLDEN["tail"]
+
+
+def test_a_wide_batch_is_fingerprinted_aside_also_in_a_forked_child() -> None:
+    """``soon``: the same value from the worker thread; a child forked after the parent's
+    worker started gets a worker of its own (the inherited one has no thread and hung)."""
+    import os
+    import time
+
+    from sstore.base.fingerprint import SOON_VALUES, soon
+    wide = pa.table({f"c{i}": pa.array(range(SOON_VALUES // 10), pa.int64()) for i in range(10)})
+    assert soon(wide)() == fp.fingerprint(wide)
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's outcome is its exit code)
+        os._exit(0 if soon(wide)() == fp.fingerprint(wide) else 1)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+    assert done[0] == child and os.waitstatus_to_exitcode(done[1]) == 0

@@ -247,10 +247,10 @@ def test_engine_query_refuses_writes_and_files(engine: Engine, tmp_path: Path) -
 def test_engine_query_runs_in_a_read_only_transaction(engine: Engine, monkeypatch) -> None:
     """Second guard: with the SQL check bypassed, a write still fails (READ ONLY transaction
     on a cursor of its own) and the engine goes on working."""
-    import sstore.engine
+    import sstore.engine_reads
     engine.execute("CREATE TABLE totals (contestant INTEGER, n BIGINT)")
     engine.execute("INSERT INTO totals VALUES (1, 10)")
-    monkeypatch.setattr(sstore.engine, "check_query", lambda sql, dialect="duckdb": None)
+    monkeypatch.setattr(sstore.engine_reads, "check_query", lambda sql, dialect="duckdb": None)
     with pytest.raises(duckdb.TransactionException, match="read-only"):
         engine.query("DELETE FROM totals")
     monkeypatch.undo()
