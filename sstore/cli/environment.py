@@ -65,6 +65,10 @@ VARIABLES = (
     Variable("LD_PRELOAD", "libraries the loader preloads: the `sstore` command adds "
              "jemalloc for its own process and gives its children the value it was started "
              "with", "unset"),
+    Variable("SSTORE_DUCKDB_THREADS", "DuckDB's worker threads for every connection sstore "
+             "opens (a whole number >= 1); one spends less CPU on small batches and gives up "
+             "the parallelism of large ones (docs/tpcdi.md, issue 37)",
+             "unset: DuckDB's default, one per core"),
     Variable("SSTORE_VENV", "where the scripts put the virtual environment", "`.venv`"),
     Variable("SSTORE_TEST_WORKERS", "pytest-xdist workers of `scripts/test.sh` (0: one "
              "process)", "`2`"),
