@@ -9,7 +9,7 @@ nothing here writes a stream or runs a procedure; every call starts the engine f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -36,11 +36,11 @@ class Reads:
     _graph: Graph
     _declared_consumers: list[tuple[str, str]]
 
-    def _runtime(self) -> Runtime:  # the engine's: it starts the engine on first use
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the engine's own (``Engine._runtime`` starts it on first use)
+        def _runtime(self) -> Runtime: ...
 
-    def subscribe(self, stream: str, callback: Callback | None = None) -> Subscription:
-        raise NotImplementedError  # the engine's (``Engine.subscribe``)
+        def subscribe(self, stream: str, callback: Callback | None = None
+                      ) -> Subscription: ...
 
     def consumer(self, stream: str, name: str) -> None:
         """Declare an external consumer of ``stream`` (a sink, a migration job) with the
